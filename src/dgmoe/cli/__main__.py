@@ -1,0 +1,3 @@
+from dgmoe.cli import main
+
+main()

@@ -1,0 +1,60 @@
+"""The multi-domain dataset interface every dataset in dgmoe implements.
+
+A `MultiDomainDataset` is a list of per-domain torch datasets (DomainBed's "environments"). Each domain
+dataset returns `(image, label)` or `(image, label, meta)` where `image` is a uint8 tensor `[C, H, W]`
+(already at the dataset's storage resolution; transforms turn it into a normalised float tensor) and
+`meta` a dict of named metadata tensors (e.g. `lat`, `lon`, `location_id`, `region`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar, Sequence
+
+import torch
+from torch.utils.data import Dataset
+
+
+@dataclass
+class Batch:
+    """One training-domain minibatch as algorithms receive it."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    meta: dict[str, torch.Tensor] | None = None
+
+    def to(self, device: torch.device | str) -> "Batch":
+        meta = None if self.meta is None else {k: v.to(device) for k, v in self.meta.items()}
+        return Batch(self.x.to(device, non_blocking=True), self.y.to(device, non_blocking=True), meta)
+
+
+def batch_from_items(items: Sequence) -> Batch:
+    """Build a `Batch` from a collated `(x, y)` or `(x, y, meta)` tuple."""
+    if len(items) == 2:
+        return Batch(items[0], items[1])
+    return Batch(items[0], items[1], dict(items[2]))
+
+
+@dataclass
+class MultiDomainDataset:
+    """A dataset made of several domains that share one label space."""
+
+    name: str
+    domains: list[str]
+    classes: list[str]
+    environments: list[Dataset]
+    input_shape: tuple[int, int, int]
+    n_steps: int = 5001
+    checkpoint_freq: int = 300
+    metadata_fields: tuple[str, ...] = field(default_factory=tuple)
+
+    N_STEPS: ClassVar[int] = 5001
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+    def __len__(self) -> int:
+        return len(self.environments)
+
+    def __getitem__(self, index: int) -> Dataset:
+        return self.environments[index]

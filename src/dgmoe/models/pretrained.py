@@ -1,0 +1,137 @@
+"""Loading timm/DeiT checkpoints from local files into dgmoe models (GMoE App. C.2).
+
+Safe by construction: `.safetensors` through safetensors, `.pth`/`.pt`/`.bin` through
+`torch.load(weights_only=True)`, so no arbitrary object is ever unpickled. Loading is strict: every key
+must be accounted for. The only tolerated differences are reported in a `LoadReport`:
+- each MoE block's dense `mlp.fc1/fc2` is copied into every expert (`expanded`);
+- routers have no pretrained counterpart and start fresh (`fresh`);
+- a classifier head with another class count is re-initialised (`reinitialized`);
+- a position embedding for another grid is resampled bicubically (`resized`).
+Anything else (an unexpected key, a missing key, a shape mismatch) raises `CheckpointMismatchError`
+naming the first offending key.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+
+from dgmoe.models.vit import resize_pos_embed
+from dgmoe.moe.layer import MoEMlp
+
+log = logging.getLogger(__name__)
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file that is missing, unreadable or not a state dict."""
+
+
+class CheckpointMismatchError(ValueError):
+    """A checkpoint whose keys or shapes do not fit the model."""
+
+
+@dataclass
+class LoadReport:
+    path: str
+    expanded: list[str] = field(default_factory=list)
+    fresh: list[str] = field(default_factory=list)
+    reinitialized: list[str] = field(default_factory=list)
+    resized: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        parts = [f"loaded {self.path}"]
+        if self.expanded:
+            parts.append(f"copied dense FFN into experts: {', '.join(self.expanded)}")
+        if self.fresh:
+            parts.append(f"freshly initialised (no pretrained counterpart): {', '.join(self.fresh)}")
+        if self.reinitialized:
+            parts.append(f"re-initialised (class count differs): {', '.join(self.reinitialized)}")
+        if self.resized:
+            parts.append(f"resampled to the model's grid: {', '.join(self.resized)}")
+        return "; ".join(parts)
+
+
+def load_checkpoint_file(path: str | Path) -> dict[str, torch.Tensor]:
+    """Read a state dict from `.safetensors`, `.pth`/`.pt`/`.bin` (optionally under a 'model' or
+    'state_dict' key) or raise `CheckpointError` naming the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint file not found: {path}")
+    try:
+        if path.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            state = load_file(str(path))
+        elif path.suffix == ".npz":
+            raise CheckpointError(f"{path}: .npz (big_vision/JAX) checkpoints are not supported; convert to "
+                                  ".safetensors or .pth first")
+        else:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except CheckpointError:
+        raise
+    except Exception as exc:  # corrupt file, pickle with objects, truncated archive...
+        raise CheckpointError(f"cannot read checkpoint {path}: {type(exc).__name__}: {exc}") from exc
+    for key in ("model", "state_dict", "model_ema"):
+        if isinstance(state, dict) and key in state and isinstance(state[key], dict):
+            state = state[key]
+            break
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise CheckpointError(f"{path} does not hold a state dict of tensors")
+    return dict(state)
+
+
+def adapt_state_dict(model: nn.Module, state: dict[str, torch.Tensor], report: LoadReport) -> dict[str, torch.Tensor]:
+    """Map a dense timm checkpoint onto `model` (experts, head, position embedding)."""
+    state = dict(state)
+    for name, module in model.named_modules():
+        if isinstance(module, MoEMlp) and f"{name}.fc1.weight" in state:
+            experts = module.experts
+            n = experts.num_experts
+            for src, dst in (("fc1.weight", "fc1_weight"), ("fc1.bias", "fc1_bias"),
+                             ("fc2.weight", "fc2_weight"), ("fc2.bias", "fc2_bias")):
+                tensor = state.pop(f"{name}.{src}")
+                state[f"{name}.experts.{dst}"] = tensor.unsqueeze(0).expand(n, *tensor.shape).clone()
+            report.expanded.append(name)
+    own = model.state_dict()
+    if "pos_embed" in state and "pos_embed" in own and state["pos_embed"].shape != own["pos_embed"].shape:
+        grid = model.patch_embed.grid_size
+        state["pos_embed"] = resize_pos_embed(state["pos_embed"], grid, model.num_prefix_tokens)
+        report.resized.append("pos_embed")
+    head = getattr(model, "head", None)
+    for key in ("head.weight", "head.bias"):
+        if key in state and key in own and state[key].shape != own[key].shape:
+            state.pop(key)
+            report.reinitialized.append(key)
+    if report.reinitialized and isinstance(head, nn.Linear):
+        nn.init.trunc_normal_(head.weight, std=0.02)
+        nn.init.zeros_(head.bias)
+    return state
+
+
+def load_pretrained(model: nn.Module, path: str | Path, strict: bool = True) -> LoadReport:
+    """Load a local checkpoint into `model` (see module docstring for what is tolerated)."""
+    report = LoadReport(str(path))
+    state = adapt_state_dict(model, load_checkpoint_file(path), report)
+    own = model.state_dict()
+    for key, tensor in own.items():  # the model's order decides which mismatch is "first"
+        if key in state and state[key].shape != tensor.shape:
+            raise CheckpointMismatchError(f"{path}: shape mismatch at {key!r}: checkpoint "
+                                          f"{tuple(state[key].shape)} vs model {tuple(tensor.shape)}")
+    unexpected = [k for k in state if k not in own]
+    if unexpected:
+        raise CheckpointMismatchError(f"{path}: unexpected key {unexpected[0]!r} (not in the model; "
+                                      f"{len(unexpected)} unexpected keys)")
+    missing = [k for k in own if k not in state]
+    allowed = {k for k in missing if ".router." in k or k in report.reinitialized}
+    unexplained = [k for k in missing if k not in allowed]
+    if unexplained and strict:
+        raise CheckpointMismatchError(f"{path}: missing key {unexplained[0]!r} "
+                                      f"({len(unexplained)} model keys have no value in the checkpoint)")
+    report.fresh = sorted({k.rsplit(".router.", 1)[0] + ".router" for k in allowed if ".router." in k})
+    # Keys without a checkpoint value keep the model's own (fresh) tensors, so the load itself is strict.
+    model.load_state_dict({**{k: own[k] for k in missing}, **state}, strict=True)
+    log.info(report.summary())
+    return report

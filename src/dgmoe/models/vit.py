@@ -1,0 +1,129 @@
+"""Vision Transformer (Dosovitskiy et al., 2021) with timm's API and parameter names.
+
+One class serves the dense ViT/DeiT, GMoE and SF-MoE: `block_mlps` decides, per block index, whether the
+block's FFN is dense (`None`) or a module such as an MoE layer. Stochastic depth rates are computed once
+at the top (linear 0 -> drop_path_rate, as timm) and passed down as floats.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Literal
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from dgmoe.models.layers import Block, PatchEmbed
+
+MlpFactory = Callable[[int], "nn.Module | None"]
+
+
+def resize_pos_embed(pos_embed: torch.Tensor, new_grid: tuple[int, int], num_prefix_tokens: int = 1) -> torch.Tensor:
+    """Bicubically resample the grid part of a position embedding `[1, prefix + H*W, D]`."""
+    prefix, grid = pos_embed[:, :num_prefix_tokens], pos_embed[:, num_prefix_tokens:]
+    old = int(math.isqrt(grid.shape[1]))
+    if old * old != grid.shape[1]:
+        raise ValueError(f"position embedding has {grid.shape[1]} grid tokens, which is not a square grid")
+    if (old, old) == tuple(new_grid):
+        return pos_embed
+    grid = grid.reshape(1, old, old, -1).permute(0, 3, 1, 2).float()
+    grid = F.interpolate(grid, size=new_grid, mode="bicubic", align_corners=False)
+    grid = grid.permute(0, 2, 3, 1).reshape(1, new_grid[0] * new_grid[1], -1).to(pos_embed.dtype)
+    return torch.cat([prefix, grid], dim=1)
+
+
+class VisionTransformer(nn.Module):
+    """ViT backbone + linear head.
+
+    Args:
+        img_size, patch_size, in_chans: input geometry (any size divisible by the patch).
+        num_classes: head outputs; 0 gives an identity head.
+        embed_dim, depth, num_heads, mlp_ratio, qkv_bias: architecture (tiny/small/base: 192/384/768, 3/6/12 heads).
+        drop_rate: dropout after the position embedding, in FFNs and before the head.
+        drop_path_rate: stochastic depth, linearly increasing over blocks.
+        global_pool: 'token' (class token, as ViT/DeiT) or 'avg'.
+        block_mlps: block index -> FFN module for that block, or None for the dense FFN.
+        embed_layer: patch embedding module factory (the hybrid model passes a ResNet stem).
+    """
+
+    uses_metadata = False
+
+    def __init__(self, img_size: int = 224, patch_size: int = 16, in_chans: int = 3, num_classes: int = 1000,
+                 embed_dim: int = 768, depth: int = 12, num_heads: int = 12, mlp_ratio: float = 4.0,
+                 qkv_bias: bool = True, drop_rate: float = 0.0, attn_drop_rate: float = 0.0,
+                 drop_path_rate: float = 0.0, global_pool: Literal["token", "avg"] = "token",
+                 block_mlps: MlpFactory | None = None,
+                 embed_layer: Callable[..., nn.Module] = PatchEmbed):
+        super().__init__()
+        if global_pool not in ("token", "avg"):
+            raise ValueError(f"global_pool must be 'token' or 'avg', got {global_pool!r}")
+        self.num_classes = num_classes
+        self.global_pool = global_pool
+        self.num_features = self.embed_dim = embed_dim
+        self.num_prefix_tokens = 1
+        self.patch_embed = embed_layer(img_size=img_size, patch_size=patch_size, in_chans=in_chans,
+                                       embed_dim=embed_dim)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim))
+        self.pos_embed = nn.Parameter(torch.zeros(1, self.patch_embed.num_patches + 1, embed_dim))
+        self.pos_drop = nn.Dropout(drop_rate)
+        dpr = [x.item() for x in torch.linspace(0, drop_path_rate, depth)]
+        mlps = block_mlps or (lambda i: None)
+        self.blocks = nn.Sequential(*[
+            Block(embed_dim, num_heads, mlp_ratio, qkv_bias, drop_rate, attn_drop_rate, dpr[i], mlp=mlps(i))
+            for i in range(depth)
+        ])
+        self.norm = nn.LayerNorm(embed_dim, eps=1e-6)
+        self.fc_norm = nn.Identity()
+        self.head_drop = nn.Dropout(drop_rate)
+        self.head = nn.Linear(embed_dim, num_classes) if num_classes > 0 else nn.Identity()
+        self.grad_checkpointing = False
+        self.init_weights()
+
+    def init_weights(self) -> None:
+        nn.init.trunc_normal_(self.pos_embed, std=0.02)
+        nn.init.normal_(self.cls_token, std=1e-6)
+        for name, module in self.named_modules():
+            if isinstance(module, nn.Linear) and not name.endswith("router.proj"):
+                nn.init.trunc_normal_(module.weight, std=0.02)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+        for module in self.modules():
+            if module is not self and hasattr(module, "reset_parameters_like_timm"):
+                module.reset_parameters_like_timm()
+
+    # ----- timm API ----------------------------------------------------------------------------
+    @torch.jit.ignore
+    def no_weight_decay(self) -> set[str]:
+        return {"pos_embed", "cls_token"}
+
+    def get_classifier(self) -> nn.Module:
+        return self.head
+
+    def reset_classifier(self, num_classes: int) -> None:
+        self.num_classes = num_classes
+        self.head = nn.Linear(self.embed_dim, num_classes) if num_classes > 0 else nn.Identity()
+
+    def set_grad_checkpointing(self, enable: bool = True) -> None:
+        self.grad_checkpointing = enable
+
+    def embed(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.patch_embed(x)
+        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
+        return self.pos_drop(x + self.pos_embed)
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.embed(x)
+        if self.grad_checkpointing and torch.is_grad_enabled():
+            for block in self.blocks:
+                x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)
+        else:
+            x = self.blocks(x)
+        return self.norm(x)
+
+    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        x = x[:, self.num_prefix_tokens:].mean(dim=1) if self.global_pool == "avg" else x[:, 0]
+        x = self.head_drop(self.fc_norm(x))
+        return x if pre_logits else self.head(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward_head(self.forward_features(x))

@@ -1,0 +1,53 @@
+"""A bank of N expert FFNs (dim -> hidden -> dim, GELU) with stacked weights `[N, ...]`."""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Experts(nn.Module):
+    """N independent FFNs. Weights are stacked so a dense FFN can be copied into every expert (App. C.2)."""
+
+    def __init__(self, num_experts: int, dim: int, hidden: int, dropout: float = 0.0):
+        super().__init__()
+        self.num_experts, self.dim, self.hidden = num_experts, dim, hidden
+        self.fc1_weight = nn.Parameter(torch.empty(num_experts, hidden, dim))
+        self.fc1_bias = nn.Parameter(torch.zeros(num_experts, hidden))
+        self.fc2_weight = nn.Parameter(torch.empty(num_experts, dim, hidden))
+        self.fc2_bias = nn.Parameter(torch.zeros(num_experts, dim))
+        self.drop = nn.Dropout(dropout)
+        self.reset_parameters_like_timm()
+
+    def reset_parameters_like_timm(self) -> None:
+        for w in (self.fc1_weight, self.fc2_weight):
+            nn.init.trunc_normal_(w, std=0.02)
+        nn.init.zeros_(self.fc1_bias)
+        nn.init.zeros_(self.fc2_bias)
+
+    @torch.no_grad()
+    def copy_from_dense(self, fc1: nn.Linear, fc2: nn.Linear) -> None:
+        """Initialise every expert from a dense FFN (GMoE App. C.2)."""
+        self.fc1_weight.copy_(fc1.weight.unsqueeze(0).expand_as(self.fc1_weight))
+        self.fc1_bias.copy_(fc1.bias.unsqueeze(0).expand_as(self.fc1_bias))
+        self.fc2_weight.copy_(fc2.weight.unsqueeze(0).expand_as(self.fc2_weight))
+        self.fc2_bias.copy_(fc2.bias.unsqueeze(0).expand_as(self.fc2_bias))
+
+    def expert(self, e: int, x: torch.Tensor) -> torch.Tensor:
+        h = self.drop(F.gelu(F.linear(x, self.fc1_weight[e], self.fc1_bias[e])))
+        return F.linear(h, self.fc2_weight[e], self.fc2_bias[e])
+
+    def forward_grouped(self, x: torch.Tensor, counts: list[int]) -> torch.Tensor:
+        """Rows of `x` are grouped by expert (`counts[e]` rows for expert e, in order)."""
+        w1, b1 = self.fc1_weight.unbind(0), self.fc1_bias.unbind(0)
+        w2, b2 = self.fc2_weight.unbind(0), self.fc2_bias.unbind(0)
+        outs = []
+        for e, chunk in enumerate(x.split(counts)):
+            if chunk.shape[0] == 0:
+                continue
+            h = self.drop(F.gelu(F.linear(chunk, w1[e], b1[e])))
+            outs.append(F.linear(h, w2[e], b2[e]))
+        return torch.cat(outs) if outs else x.new_zeros((0, self.dim))
+
+    def extra_repr(self) -> str:
+        return f"num_experts={self.num_experts}, dim={self.dim}, hidden={self.hidden}"

@@ -1,0 +1,58 @@
+"""Routers: map tokens to expert logits. Top-k, noise and losses live in `gating` and `losses`."""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class LinearRouter(nn.Module):
+    """Logits W x; the gate is softmax(W x) (GMoE eq. 3, V-MoE)."""
+
+    def __init__(self, dim: int, num_experts: int):
+        super().__init__()
+        self.proj = nn.Linear(dim, num_experts, bias=False)
+        nn.init.normal_(self.proj.weight, std=0.02)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x.float(), self.proj.weight.float())
+
+
+class CosineRouter(nn.Module):
+    """Cosine router (GMoE §4.3): logits = E^T W x / (tau ||W x|| ||E||).
+
+    W projects to d_e; the codebook E has one column per expert (initialised N(0, 0.01) as the official
+    code); the temperature is learnt on a log scale, `logit_scale = log(1 / tau)`, clamped so tau stays
+    >= temperature_min.
+    """
+
+    def __init__(self, dim: int, num_experts: int, router_dim: int = 256, temperature_init: float = 0.5,
+                 temperature_min: float = 0.01):
+        super().__init__()
+        self.proj = nn.Linear(dim, router_dim)
+        self.codebook = nn.Parameter(torch.empty(router_dim, num_experts).normal_(0.0, 0.01))
+        self.logit_scale = nn.Parameter(torch.tensor(math.log(1.0 / temperature_init)))
+        self.max_logit_scale = math.log(1.0 / temperature_min)
+
+    def reset_parameters_like_timm(self) -> None:
+        self.proj.reset_parameters()  # the official router keeps torch's default Linear init
+
+    @property
+    def temperature(self) -> torch.Tensor:
+        return torch.exp(-self.logit_scale.clamp(max=self.max_logit_scale))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = F.normalize(F.linear(x.float(), self.proj.weight.float(), self.proj.bias.float()), dim=-1)
+        codes = F.normalize(self.codebook.float(), dim=0)
+        return (h @ codes) * self.logit_scale.clamp(max=self.max_logit_scale).exp()
+
+
+def build_router(kind: str, dim: int, num_experts: int, router_dim: int = 256, temperature_init: float = 0.5,
+                 temperature_min: float = 0.01) -> nn.Module:
+    if kind == "linear":
+        return LinearRouter(dim, num_experts)
+    if kind == "cosine":
+        return CosineRouter(dim, num_experts, router_dim, temperature_init, temperature_min)
+    raise ValueError(f"unknown router {kind!r}; valid: cosine, linear")

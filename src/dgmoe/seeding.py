@@ -1,0 +1,26 @@
+"""Seeds and determinism, DomainBed-compatible (`seed_hash` is DomainBed's md5-based hash)."""
+from __future__ import annotations
+
+import hashlib
+import random
+
+import numpy as np
+import torch
+
+
+def seed_hash(*args) -> int:
+    """Derive an integer seed from any printable arguments (DomainBed's `misc.seed_hash`)."""
+    args_str = str(args)
+    return int(hashlib.md5(args_str.encode("utf-8")).hexdigest(), 16) % (2**31)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    torch.manual_seed(seed)
+
+
+def make_deterministic() -> None:
+    """Deterministic kernels where torch offers them (CPU runs are bitwise repeatable)."""
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
