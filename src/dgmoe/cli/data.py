@@ -1,0 +1,97 @@
+"""`dgmoe data`: list the catalogue, describe a dataset, prepare its uint8 cache."""
+from __future__ import annotations
+
+import os
+import time
+
+import click
+
+from dgmoe.data import cache as cache_mod
+from dgmoe.data.catalogue import (DATASETS, DEFAULT_IMG_SIZE, cache_name, get_dataset, get_spec, list_datasets,
+                                  prepare_dataset, scan)
+from dgmoe.data.errors import CacheError, DatasetError
+
+
+def _dataset_option(f):
+    return click.option("--dataset", "-d", required=True, help="Catalogue name (see `dgmoe data list`).")(f)
+
+
+def _fail(e: Exception) -> None:
+    raise click.ClickException(str(e)) from None
+
+
+@click.group("data")
+def command() -> None:
+    """Datasets: catalogue, layout checks and the uint8 cache."""
+
+
+@command.command("list")
+def list_cmd() -> None:
+    """The dataset catalogue with DomainBed's facts."""
+    click.echo(f"{'name':<15} {'kind':<9} {'dir':<16} {'classes':>7} {'steps':>6} {'ckpt':>5}  domains")
+    for name in list_datasets():
+        s = DATASETS.get(name)
+        click.echo(f"{name:<15} {s.kind:<9} {s.dir_name or '-':<16} {s.num_classes or '?':>7} {s.n_steps:>6} "
+                   f"{s.checkpoint_freq:>5}  {', '.join(s.domains) or '(from folders)'}")
+
+
+@command.command("info")
+@_dataset_option
+@click.option("--data-dir", type=click.Path(file_okay=False), default=None, help="Folder holding the dataset.")
+@click.option("--img-size", type=int, default=None, help="Storage size to check the cache for.")
+@click.option("--cache-dir", type=click.Path(file_okay=False), default=None, help="Cache root (default: "
+              "$DGMOE_CACHE_DIR or ~/.cache/dgmoe/data).")
+def info_cmd(dataset: str, data_dir: str | None, img_size: int | None, cache_dir: str | None) -> None:
+    """Domains, classes and image counts (per domain and class) of a dataset, without decoding images."""
+    try:
+        spec = get_spec(dataset)
+        if spec.kind == "folder":
+            listing = scan(spec, data_dir)
+            domains, classes = listing.domains, listing.classes
+            per_class = [listing.class_counts(d) for d in range(len(domains))]
+            source = str(listing.root)
+        else:
+            ds = get_dataset(dataset, data_dir, img_size)
+            domains, classes = tuple(ds.domains), tuple(ds.classes)
+            per_class = [[int((env.labels == c).sum()) for c in range(len(classes))] for env in ds.environments]
+            source = f"built in memory, {ds.input_shape[0]}x{ds.input_shape[1]}x{ds.input_shape[2]}"
+    except (DatasetError, KeyError) as e:
+        _fail(e)
+    click.echo(f"{spec.name}: {len(domains)} domains, {len(classes)} classes, {sum(map(sum, per_class))} images "
+               f"({source}); n_steps {spec.n_steps}, checkpoint_freq {spec.checkpoint_freq}")
+    width = max(8, *(len(c) for c in classes[:30]))
+    click.echo(f"{'env':<4} {'domain':<14} {'total':>7}  " + " ".join(f"{c[:width]:>{width}}" for c in classes[:30])
+               + ("  ..." if len(classes) > 30 else ""))
+    for d, (name, counts) in enumerate(zip(domains, per_class)):
+        click.echo(f"{d:<4} {name:<14} {sum(counts):>7}  " + " ".join(f"{n:>{width}}" for n in counts[:30]))
+    if spec.kind == "folder":
+        size = img_size or DEFAULT_IMG_SIZE
+        folder = cache_mod.cache_folder(cache_dir, cache_name(spec, listing), size)
+        try:
+            cache_mod.read_cache(folder, spec.name, size, listing)
+            state = "valid"
+        except CacheError as e:
+            state = f"not usable ({e})"
+        click.echo(f"cache at {size} px: {state}")
+
+
+@command.command("prepare")
+@_dataset_option
+@click.option("--data-dir", type=click.Path(exists=True, file_okay=False), required=True)
+@click.option("--img-size", type=int, default=224, show_default=True, help="Square storage size in pixels.")
+@click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
+              help="Cache root (default: $DGMOE_CACHE_DIR or ~/.cache/dgmoe/data).")
+@click.option("--workers", type=int, default=min(8, os.cpu_count() or 1), show_default=True,
+              help="Decoding processes (0 = in this process).")
+@click.option("--force", is_flag=True, help="Rebuild even when a valid cache exists.")
+def prepare_cmd(dataset: str, data_dir: str, img_size: int, cache_dir: str | None, workers: int,
+                force: bool) -> None:
+    """Decode a folder dataset once into uint8 arrays at --img-size (one .npy per domain + manifest.json)."""
+    start = time.perf_counter()
+    try:
+        info = prepare_dataset(dataset, data_dir, img_size, cache_dir, workers=workers, force=force, progress=True)
+    except (DatasetError, KeyError, ValueError) as e:
+        _fail(e)
+    verb = "built" if info.seconds > 0 else "already valid"
+    click.echo(f"{dataset} cache {verb}: {info.folder} ({sum(info.counts)} images, {info.nbytes / 2**20:.1f} MiB, "
+               f"{time.perf_counter() - start:.1f} s)")

@@ -1,0 +1,185 @@
+"""Deterministic, resumable minibatches (DomainBed's InfiniteDataLoader semantics) and ordered eval batches.
+
+Each training step draws `batch_size` items *with replacement* from every training domain (uniformly, or
+with per-item weights such as DomainBed's class-balanced ones) and augments them. Both the draw and the
+augmentation use one `torch.Generator` seeded by `seed_hash(seed, step, domain_id)`, so the batches of
+step s are a pure function of `(seed, s, domain)`: a run resumed at step s sees exactly the batches an
+uninterrupted run would, whatever the number of loader workers.
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from dgmoe.data.arrays import gather_items
+from dgmoe.data.base import Batch
+from dgmoe.seeding import seed_hash
+
+Transform = Callable[..., torch.Tensor]
+
+
+def class_balanced_weights(labels: Sequence[int] | torch.Tensor) -> torch.Tensor:
+    """DomainBed's `make_weights_for_balanced_classes`: weight 1 / (n_classes_present * count(class))."""
+    y = torch.as_tensor(labels, dtype=torch.long)
+    counts = torch.bincount(y)
+    n_present = int((counts > 0).sum())
+    return 1.0 / (n_present * counts[y].double())
+
+
+def _identity(x):
+    return x
+
+
+def _pinned(b: Batch) -> Batch:
+    # DataLoader's own pinning passes unknown classes such as Batch through untouched
+    meta = None if b.meta is None else {k: v.pin_memory() for k, v in b.meta.items()}
+    return Batch(b.x.pin_memory(), b.y.pin_memory(), meta)
+
+
+def _single_thread(_: int) -> None:
+    torch.set_num_threads(1)
+
+
+class _Steps(Sampler[int]):
+    def __init__(self, start: int, stop: int | None):
+        self.start, self.stop = start, stop
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(itertools.count(self.start) if self.stop is None else range(self.start, self.stop))
+
+
+class _StepDataset(Dataset):
+    def __init__(self, batches: "TrainBatches"):
+        self.batches = batches
+
+    def __getitem__(self, step: int):
+        if self.batches.device is None:
+            return self.batches.batch_at(step)
+        return [(x, y, meta, g.get_state()) for x, y, meta, g in self.batches.draw(step)]
+
+
+class TrainBatches:
+    """One `Batch` per training domain for any step, as a pure function of `(seed, step, domain)`.
+
+    `transform` (one for all domains or one per domain) gets the uint8 batch and the step's generator.
+    `device`: where to augment (e.g. "cuda"); items are gathered on the CPU and moved as uint8, so the
+    batches equal the CPU ones up to floating-point differences of the device's kernels.
+    """
+
+    def __init__(
+        self,
+        environments: Sequence[Dataset],
+        indices: Sequence[Sequence[int] | np.ndarray | torch.Tensor],
+        batch_size: int,
+        seed: int,
+        transform: Transform | Sequence[Transform | None] | None = None,
+        weights: Sequence[torch.Tensor | None] | None = None,
+        domain_ids: Sequence[int] | None = None,
+        device: torch.device | str | None = None,
+    ):
+        if len(environments) != len(indices):
+            raise ValueError(f"got {len(environments)} environments but {len(indices)} index lists")
+        if batch_size <= 0:
+            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        self.environments = list(environments)
+        self.indices = [torch.as_tensor(np.asarray(i), dtype=torch.long) for i in indices]
+        for d, idx in enumerate(self.indices):
+            if len(idx) == 0:
+                raise ValueError(f"training domain {d} has no items to draw from")
+        self.batch_size = batch_size
+        self.seed = seed
+        self.device = None if device is None else torch.device(device)
+        n = len(self.environments)
+        self.transforms = list(transform) if isinstance(transform, (list, tuple)) else [transform] * n
+        self.weights = [None] * n if weights is None else [None if w is None else torch.as_tensor(w, dtype=torch.double)
+                                                           for w in weights]
+        for d, w in enumerate(self.weights):
+            if w is not None and w.shape != self.indices[d].shape:
+                raise ValueError(f"weights for domain {d} have shape {tuple(w.shape)}, expected "
+                                 f"{tuple(self.indices[d].shape)} (one per index)")
+        self.domain_ids = list(range(n)) if domain_ids is None else list(domain_ids)
+        if len(self.transforms) != n or len(self.weights) != n or len(self.domain_ids) != n:
+            raise ValueError(f"transform, weights and domain_ids must each have one entry per domain ({n})")
+
+    def generator(self, step: int, domain: int) -> torch.Generator:
+        return torch.Generator().manual_seed(seed_hash(self.seed, step, self.domain_ids[domain]))
+
+    def draw(self, step: int) -> list[tuple[torch.Tensor, torch.Tensor, dict | None, torch.Generator]]:
+        """The raw uint8 items of step `step` per domain, with the generator to augment them."""
+        out = []
+        for d, env in enumerate(self.environments):
+            g = self.generator(step, d)
+            if self.weights[d] is None:
+                pos = torch.randint(len(self.indices[d]), (self.batch_size,), generator=g)
+            else:
+                pos = torch.multinomial(self.weights[d], self.batch_size, replacement=True, generator=g)
+            out.append((*gather_items(env, self.indices[d][pos]), g))
+        return out
+
+    def _augment(self, d: int, x: torch.Tensor, y: torch.Tensor, meta, g: torch.Generator) -> Batch:
+        if self.device is not None:
+            x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+            meta = None if meta is None else {k: v.to(self.device, non_blocking=True) for k, v in meta.items()}
+        if self.transforms[d] is not None:
+            x = self.transforms[d](x, generator=g)
+        return Batch(x, y, meta)
+
+    def batch_at(self, step: int) -> list[Batch]:
+        return [self._augment(d, x, y, meta, g) for d, (x, y, meta, g) in enumerate(self.draw(step))]
+
+    def _from_worker(self, raw) -> list[Batch]:
+        batches = []
+        for d, (x, y, meta, state) in enumerate(raw):
+            g = torch.Generator()
+            g.set_state(state)
+            batches.append(self._augment(d, x, y, meta, g))
+        return batches
+
+    def iter_from(self, start_step: int = 0, stop_step: int | None = None, num_workers: int = 0,
+                  pin_memory: bool = False, prefetch_factor: int = 2) -> Iterator[list[Batch]]:
+        """Batches of steps `start_step, start_step + 1, ...` (up to `stop_step`, exclusive, or forever).
+
+        With `num_workers > 0` a torch DataLoader builds steps ahead in worker processes (one torch thread
+        each): complete batches, or with `device` set the raw uint8 items, augmented here on the device.
+        The batches are identical to `batch_at`'s.
+        """
+        if num_workers <= 0:
+            steps = itertools.count(start_step) if stop_step is None else range(start_step, stop_step)
+            return (self.batch_at(s) for s in steps)
+        loader = DataLoader(_StepDataset(self), batch_size=None, sampler=_Steps(start_step, stop_step),
+                            num_workers=num_workers, collate_fn=_identity, prefetch_factor=prefetch_factor,
+                            worker_init_fn=_single_thread)
+        if self.device is not None:
+            return (self._from_worker(raw) for raw in loader)
+        if not pin_memory:
+            return iter(loader)
+        return ([_pinned(b) for b in batches] for batches in loader)
+
+
+class _Chunks(Dataset):
+    def __init__(self, env: Dataset, indices: torch.Tensor, transform, batch_size: int):
+        self.env, self.indices, self.transform, self.batch_size = env, indices, transform, batch_size
+
+    def __len__(self) -> int:
+        return (len(self.indices) + self.batch_size - 1) // self.batch_size
+
+    def __getitem__(self, k: int) -> Batch:
+        x, y, meta = gather_items(self.env, self.indices[k * self.batch_size:(k + 1) * self.batch_size])
+        if self.transform is not None:
+            x = self.transform(x, generator=None)
+        return Batch(x, y, meta)
+
+
+def eval_loader(dataset: Dataset, indices: Sequence[int] | np.ndarray | torch.Tensor | None,
+                transform: Transform | None, batch_size: int = 64, num_workers: int = 0) -> Iterator[Batch]:
+    """`Batch`es over `indices` (all items when None) in order, `batch_size` at a time (DomainBed uses 64)."""
+    idx = torch.arange(len(dataset)) if indices is None else torch.as_tensor(np.asarray(indices), dtype=torch.long)
+    chunks = _Chunks(dataset, idx, transform, batch_size)
+    if num_workers <= 0:
+        return (chunks[k] for k in range(len(chunks)))
+    return iter(DataLoader(chunks, batch_size=None, shuffle=False, num_workers=num_workers, collate_fn=_identity,
+                           worker_init_fn=_single_thread))

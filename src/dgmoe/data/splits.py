@@ -1,0 +1,51 @@
+"""DomainBed's per-domain in/out split and test-environment checks.
+
+DomainBed (`misc.split_dataset`, called from `train.py`) shuffles `list(range(n))` with
+`np.random.RandomState(seed).shuffle`, takes the first `int(n * holdout_fraction)` keys as the held-out
+"out" split and the rest as "in", with `seed = seed_hash(trial_seed, env_index)`. `split_domain` reproduces
+that draw exactly, so dgmoe's splits are DomainBed's splits for the same trial seed.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from dgmoe.data.base import MultiDomainDataset
+from dgmoe.data.errors import TestEnvError
+from dgmoe.seeding import seed_hash
+
+
+def split_domain(n: int, holdout_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """`(in_indices, out_indices)` of a domain with `n` items; `out` = first int(n * holdout) of the shuffle."""
+    if n < 0:
+        raise ValueError(f"domain size must be >= 0, got {n}")
+    if not 0.0 <= holdout_fraction < 1.0:
+        raise ValueError(f"holdout_fraction must be in [0, 1), got {holdout_fraction}")
+    keys = np.arange(n)  # RandomState.shuffle gives the same permutation for an array as for DomainBed's list
+    np.random.RandomState(seed).shuffle(keys)
+    n_out = int(n * holdout_fraction)
+    return keys[n_out:], keys[:n_out]
+
+
+def domain_splits(dataset: MultiDomainDataset, holdout_fraction: float = 0.2,
+                  trial_seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
+    """`(in, out)` indices for every domain, seeded by `seed_hash(trial_seed, env_index)` as DomainBed."""
+    return [split_domain(len(env), holdout_fraction, seed_hash(trial_seed, i))
+            for i, env in enumerate(dataset.environments)]
+
+
+def check_test_envs(dataset: MultiDomainDataset, test_envs: Sequence[int]) -> list[int]:
+    """Validate test environment indices; the error lists the dataset's domains with their indices."""
+    valid = ", ".join(f"{i}={d}" for i, d in enumerate(dataset.domains))
+    out = []
+    for t in test_envs:
+        if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or not 0 <= t < len(dataset.domains):
+            raise TestEnvError(f"test env {t!r} is out of range for {dataset.name}, which has "
+                               f"{len(dataset.domains)} domains ({valid})")
+        out.append(int(t))
+    if len(set(out)) != len(out):
+        raise TestEnvError(f"test envs {list(test_envs)} repeat a domain ({valid})")
+    if len(out) >= len(dataset.domains):
+        raise TestEnvError(f"test envs {out} leave no training domain in {dataset.name} ({valid})")
+    return sorted(out)

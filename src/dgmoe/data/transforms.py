@@ -1,0 +1,244 @@
+"""DomainBed's image transforms on uint8 tensors, batched, without torchvision.
+
+Train (DomainBed/GMoE `train_transform`): RandomResizedCrop(S, scale=(0.7, 1), ratio=(3/4, 4/3)),
+RandomHorizontalFlip(0.5), ColorJitter(0.3, 0.3, 0.3, 0.3), RandomGrayscale(0.1), ToTensor, ImageNet
+Normalize. Eval: Resize((S, S)), ToTensor, Normalize. MNIST-type datasets get neither augmentation nor
+normalisation, only `/255` (DomainBed).
+
+Every callable takes `(x, generator=None)`: `x` uint8 (or float in [0, 1]) `[B, C, H, W]` or `[C, H, W]`
+on any device; all randomness is drawn on the CPU from `generator` (the global torch RNG when None), so a
+batch augmented on a GPU gets the same crops, flips and jitter factors as on the CPU. Differences from torchvision, kept
+on purpose and small:
+- images are stored pre-resized to S (see `dgmoe.data.folder`), so the crop is taken from the S x S image
+  rather than the original file, and works in float without re-quantising to uint8 between steps;
+- the crop is resampled with one batched `grid_sample` whose sample points are exactly those of bilinear
+  `F.interpolate(align_corners=False)` on the crop (coordinates clamped to the crop, as interpolate does);
+- ColorJitter applies brightness/contrast/saturation/hue in a random order per image (as torchvision draws
+  one order per call); hue shifts H in HSV space modulo 1, as torchvision's tensor implementation does.
+Grayscale uses ITU-R 601-2 luma (0.299, 0.587, 0.114), as PIL's `convert("L")`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+GRAY_WEIGHTS = (0.299, 0.587, 0.114)
+
+
+def _to_float_batch(x: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    if x.ndim not in (3, 4):
+        raise ValueError(f"expected an image [C, H, W] or a batch [B, C, H, W], got shape {tuple(x.shape)}")
+    single = x.ndim == 3
+    if single:
+        x = x.unsqueeze(0)
+    x = x.to(torch.float32).div_(255.0) if x.dtype == torch.uint8 else x.to(torch.float32, copy=True)
+    return x, single
+
+
+def resize(x: torch.Tensor, size: int) -> torch.Tensor:
+    if x.shape[-2:] == (size, size):
+        return x
+    return F.interpolate(x, size=(size, size), mode="bilinear", antialias=True, align_corners=False).clamp_(0, 1)
+
+
+def normalize(x: torch.Tensor, mean, std) -> torch.Tensor:
+    m = torch.as_tensor(mean, dtype=x.dtype, device=x.device).view(1, -1, 1, 1)
+    s = torch.as_tensor(std, dtype=x.dtype, device=x.device).view(1, -1, 1, 1)
+    return x.sub(m).div_(s)
+
+
+def grayscale(x: torch.Tensor) -> torch.Tensor:
+    """`[B, 1, H, W]` luma of an RGB batch (a 1-channel batch is returned as is)."""
+    if x.shape[1] == 1:
+        return x
+    w = torch.tensor(GRAY_WEIGHTS, dtype=x.dtype, device=x.device).view(1, 3, 1, 1)
+    return (x * w).sum(1, keepdim=True)
+
+
+def resized_crop_params(b: int, height: int, width: int, scale, ratio, generator) -> tuple[torch.Tensor, ...]:
+    """torchvision's RandomResizedCrop.get_params for `b` images at once: `(top, left, h, w)` long `[b]`.
+
+    Ten attempts of area fraction ~U(scale) and log aspect ~U(log ratio); the first that fits is kept,
+    otherwise a central crop clamped to the ratio range.
+    """
+    area = height * width
+    s = scale[0] + (scale[1] - scale[0]) * torch.rand(b, 10, generator=generator, dtype=torch.float64)
+    lo, hi = math.log(ratio[0]), math.log(ratio[1])
+    aspect = torch.exp(lo + (hi - lo) * torch.rand(b, 10, generator=generator, dtype=torch.float64))
+    w = torch.round(torch.sqrt(area * s * aspect)).long()
+    h = torch.round(torch.sqrt(area * s / aspect)).long()
+    ok = (w > 0) & (w <= width) & (h > 0) & (h <= height)
+    first = ok.long().argmax(1)
+    rows = torch.arange(b)
+    w, h, found = w[rows, first], h[rows, first], ok.any(1)
+    in_ratio = width / height
+    if in_ratio < min(ratio):
+        fw, fh = width, int(round(width / min(ratio)))
+    elif in_ratio > max(ratio):
+        fw, fh = int(round(height * max(ratio))), height
+    else:
+        fw, fh = width, height
+    w = torch.where(found, w, torch.full_like(w, fw))
+    h = torch.where(found, h, torch.full_like(h, fh))
+    u = torch.rand(b, 2, generator=generator, dtype=torch.float64)
+    top = torch.where(found, (u[:, 0] * (height - h + 1)).floor().long(), (height - h) // 2)
+    left = torch.where(found, (u[:, 1] * (width - w + 1)).floor().long(), (width - w) // 2)
+    return top, left, h, w
+
+
+def resized_crop(x: torch.Tensor, top, left, h, w, size: int, flip: torch.Tensor | None = None) -> torch.Tensor:
+    """Crop box b of image b and resize it to `size` (bilinear, align_corners=False), batched; images where
+    `flip` is True are also mirrored horizontally (by reversing their sample columns, which is exact)."""
+    _, _, height, width = x.shape
+    centers = torch.arange(size, dtype=torch.float64) + 0.5
+
+    def axis(start, length, extent):
+        start, length = start.double()[:, None], length.double()[:, None]
+        src = start + centers[None] * (length / size) - 0.5
+        src = torch.minimum(torch.maximum(src, start), start + length - 1)
+        return ((2 * src + 1) / extent - 1).to(device=x.device, dtype=x.dtype)
+
+    gx, gy = axis(left, w, width), axis(top, h, height)
+    if flip is not None:
+        gx = torch.where(flip.to(gx.device)[:, None], gx.flip(-1), gx)
+    grid = torch.stack(torch.broadcast_tensors(gx[:, None, :], gy[:, :, None]), dim=-1)
+    return F.grid_sample(x, grid, mode="bilinear", padding_mode="border", align_corners=False)
+
+
+def adjust_brightness(x: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
+    return (x * f.view(-1, 1, 1, 1)).clamp(0, 1)
+
+
+def adjust_contrast(x: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
+    mean = grayscale(x).mean(dim=(1, 2, 3), keepdim=True)
+    f = f.view(-1, 1, 1, 1)
+    return (f * x + (1 - f) * mean).clamp(0, 1)
+
+
+def adjust_saturation(x: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
+    f = f.view(-1, 1, 1, 1)
+    return (f * x + (1 - f) * grayscale(x)).clamp(0, 1)
+
+
+def _hue_chroma(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`(hue in [0, 1), value = max, chroma = max - min)` of an RGB batch; ties pick R, then G, as torchvision."""
+    maxc = x.amax(1)
+    chroma = maxc - x.amin(1)
+    r, g, b = x.unbind(1)
+    sector = torch.where(r == maxc, (g - b) / chroma.clamp_min(1e-12),
+                         torch.where(g == maxc, (b - r) / chroma.clamp_min(1e-12) + 2,
+                                     (r - g) / chroma.clamp_min(1e-12) + 4))
+    hue = torch.where(chroma > 0, sector / 6 % 1.0, torch.zeros_like(maxc))
+    return hue, maxc, chroma
+
+
+def _from_hue_chroma(hue: torch.Tensor, value: torch.Tensor, chroma: torch.Tensor) -> torch.Tensor:
+    """Closed form: channel n in (5, 3, 1) -> (R, G, B) is v - c clamp(min(k, 4 - k), 0, 1), k = (n + 6h) mod 6."""
+    out = []
+    for n in (5.0, 3.0, 1.0):
+        k = (n + 6 * hue) % 6
+        out.append(value - chroma * torch.minimum(k, 4 - k).clamp(0, 1))
+    return torch.stack(out, 1)
+
+
+def rgb_to_hsv(x: torch.Tensor) -> torch.Tensor:
+    hue, value, chroma = _hue_chroma(x)
+    sat = torch.where(value > 0, chroma / value.clamp_min(1e-12), torch.zeros_like(value))
+    return torch.stack([hue, sat, value], 1)
+
+
+def hsv_to_rgb(x: torch.Tensor) -> torch.Tensor:
+    h, s, v = x.unbind(1)
+    return _from_hue_chroma(h, v, s * v)
+
+
+def adjust_hue(x: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
+    """Shift H by `f` (mod 1) in HSV; S and V are unchanged, so this works on (hue, value, chroma) directly."""
+    hue, value, chroma = _hue_chroma(x)
+    return _from_hue_chroma((hue + f.view(-1, 1, 1)) % 1.0, value, chroma).clamp(0, 1)
+
+
+@dataclass(frozen=True)
+class ToFloat:
+    """uint8 -> float in [0, 1]; nothing else (DomainBed's MNIST datasets)."""
+
+    def __call__(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        out, single = _to_float_batch(x)
+        return out[0] if single else out
+
+
+@dataclass(frozen=True)
+class EvalTransform:
+    """Resize to `img_size` (when the stored size differs), scale to [0, 1], normalise."""
+
+    img_size: int
+    mean: tuple[float, ...] = IMAGENET_MEAN
+    std: tuple[float, ...] = IMAGENET_STD
+
+    def __call__(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        out, single = _to_float_batch(x)
+        out = normalize(resize(out, self.img_size), self.mean, self.std)
+        return out[0] if single else out
+
+
+@dataclass(frozen=True)
+class TrainTransform:
+    """DomainBed's training augmentation (see module docstring), batched and generator-driven."""
+
+    img_size: int
+    mean: tuple[float, ...] = IMAGENET_MEAN
+    std: tuple[float, ...] = IMAGENET_STD
+    scale: tuple[float, float] = (0.7, 1.0)
+    ratio: tuple[float, float] = (3 / 4, 4 / 3)
+    flip_p: float = 0.5
+    jitter: tuple[float, float, float, float] = (0.3, 0.3, 0.3, 0.3)  # brightness, contrast, saturation, hue
+    grayscale_p: float = 0.1
+
+    def __call__(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        out, single = _to_float_batch(x)
+        out = resize(out, self.img_size)
+        b, c, height, width = out.shape
+        g = generator
+        box = resized_crop_params(b, height, width, self.scale, self.ratio, g)
+        flip = torch.rand(b, generator=g) < self.flip_p
+        out = resized_crop(out, *box, self.img_size, flip=flip)
+        out = self._jitter(out, g)  # `out` is a fresh tensor: the jitter may write into it
+        if c == 3:
+            gray = (torch.rand(b, generator=g) < self.grayscale_p).to(out.device)
+            if gray.any():
+                out[gray] = grayscale(out[gray]).expand(-1, 3, -1, -1)
+        out = normalize(out, self.mean, self.std)
+        return out[0] if single else out
+
+    def _jitter(self, x: torch.Tensor, g) -> torch.Tensor:
+        b = x.shape[0]
+        order = torch.rand(b, 4, generator=g).argsort(1).to(x.device)
+        u = torch.rand(b, 4, generator=g)
+        bri, con, sat, hue = self.jitter
+        # torchvision's ranges: [max(0, 1 - f), 1 + f] for brightness/contrast/saturation, [-f, f] for hue
+        factors = torch.stack([max(0.0, 1 - bri) + (1 + bri - max(0.0, 1 - bri)) * u[:, 0],
+                               max(0.0, 1 - con) + (1 + con - max(0.0, 1 - con)) * u[:, 1],
+                               max(0.0, 1 - sat) + (1 + sat - max(0.0, 1 - sat)) * u[:, 2],
+                               -hue + 2 * hue * u[:, 3]], 1).to(device=x.device, dtype=x.dtype)
+        ops = (adjust_brightness, adjust_contrast, adjust_saturation, adjust_hue)
+        for k in range(4):
+            for op in range(4):
+                if x.shape[1] != 3 and op >= 2:  # saturation and hue need RGB
+                    continue
+                m = order[:, k] == op
+                if m.any():
+                    x[m] = ops[op](x[m], factors[m, op])
+        return x
+
+
+def train_transform(img_size: int, mean=IMAGENET_MEAN, std=IMAGENET_STD) -> TrainTransform:
+    return TrainTransform(img_size, tuple(mean), tuple(std))
+
+
+def eval_transform(img_size: int, mean=IMAGENET_MEAN, std=IMAGENET_STD) -> EvalTransform:
+    return EvalTransform(img_size, tuple(mean), tuple(std))
