@@ -8,7 +8,7 @@ import importlib
 
 import click
 
-SUBCOMMANDS = ("models",)
+SUBCOMMANDS = ("models", "train", "data", "results", "quickstart", "sweep")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

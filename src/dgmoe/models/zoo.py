@@ -58,3 +58,18 @@ def gmoe_small_patch16_224(**kwargs):
 @register_model
 def gmoe_base_patch16_224(**kwargs):
     return build_vit("gmoe_base_patch16_224", BASE, layout="last-two", moe_defaults=GMOE, **kwargs)
+
+
+# Small models for CPU runs, tests and the offline main job (28 px digits, 4 x 4 patches of 7 px).
+MICRO = dict(img_size=28, patch_size=7, embed_dim=96, depth=6, num_heads=3)
+
+
+@register_model
+def vit_micro_patch7_28(**kwargs):
+    return build_vit("vit_micro_patch7_28", MICRO, **kwargs)
+
+
+@register_model
+def gmoe_micro_patch7_28(**kwargs):
+    """GMoE's recipe on the micro ViT: MoE in blocks 2 and 4 (last-two of 6), 6 experts, top-2 cosine."""
+    return build_vit("gmoe_micro_patch7_28", MICRO, layout="last-two", moe_defaults=GMOE, **kwargs)

@@ -1,0 +1,69 @@
+"""Run artefacts: weights as safetensors, the resume state, and loading a finished run back.
+
+A run folder holds `config.json` (the TrainConfig plus resolved hparams and dataset facts),
+`results.jsonl` (DomainBed records), `model.safetensors` (last), `best.safetensors` (best
+training-domain validation accuracy), `resume.pt` (everything needed to continue: weights, optimiser
+and algorithm state, RNG state, the records so far; tensors and plain types only, loaded with
+`weights_only=True`) and `done` once finished. Every file is written atomically.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn as nn
+from safetensors.torch import load_file, save_file
+
+from dgmoe.engine.io import atomic_path
+
+
+def save_weights(module: nn.Module, path: str | Path, metadata: dict[str, str] | None = None) -> None:
+    state = {k: v.detach().contiguous().cpu() for k, v in module.state_dict().items()}
+    with atomic_path(path) as tmp:
+        save_file(state, str(tmp), metadata=metadata)
+
+
+def save_resume_state(path: str | Path, state: dict[str, Any]) -> None:
+    with atomic_path(path) as tmp:
+        torch.save(state, tmp)
+
+
+def load_resume_state(path: str | Path) -> dict[str, Any]:
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise RuntimeError(f"cannot read resume state {path}: {exc}; delete it to restart the run") from exc
+
+
+def read_run_config(run_dir: str | Path) -> dict[str, Any]:
+    path = Path(run_dir) / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{run_dir} is not a dgmoe run folder (no config.json)")
+    return json.loads(path.read_text())
+
+
+def build_network(run_config: dict[str, Any]) -> nn.Module:
+    """Rebuild a run's network (untrained) from its config.json."""
+    from dgmoe.models import create_model
+
+    info = run_config["model_build"]
+    return create_model(info["name"], **info["kwargs"])
+
+
+def load_run(run_dir: str | Path, which: str = "best", device: str = "cpu") -> tuple[nn.Module, dict[str, Any]]:
+    """Return `(network, run_config)` of a run, with its `best` or `last` weights, in eval mode."""
+    run_dir = Path(run_dir)
+    config = read_run_config(run_dir)
+    files = {"best": "best.safetensors", "last": "model.safetensors"}
+    if which not in files:
+        raise ValueError(f"which must be 'best' or 'last', got {which!r}")
+    path = run_dir / files[which]
+    if not path.is_file() and which == "best":
+        path = run_dir / files["last"]
+    if not path.is_file():
+        raise FileNotFoundError(f"{run_dir} has no weights yet ({files[which]} missing)")
+    network = build_network(config)
+    network.load_state_dict(load_file(str(path)), strict=True)
+    return network.to(device).eval(), config

@@ -1,0 +1,76 @@
+"""Everything a run needs, resolved and validated before anything is written to disk."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch.nn as nn
+
+from dgmoe.algorithms import get_algorithm
+from dgmoe.data import check_test_envs, domain_splits, get_dataset, get_spec, get_transforms
+from dgmoe.data.base import MultiDomainDataset
+from dgmoe.engine.config import TrainConfig
+from dgmoe.hparams import run_hparams
+from dgmoe.models import MODELS, create_model
+
+
+@dataclass
+class RunSetup:
+    cfg: TrainConfig
+    dataset: MultiDomainDataset
+    hparams: dict[str, Any]
+    splits: list[tuple[np.ndarray, np.ndarray]]
+    test_envs: list[int]
+    train_envs: list[int]
+    img_size: int
+    train_transform: Any
+    eval_transform: Any
+    n_steps: int
+    checkpoint_freq: int
+    model_kwargs: dict[str, Any]
+
+    def build_network(self) -> nn.Module:
+        return create_model(self.cfg.model, **self.model_kwargs)
+
+    def record_args(self) -> dict[str, Any]:
+        """The `args` of every DomainBed record (DomainBed's keys plus dgmoe's model and domains)."""
+        return {**self.cfg.to_dict(), "test_envs": self.test_envs, "steps": self.n_steps,
+                "checkpoint_freq": self.checkpoint_freq, "domains": list(self.dataset.domains)}
+
+    def run_config(self) -> dict[str, Any]:
+        return {"config": self.cfg.to_dict(), "hparams": self.hparams,
+                "dataset": {"name": self.dataset.name, "domains": list(self.dataset.domains),
+                            "classes": list(self.dataset.classes), "input_shape": list(self.dataset.input_shape),
+                            "sizes": [len(e) for e in self.dataset.environments]},
+                "splits": {"train_envs": self.train_envs, "test_envs": self.test_envs,
+                           "in": [len(s[0]) for s in self.splits], "out": [len(s[1]) for s in self.splits]},
+                "model_build": {"name": self.cfg.model, "kwargs": self.model_kwargs},
+                "n_steps": self.n_steps, "checkpoint_freq": self.checkpoint_freq}
+
+
+def prepare_run(cfg: TrainConfig) -> RunSetup:
+    """Resolve names, hyperparameters, data and splits; raise a specific error on any bad input."""
+    MODELS.get(cfg.model)                  # unknown names fail before data is read
+    algorithm_cls = get_algorithm(cfg.algorithm)
+    spec = get_spec(cfg.dataset)
+    dataset = get_dataset(cfg.dataset, cfg.data_dir, cfg.img_size, n_per_domain=cfg.n_per_domain)
+    test_envs = check_test_envs(dataset, cfg.test_envs)
+    train_envs = [i for i in range(len(dataset)) if i not in test_envs]
+    if len(train_envs) < algorithm_cls.MIN_TRAIN_DOMAINS:
+        raise ValueError(f"{cfg.algorithm} needs at least {algorithm_cls.MIN_TRAIN_DOMAINS} training domains; "
+                         f"--test-envs {test_envs} leaves {len(train_envs)} of {len(dataset)}")
+    hparams = run_hparams(cfg.algorithm, cfg.dataset, cfg.model, cfg.hparams_seed, cfg.trial_seed, cfg.hparams)
+    img_size = dataset.input_shape[-1]
+    train_tf, eval_tf = get_transforms(cfg.dataset, img_size, hparams.get("data_augmentation", True))
+    model_kwargs = {"num_classes": dataset.num_classes, "img_size": img_size, "in_chans": dataset.input_shape[0],
+                    "drop_path_rate": hparams.get("drop_path_rate"), **cfg.model_kwargs}
+    if cfg.patch_size is not None:
+        model_kwargs["patch_size"] = cfg.patch_size
+    if cfg.pretrained:
+        model_kwargs["pretrained"] = cfg.pretrained
+    model_kwargs = {k: v for k, v in model_kwargs.items() if v is not None}
+    create_model(cfg.model, **{k: v for k, v in model_kwargs.items() if k != "pretrained"})  # fail fast
+    return RunSetup(cfg, dataset, hparams, domain_splits(dataset, cfg.holdout_fraction, cfg.trial_seed),
+                    test_envs, train_envs, img_size, train_tf, eval_tf,
+                    cfg.steps or spec.n_steps, cfg.checkpoint_freq or spec.checkpoint_freq, model_kwargs)

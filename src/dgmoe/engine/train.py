@@ -1,0 +1,222 @@
+"""The training run: an importable function, DomainBed's protocol, and runs that are never lost.
+
+`train(cfg)` trains `cfg.algorithm` on the training domains of `cfg.dataset` with the `cfg.model`
+backbone, drawing one batch per training domain per step, and at every checkpoint appends a DomainBed
+record (`env{i}_in_acc`, `env{i}_out_acc` for every domain, `step`, `epoch`, update means, `step_time`,
+`mem_gb`, `hparams`, `args`) to `results.jsonl`.
+
+Resuming is exact: batches and augmentations are a pure function of (seed, step, domain), and the
+resume state holds the weights, optimiser and algorithm state, the torch RNG and the records. A run
+killed at any point and started again with the same command continues from its last checkpoint and
+ends with the same records (timing fields aside) and bitwise the same weights on CPU.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import resource
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dgmoe.algorithms import get_algorithm
+from dgmoe.data.base import MultiDomainDataset
+from dgmoe.data.loaders import TrainBatches
+from dgmoe.engine.checkpoint import load_resume_state, save_resume_state, save_weights
+from dgmoe.engine.config import TrainConfig
+from dgmoe.engine.evaluate import evaluate_domains, split_metrics
+from dgmoe.engine.io import read_jsonl, write_json_atomic, write_jsonl_atomic, write_text_atomic
+from dgmoe.engine.progress import Progress
+from dgmoe.engine.setup import RunSetup, prepare_run
+from dgmoe.seeding import make_deterministic, seed_everything, seed_hash
+
+log = logging.getLogger(__name__)
+TIMING_KEYS = ("step_time", "mem_gb", "eval_time")
+
+
+@dataclass
+class RunResult:
+    output_dir: Path
+    records: list[dict[str, Any]]
+    resumed_from: int | None
+    already_done: bool
+
+
+class RunMismatchError(ValueError):
+    """The output folder holds a different run."""
+
+
+def _check_output_dir(cfg: TrainConfig) -> bool:
+    """Validate the output folder; True when it already holds this run, finished."""
+    out = Path(cfg.output_dir)
+    config_path = out / "config.json"
+    if not config_path.exists():
+        if out.exists() and (out / "results.jsonl").exists():
+            raise RunMismatchError(f"{out} holds results.jsonl but no config.json; refusing to mix runs")
+        return False
+    from dgmoe.engine.checkpoint import read_run_config
+
+    saved = TrainConfig.from_dict(read_run_config(out)["config"]).identity()
+    mine = cfg.identity()
+    if saved != mine:
+        diff = sorted(k for k in set(saved) | set(mine) if saved.get(k) != mine.get(k))
+        raise RunMismatchError(f"{out} holds a different run (differs in: {', '.join(diff)}); "
+                               "choose another --output-dir")
+    return (out / "done").exists()
+
+
+def _peak_memory_gb(device: str) -> float:
+    if device.startswith("cuda"):
+        return torch.cuda.max_memory_allocated() / 2**30
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB on Linux
+
+
+def _optimizers(algorithm) -> dict[str, torch.optim.Optimizer]:
+    if hasattr(algorithm, "optimizers"):
+        return dict(algorithm.optimizers())
+    return {"optimizer": algorithm.optimizer}
+
+
+def _inference_network(algorithm) -> torch.nn.Module:
+    return algorithm.inference_network() if hasattr(algorithm, "inference_network") else algorithm.network
+
+
+def _online_val_loss(algorithm, setup: RunSetup, cfg: TrainConfig) -> float | None:
+    """Mean cross-entropy of the weights being trained on the training domains' out splits, for
+    algorithms that select on it (SWAD); None for the others, at no cost."""
+    if not getattr(algorithm, "NEEDS_VAL_LOSS", False):
+        return None
+    was_training = algorithm.training
+    algorithm.eval()
+    total, count = 0.0, 0
+    try:
+        for i in setup.train_envs:
+            out_idx = setup.splits[i][1]
+            _, loss = split_metrics(algorithm.predict_online, setup.dataset[i], out_idx, setup.eval_transform,
+                                    cfg.device, cfg.eval_batch_size, cfg.num_workers)
+            total, count = total + loss * len(out_idx), count + len(out_idx)
+    finally:
+        algorithm.train(was_training)
+    return total / count if count else None
+
+
+def _train_val_acc(record: dict[str, Any], train_envs: list[int]) -> float:
+    return sum(record[f"env{i}_out_acc"] for i in train_envs) / len(train_envs)
+
+
+def train(cfg: TrainConfig) -> RunResult:
+    """Train one run (or resume it, or return at once if it is finished)."""
+    out = Path(cfg.output_dir)
+    setup = prepare_run(cfg)  # validates data, test envs, model, algorithm before anything is written
+    if _check_output_dir(cfg):
+        log.info("%s is finished (done marker present); not re-running", out)
+        return RunResult(out, read_jsonl(out / "results.jsonl"), None, True)
+    out.mkdir(parents=True, exist_ok=True)
+    if cfg.num_threads:
+        torch.set_num_threads(cfg.num_threads)
+    make_deterministic()
+    if not (out / "config.json").exists():
+        write_json_atomic(out / "config.json", setup.run_config())
+    return _run_loop(cfg, setup, out)
+
+
+def _run_loop(cfg: TrainConfig, setup: RunSetup, out: Path) -> RunResult:
+    dataset: MultiDomainDataset = setup.dataset
+    hp = setup.hparams
+    seed_everything(cfg.seed)
+    network = setup.build_network()
+    algorithm = get_algorithm(cfg.algorithm)(network, dataset.num_classes, len(setup.train_envs), hp)
+    algorithm.to(cfg.device)
+    batches = TrainBatches([dataset[i] for i in setup.train_envs], [setup.splits[i][0] for i in setup.train_envs],
+                           hp["batch_size"], seed_hash(cfg.seed, "batches"), setup.train_transform,
+                           domain_ids=setup.train_envs)
+    records: list[dict[str, Any]] = []
+    start, best_val, resumed_from = 0, -1.0, None
+    torch.manual_seed(seed_hash(cfg.seed, "train"))
+    resume_path = out / "resume.pt"
+    if resume_path.exists():
+        state = load_resume_state(resume_path)
+        algorithm.load_state_dict(state["algorithm"])
+        for name, opt in _optimizers(algorithm).items():
+            opt.load_state_dict(state["optimizers"][name])
+        if hasattr(algorithm, "load_extra_state"):
+            algorithm.load_extra_state(state.get("extra", {}))
+        torch.set_rng_state(state["rng"])
+        records, best_val = list(state["records"]), state["best_val"]
+        start = resumed_from = state["step"] + 1
+        write_jsonl_atomic(out / "results.jsonl", records)  # drop any record written after the state
+        log.info("resuming %s from step %d", out, start)
+
+    n_steps, freq = setup.n_steps, setup.checkpoint_freq
+    steps_per_epoch = min(len(setup.splits[i][0]) / hp["batch_size"] for i in setup.train_envs)
+    autocast = (torch.autocast(device_type=cfg.device.split(":")[0], dtype=torch.bfloat16)
+                if cfg.precision == "bf16" else contextlib.nullcontext())
+    sums: dict[str, list[float]] = defaultdict(list)
+    writer = _tensorboard(cfg, out)
+    progress = Progress(cfg.progress, start, n_steps, hp["batch_size"] * len(setup.train_envs))
+    algorithm.train()
+    step_start = time.perf_counter()
+    for step, minibatches in zip(range(start, n_steps), batches.iter_from(start, n_steps, cfg.num_workers)):
+        minibatches = [b.to(cfg.device) for b in minibatches]
+        with autocast:
+            metrics = algorithm.update(minibatches, step)
+        for k, v in metrics.items():
+            sums[k].append(v)
+        sums["step_time"].append(time.perf_counter() - step_start)
+        progress.update(step, metrics)
+        if step % freq == 0 or step == n_steps - 1:
+            eval_start = time.perf_counter()
+            algorithm.on_checkpoint(step, _online_val_loss(algorithm, setup, cfg))
+            results = evaluate_domains(algorithm, dataset, setup.splits, setup.eval_transform, cfg.device,
+                                       cfg.eval_batch_size, cfg.num_workers)
+            record = {"step": step, "epoch": step / steps_per_epoch,
+                      **{k: sum(v) / len(v) for k, v in sums.items()}, **results,
+                      "eval_time": time.perf_counter() - eval_start, "mem_gb": _peak_memory_gb(cfg.device),
+                      "hparams": hp, "args": setup.record_args()}
+            sums.clear()
+            records.append(record)
+            write_jsonl_atomic(out / "results.jsonl", records)
+            net = _inference_network(algorithm)
+            save_weights(net, out / "model.safetensors", {"step": str(step)})
+            val = _train_val_acc(record, setup.train_envs)
+            if cfg.save_best and val > best_val:
+                best_val = val
+                save_weights(net, out / "best.safetensors", {"step": str(step)})
+            save_resume_state(resume_path, {
+                "step": step, "algorithm": algorithm.state_dict(), "records": records, "best_val": best_val,
+                "optimizers": {k: o.state_dict() for k, o in _optimizers(algorithm).items()},
+                "extra": algorithm.extra_state() if hasattr(algorithm, "extra_state") else {},
+                "rng": torch.get_rng_state()})
+            progress.checkpoint(record, setup.test_envs)
+            if writer is not None:
+                for k, v in record.items():
+                    if isinstance(v, (int, float)):
+                        writer.add_scalar(k, v, step)
+            if algorithm.stop_requested:
+                log.info("%s stops early at step %d: the evaluated model can no longer change", cfg.algorithm, step)
+                break
+        step_start = time.perf_counter()
+    progress.close()
+    if writer is not None:
+        writer.close()
+    write_text_atomic(out / "done", "done\n")
+    return RunResult(out, records, resumed_from, False)
+
+
+def _tensorboard(cfg: TrainConfig, out: Path):
+    if not cfg.tensorboard:
+        return None
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError as exc:
+        raise RuntimeError("--tensorboard needs the tensorboard package: pip install 'dgmoe[tensorboard]'") from exc
+    return SummaryWriter(str(out / "tensorboard"))
+
+
+def main_log_config() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)

@@ -1,0 +1,203 @@
+"""Launchers: run a list of job commands somewhere (DomainBed's `command_launchers`, plus Slurm).
+
+A launcher is a function `(runners, options, echo) -> list[JobOutcome]` in the `LAUNCHERS` registry:
+
+- `dummy`: prints each command, runs nothing;
+- `local`: a pool of `max_workers` concurrent job processes on this machine; with `gpus`, one GPU per
+  pool slot through `CUDA_VISIBLE_DEVICES` (DomainBed's `multi_gpu`);
+- `submitit`: a Slurm job array through `submitit.AutoExecutor` (which runs locally when no Slurm is
+  found); returns at once unless `wait`;
+- `submitit-local`: `submitit.LocalExecutor`, every job at once on this machine (used by the tests).
+
+`launch_sweep` is the entry point: it records the grid in `sweep.json`, skips DONE, RUNNING and
+QUEUED jobs, and relaunches INCOMPLETE and FAILED ones, which resume through `dgmoe train`'s own resume.
+"""
+from __future__ import annotations
+
+import queue
+import shlex
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from dgmoe.registry import Registry
+from dgmoe.sweep import state
+from dgmoe.sweep.jobs import DEFAULT_TRAIN_COMMAND, Job, shuffled, write_manifest
+from dgmoe.sweep.runner import JobOutcome, JobRunner
+from dgmoe.sweep.state import JobState
+
+Echo = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    train_command: tuple[str, ...] = DEFAULT_TRAIN_COMMAND
+    max_workers: int = 1
+    gpus: tuple[int, ...] | None = None  # local: one GPU per pool slot
+    heartbeat_s: float = state.HEARTBEAT_S
+    wait: bool = True  # submitit: wait for the jobs to end
+    # Slurm (submitit); `slurm_extra` goes to `slurm_additional_parameters` (e.g. {"account": "abc"})
+    slurm_partition: str | None = None
+    slurm_gpus_per_node: int = 1
+    slurm_cpus_per_task: int = 8
+    slurm_mem_gb: float | None = None
+    slurm_array_parallelism: int = 64
+    timeout_min: int = 24 * 60
+    slurm_extra: Mapping[str, Any] = field(default_factory=dict)
+    submitit_folder: str | None = None  # default: <output_dir>/.submitit
+    submitit_cluster: str | None = None  # None: Slurm when found, else local ("local", "debug", "slurm")
+
+    def __post_init__(self) -> None:
+        if self.max_workers < 1:
+            raise ValueError(f"--max-workers must be >= 1, got {self.max_workers}")
+        if self.timeout_min < 1:
+            raise ValueError(f"--timeout-min must be >= 1, got {self.timeout_min}")
+
+
+Launcher = Callable[[Sequence[JobRunner], LaunchOptions, Echo], list[JobOutcome]]
+LAUNCHERS: Registry[Launcher] = Registry("launcher")
+
+
+@LAUNCHERS.register("dummy")
+def dummy_launcher(runners: Sequence[JobRunner], opts: LaunchOptions, echo: Echo) -> list[JobOutcome]:
+    for r in runners:
+        echo(f"Dummy launcher: {shlex.join(r.command)}")
+    return []
+
+
+@LAUNCHERS.register("local")
+def local_launcher(runners: Sequence[JobRunner], opts: LaunchOptions, echo: Echo) -> list[JobOutcome]:
+    """Run jobs concurrently, each as its own process (threads only wait on them)."""
+    slots: queue.SimpleQueue[tuple[tuple[str, str], ...]] = queue.SimpleQueue()
+    n_slots = len(opts.gpus) if opts.gpus else opts.max_workers
+    for i in range(n_slots):
+        slots.put((("CUDA_VISIBLE_DEVICES", str(opts.gpus[i])),) if opts.gpus else ())
+    for r in runners:
+        state.mark_submitted(Path(r.job_dir), "local", local=True)
+
+    def run_in_slot(r: JobRunner) -> JobOutcome:
+        env = slots.get()
+        try:
+            return JobRunner(r.command, r.job_dir, r.launcher, r.heartbeat_s, env)()
+        finally:
+            slots.put(env)
+
+    outcomes = []
+    pool = ThreadPoolExecutor(max_workers=n_slots)
+    try:
+        futures = [pool.submit(run_in_slot, r) for r in runners]
+        for i, fut in enumerate(as_completed(futures), 1):
+            outcome = fut.result()
+            outcomes.append(outcome)
+            echo(f"[{i}/{len(runners)}] {outcome.outcome}: {outcome.job_dir}")
+    finally:
+        # on Ctrl-C, start nothing new (running jobs receive the SIGINT themselves and are recorded)
+        pool.shutdown(wait=True, cancel_futures=True)
+    return outcomes
+
+
+def _submitit_launch(executor: Any, runners: Sequence[JobRunner], opts: LaunchOptions,
+                     echo: Echo, launcher: str) -> list[JobOutcome]:
+    for r in runners:  # before submitting, so a job that starts at once clears the marker itself
+        state.mark_submitted(Path(r.job_dir), launcher)
+    with executor.batch():
+        jobs = [executor.submit(r) for r in runners]
+    for r, job in zip(runners, jobs):
+        if (Path(r.job_dir) / state.SUBMITTED_NAME).exists():
+            state.mark_submitted(Path(r.job_dir), launcher, scheduler_job_id=str(job.job_id))
+    ids = sorted({str(j.job_id).split("_")[0] for j in jobs})
+    echo(f"submitted {len(jobs)} job(s) with submitit ({launcher}): {', '.join(ids)}")
+    if not opts.wait:
+        return []
+    outcomes = []
+    for r, job in zip(runners, jobs):
+        try:
+            outcomes.append(job.result())
+        except Exception as err:  # the runner itself died (e.g. killed); the job dir shows the state
+            echo(f"job {job.job_id} ({r.job_dir}) ended without a result: {type(err).__name__}")
+            outcomes.append(JobOutcome(r.job_dir, "failed"))
+    return outcomes
+
+
+def _submitit_folder(runners: Sequence[JobRunner], opts: LaunchOptions) -> str:
+    if opts.submitit_folder:
+        return opts.submitit_folder
+    return str(Path(runners[0].job_dir).parent / ".submitit" / "%j")
+
+
+@LAUNCHERS.register("submitit")
+def submitit_launcher(runners: Sequence[JobRunner], opts: LaunchOptions, echo: Echo) -> list[JobOutcome]:
+    """A Slurm job array, one GPU job per task; `slurm_array_parallelism` caps how many run at once."""
+    if not runners:
+        return []
+    submitit = _import_submitit()
+    executor = submitit.AutoExecutor(folder=_submitit_folder(runners, opts), cluster=opts.submitit_cluster)
+    params: dict[str, Any] = dict(
+        name="dgmoe-sweep", timeout_min=opts.timeout_min, gpus_per_node=opts.slurm_gpus_per_node,
+        cpus_per_task=opts.slurm_cpus_per_task, tasks_per_node=1, nodes=1,
+        slurm_array_parallelism=opts.slurm_array_parallelism)
+    if opts.slurm_partition:
+        params["slurm_partition"] = opts.slurm_partition
+    if opts.slurm_mem_gb is not None:
+        params["mem_gb"] = opts.slurm_mem_gb
+    if opts.slurm_extra:
+        params["slurm_additional_parameters"] = dict(opts.slurm_extra)
+    executor.update_parameters(**params)
+    return _submitit_launch(executor, runners, opts, echo, "submitit")
+
+
+@LAUNCHERS.register("submitit-local")
+def submitit_local_launcher(runners: Sequence[JobRunner], opts: LaunchOptions,
+                            echo: Echo) -> list[JobOutcome]:
+    if not runners:
+        return []
+    submitit = _import_submitit()
+    executor = submitit.LocalExecutor(folder=_submitit_folder(runners, opts))
+    executor.update_parameters(timeout_min=opts.timeout_min,
+                               gpus_per_node=len(opts.gpus) if opts.gpus else 0)
+    return _submitit_launch(executor, runners, opts, echo, "submitit-local")
+
+
+def _import_submitit() -> Any:
+    try:
+        import submitit
+    except ImportError:
+        raise ImportError("the submitit launchers need submitit: pip install 'dgmoe[slurm]'") from None
+    return submitit
+
+
+# --- the sweep entry point ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LaunchReport:
+    states_before: dict[JobState, int]
+    launched: int
+    outcomes: list[JobOutcome]
+
+
+RELAUNCHABLE = (JobState.NOT_LAUNCHED, JobState.INCOMPLETE, JobState.FAILED)
+
+
+def launch_sweep(jobs: Sequence[Job], launcher: str, opts: LaunchOptions = LaunchOptions(),
+                 echo: Echo = print, relaunch_queued: bool = False, seed: int = 0) -> LaunchReport:
+    """Launch the jobs of a sweep that are not done, running or queued (see module docstring)."""
+    launch_fn = LAUNCHERS.get(launcher)
+    if not jobs:
+        raise ValueError("the sweep has no jobs")
+    output_dirs = {j.output_dir for j in jobs}
+    if len(output_dirs) != 1:
+        raise ValueError(f"jobs of one sweep must share one output dir, got {sorted(output_dirs)}")
+    if launcher != "dummy":
+        write_manifest(jobs, output_dirs.pop(), opts.train_command)
+    relaunch = RELAUNCHABLE + ((JobState.QUEUED,) if relaunch_queued else ())
+    states = {j.job_id: state.job_state(j.dir) for j in jobs}
+    counts = state.count_states(states.values())
+    todo = [j for j in shuffled(jobs, seed) if states[j.job_id] in relaunch]
+    skipped = ", ".join(f"{counts[s]} {s.value}" for s in JobState if s not in relaunch and counts[s])
+    echo(f"{len(jobs)} job(s): launching {len(todo)} with `{launcher}`"
+         + (f"; skipping {skipped}" if skipped else ""))
+    runners = [JobRunner(tuple(j.command(opts.train_command)), str(j.dir), launcher, opts.heartbeat_s)
+               for j in todo]
+    outcomes = launch_fn(runners, opts, echo) if runners else []
+    return LaunchReport(counts, len(runners), outcomes)

@@ -1,0 +1,98 @@
+"""Run one sweep job: claim its directory, run its command with a heartbeat, record how it ended.
+
+`JobRunner` is what every launcher executes, in a thread of the local pool or as a submitit function
+on a Slurm node. It is a plain picklable object; its `checkpoint` method makes submitit requeue a
+job that hits the Slurm time limit or is preempted, and the requeued job resumes through the training
+command's own resume (re-running `dgmoe train` on the same output dir continues it).
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dgmoe.sweep import state
+
+# what a runner reports; `skipped_*` means it found nothing to do
+OUTCOMES = ("done", "failed", "skipped_done", "skipped_running")
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    job_dir: str
+    outcome: str
+    returncode: int | None = None
+
+
+@dataclass(frozen=True)
+class JobRunner:
+    """Callable that runs `command` for the job in `job_dir` (see module docstring)."""
+
+    command: tuple[str, ...]
+    job_dir: str
+    launcher: str = "local"
+    heartbeat_s: float = state.HEARTBEAT_S
+    env: tuple[tuple[str, str], ...] = ()  # extra environment, e.g. CUDA_VISIBLE_DEVICES of a pool slot
+
+    def __call__(self) -> JobOutcome:
+        d = Path(self.job_dir)
+        d.mkdir(parents=True, exist_ok=True)
+        if (d / state.DONE_NAME).exists():
+            state.clear_submitted(d)
+            return JobOutcome(self.job_dir, "skipped_done")
+        if not state.acquire_running(d, state.runner_info(self.launcher)):
+            return JobOutcome(self.job_dir, "skipped_running")
+        state.clear_submitted(d)
+        state.clear_failed(d)
+        returncode: int | None = None
+        try:
+            returncode = self._run(d)
+        finally:
+            state.release_running(d)
+        if (d / state.DONE_NAME).exists():
+            return JobOutcome(self.job_dir, "done", returncode)
+        if returncode == 0:
+            # the command exited cleanly without writing `done`: count it as a failure, not a success
+            returncode = -1000
+        state.mark_failed(d, returncode, list(self.command))
+        return JobOutcome(self.job_dir, "failed", returncode)
+
+    def _run(self, d: Path) -> int:
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **dict(self.env))
+        with open(d / "stdout.log", "a") as out, open(d / "stderr.log", "a") as err:
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+            for f in (out, err):
+                f.write(f"=== dgmoe sweep ({self.launcher}) {stamp}: {shlex.join(self.command)}\n")
+                f.flush()
+            try:
+                proc = subprocess.Popen(list(self.command), stdout=out, stderr=err, env=env)
+            except OSError as e:  # e.g. the training executable does not exist
+                err.write(f"cannot start the job's command: {e}\n")
+                return 127
+            try:
+                state.record_child(d, proc.pid)
+                while True:
+                    try:
+                        return proc.wait(timeout=self.heartbeat_s)
+                    except subprocess.TimeoutExpired:
+                        state.touch_heartbeat(d)
+            finally:
+                # reached with the child alive only when this runner is interrupted (Ctrl-C, the
+                # SystemExit of submitit's requeue): stop the child so it cannot outlive its claim
+                if proc.poll() is None:
+                    proc.terminate()
+                    try:
+                        proc.wait(timeout=30)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+                        proc.wait()
+
+    def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
+        """submitit hook: on timeout or preemption, requeue this same job (it resumes from its files)."""
+        import submitit
+
+        return submitit.helpers.DelayedSubmission(self)
