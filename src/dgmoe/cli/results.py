@@ -1,0 +1,65 @@
+"""`dgmoe results RUNS_DIR`: model-selection tables (or single-source tables) from a runs directory."""
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import click
+
+from dgmoe.engine.io import write_text_atomic
+from dgmoe.report.collect import load_records
+from dgmoe.report.single_source import single_source_table
+from dgmoe.report.tables import results_tables
+
+
+@click.command("results")
+@click.argument("runs_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--latex", is_flag=True, help="LaTeX (booktabs) instead of Markdown.")
+@click.option(
+    "--selection", type=click.Choice(["iid", "loo", "oracle", "all"]), default=None,
+    help="Model selection: training-domain validation (iid), leave-one-domain-out (loo), test-domain "
+    "oracle, or all three (the default). Single-source tables always use training-domain validation.",
+)
+@click.option("--single-source", is_flag=True,
+              help="Single-source DG tables (GMoE Table 3/12) from runs trained on one domain.")
+@click.option("--baseline", metavar="MODEL_OR_ALGO", default=None,
+              help="With --single-source: the row improvements are measured against, e.g. vit_tiny_patch16_224.")
+@click.option("--ood-split", type=click.Choice(["in", "out"]), default="in", show_default=True,
+              help="With --single-source: split of the other domains reported as OOD accuracy.")
+@click.option("--absolute", is_flag=True, help="With --single-source: improvements in points, not relative %.")
+@click.option("--include-unfinished", is_flag=True, help="Also use run dirs that have no 'done' file yet.")
+@click.option("--no-save", is_flag=True, help="Only print; do not write results.md/.tex into RUNS_DIR.")
+def command(runs_dir: Path, latex: bool, selection: str | None, single_source: bool, baseline: str | None,
+            ood_split: str, absolute: bool, include_unfinished: bool, no_save: bool) -> None:
+    """Print results tables for every run under RUNS_DIR and save them as RUNS_DIR/results.md (.tex).
+
+    Cells are mean +/- standard error over trial seeds of the accuracy each selection method picks,
+    computed as DomainBed does; X marks a missing cell. Rows are algorithms, "algorithm / model" when a
+    table holds several backbones. With --single-source the tables are saved as
+    RUNS_DIR/results_single_source.md (.tex).
+    """
+    if not single_source and (baseline or absolute or ood_split != "in"):
+        raise click.UsageError("--baseline, --ood-split and --absolute only apply with --single-source")
+    if single_source and selection is not None:
+        raise click.UsageError("--selection does not apply with --single-source (training-domain validation)")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            records = load_records(runs_dir, include_unfinished=include_unfinished)
+        for w in caught:
+            click.echo(f"warning: {w.message}", err=True)
+        if records.empty:
+            raise click.ClickException(f"no records: no finished run with a results.jsonl under {runs_dir}")
+        if single_source:
+            text = single_source_table(records, baseline=baseline, ood_split=ood_split,  # type: ignore[arg-type]
+                                       improvement_kind="absolute" if absolute else "relative", latex=latex)
+        else:
+            text = results_tables(records, selection=selection or "all", latex=latex)
+    except (ValueError, KeyError) as err:
+        raise click.ClickException(str(err)) from None
+    click.echo(text, nl=False)
+    if not no_save:
+        name = ("results_single_source" if single_source else "results") + (".tex" if latex else ".md")
+        path = runs_dir / name
+        write_text_atomic(path, text)
+        click.echo(f"wrote {path}", err=True)

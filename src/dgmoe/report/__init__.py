@@ -1,0 +1,1 @@
+"""dgmoe.report"""

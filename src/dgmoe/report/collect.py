@@ -1,0 +1,150 @@
+"""Read training records from a runs directory.
+
+A run directory holds `results.jsonl` (one JSON object per checkpoint, DomainBed's keys: `step`,
+`env{i}_in_acc`, `env{i}_out_acc`, ..., `hparams`, `args`) and, once finished, a `done` file.
+`load_records` turns every record under a root, at any depth, into one row of a DataFrame.
+"""
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from pathlib import Path
+
+import pandas as pd
+
+#: `args` fields every record must carry; selection groups on them.
+REQUIRED_ARGS: tuple[str, ...] = ("dataset", "algorithm", "test_envs", "hparams_seed", "trial_seed")
+#: further `args` fields copied to columns when present (`model` is "" when absent, e.g. DomainBed records;
+#: with overrides such as `args.model_kwargs` it becomes `model_label(...)`; `model_name` keeps the bare name).
+OPTIONAL_ARGS: tuple[str, ...] = ("model", "seed", "output_dir", "steps", "domains")
+#: columns that describe where a record came from rather than what it measured.
+SOURCE_COLUMNS: tuple[str, ...] = ("model_name", "run_dir", "file", "line", "done", "n_envs", "record")
+
+
+class RecordError(ValueError):
+    """A results file holds something that is not a usable training record."""
+
+
+def count_envs(record: dict) -> int:
+    """Number of domains in a record: consecutive `env{i}_in_acc` keys from 0 (as DomainBed counts them)."""
+    n = 0
+    while f"env{n}_in_acc" in record:
+        n += 1
+    return n
+
+
+def model_label(name: str, args: dict) -> str:
+    """The backbone as tables name it: `args.model` plus the overrides it was built with
+    (`args.model_kwargs`, and `args.patch_size` / `args.img_size` when set), e.g.
+    `gmoe_tiny_patch16_224(num_experts=4)`, so that ablations of one backbone stay apart."""
+    overrides = dict(args.get("model_kwargs") or {})
+    overrides.update({k: args[k] for k in ("patch_size", "img_size") if args.get(k) is not None})
+    if not overrides:
+        return name
+    return f"{name}({', '.join(f'{k}={overrides[k]!r}' for k in sorted(overrides))})"
+
+
+def _parse_lines(path: Path) -> list[tuple[int, dict]]:
+    """(line number, object) for each record; a broken *last* line (crash mid-append) is skipped with a warning."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    lines = text.split("\n")
+    numbered = [(i + 1, line) for i, line in enumerate(lines) if line.strip()]
+    out: list[tuple[int, dict]] = []
+    for k, (lineno, line) in enumerate(numbered):
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as err:
+            if k == len(numbered) - 1:
+                warnings.warn(
+                    f"{path}:{lineno}: skipping an unreadable trailing line (a partial write?): {err}",
+                    stacklevel=3,
+                )
+                continue
+            raise RecordError(
+                f"{path}:{lineno}: not valid JSON ({err}); only the last line of a results file may be "
+                "partial, so this file is corrupted: remove or repair that line"
+            ) from None
+        if not isinstance(obj, dict):
+            raise RecordError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+        out.append((lineno, obj))
+    return out
+
+
+def _row(record: dict, path: Path, lineno: int) -> dict:
+    where = f"{path}:{lineno}"
+    args = record.get("args")
+    if not isinstance(args, dict):
+        raise RecordError(f"{where}: record has no 'args' object (keys: {sorted(record)[:12]})")
+    missing = [k for k in REQUIRED_ARGS if k not in args]
+    if missing:
+        raise RecordError(f"{where}: args lack {missing}; every record needs args {list(REQUIRED_ARGS)}")
+    if "step" not in record:
+        raise RecordError(f"{where}: record has no 'step'")
+    for key in ("hparams_seed", "trial_seed"):
+        if not isinstance(args[key], int) or isinstance(args[key], bool):
+            raise RecordError(f"{where}: args.{key} must be an int, got {args[key]!r}")
+    for key in ("dataset", "algorithm"):
+        if not isinstance(args[key], str) or not args[key]:
+            raise RecordError(f"{where}: args.{key} must be a non-empty string, got {args[key]!r}")
+    test_envs = args["test_envs"]
+    if not isinstance(test_envs, (list, tuple)) or not all(isinstance(e, int) for e in test_envs):
+        raise RecordError(f"{where}: args.test_envs must be a list of ints, got {test_envs!r}")
+    n_envs = count_envs(record)
+    if any(not 0 <= e < n_envs for e in test_envs):
+        raise RecordError(f"{where}: args.test_envs={list(test_envs)} but the record has {n_envs} domains")
+    row = {k: v for k, v in record.items() if k not in ("args", "hparams") and not isinstance(v, (dict, list))}
+    for key in REQUIRED_ARGS + OPTIONAL_ARGS:
+        row[key] = args.get(key)
+    if args.get("model_kwargs") is not None and not isinstance(args["model_kwargs"], dict):
+        raise RecordError(f"{where}: args.model_kwargs must be an object, got {args['model_kwargs']!r}")
+    row["model_name"] = row["model"] or ""
+    row["model"] = model_label(row["model_name"], args)
+    row["test_envs"] = tuple(test_envs)
+    domains = args.get("domains")
+    row["domains"] = tuple(str(d) for d in domains) if domains else None
+    if row["domains"] is not None and len(row["domains"]) != n_envs:
+        raise RecordError(f"{where}: args.domains has {len(row['domains'])} names for {n_envs} domains")
+    row.update(run_dir=str(path.parent), file=str(path), line=lineno, n_envs=n_envs, record=record)
+    return row
+
+
+def find_results_files(root: str | os.PathLike) -> list[Path]:
+    """Every `results.jsonl` under `root` (any depth), in sorted order."""
+    root = Path(root)
+    if not root.is_dir():
+        raise FileNotFoundError(f"runs directory {root} does not exist or is not a directory")
+    return sorted(root.rglob("results.jsonl"))
+
+
+def load_records(root: str | os.PathLike, include_unfinished: bool = False) -> pd.DataFrame:
+    """Load every record under `root` into a DataFrame, one row per checkpoint.
+
+    Columns: the record's scalar keys (`step`, `loss`, `env{i}_in_acc`, ...), the `args` fields
+    (`dataset`, `algorithm`, `model`, `test_envs` as a tuple, `hparams_seed`, `trial_seed`, `seed`,
+    `output_dir`, `steps`, `domains` as a tuple or None) and `run_dir`, `file`, `line`, `done`,
+    `n_envs` and `record` (the raw dict).
+
+    Runs without a `done` file are still training (or crashed): their last checkpoint is not the final
+    one, so they are left out, with a warning, unless `include_unfinished`.
+    """
+    rows: list[dict] = []
+    unfinished: list[str] = []
+    for path in find_results_files(root):
+        done = (path.parent / "done").exists()
+        if not done and not include_unfinished:
+            unfinished.append(str(path.parent))
+            continue
+        for lineno, record in _parse_lines(path):
+            rows.append({**_row(record, path, lineno), "done": done})
+    if unfinished:
+        shown = ", ".join(unfinished[:3]) + (", ..." if len(unfinished) > 3 else "")
+        warnings.warn(
+            f"skipped {len(unfinished)} unfinished run dir(s) without a 'done' file ({shown}); "
+            "pass include_unfinished=True (CLI: --include-unfinished) to use them",
+            stacklevel=2,
+        )
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        return pd.DataFrame(columns=["step", *REQUIRED_ARGS, *OPTIONAL_ARGS, *SOURCE_COLUMNS])
+    return frame.sort_values(["file", "step", "line"], kind="stable").reset_index(drop=True)

@@ -1,0 +1,185 @@
+"""Results tables per dataset and selection method, as DomainBed's `collect_results.py` prints them.
+
+Each cell is the test-domain accuracy (%) selected by a method from `dgmoe.selection`, as mean +/- standard
+error over trial seeds (SE = population std / sqrt(n)); "X" marks a cell with no scorable run. The
+per-dataset "Avg" column is the plain mean of the per-domain means ("X" if any is missing). The
+"Averages" table averages the test domains within each trial seed, then takes mean +/- SE over seeds;
+a trial seed that lacks some test domain is left out there (DomainBed would average the domains it has,
+mixing easy and hard domains across seeds), and the cell is "X" when no trial seed is complete.
+
+Rows are algorithms; where a table holds several backbones (`args.model`), a row reads
+"algorithm / model", e.g. `ERM / gmoe_tiny_patch16_224`. Columns are the domain names from
+`args.domains` when the records carry them, else `env{i}`.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from dgmoe.selection import MethodLike, mean_and_se, resolve_selections, sweep_accs
+
+MISSING = "X"
+RowKey = tuple[str, str]  # (algorithm, model)
+
+
+def format_mean(accs: Iterable[float], latex: bool = False) -> tuple[float | None, str]:
+    """(mean in %, cell text): "20.0 +/- 4.7" for [0.1, 0.2, 0.3]; (None, "X") for no data."""
+    stats = mean_and_se(accs)
+    if stats is None:
+        return None, MISSING
+    mean, err = stats
+    sep = " $\\pm$ " if latex else " +/- "
+    return mean, f"{mean:.1f}{sep}{err:.1f}"
+
+
+def format_avg(means: Sequence[float | None]) -> str:
+    """The plain mean of per-column means, or "X" if any is missing."""
+    if not means or any(m is None for m in means):
+        return MISSING
+    return f"{sum(means) / len(means):.1f}"  # type: ignore[arg-type]
+
+
+def row_labels(keys: Iterable[RowKey]) -> dict[RowKey, str]:
+    """'algorithm', or 'algorithm / model' for every row when the table holds more than one model."""
+    keys = list(keys)
+    several = len({model for _, model in keys}) > 1
+    return {(alg, model): f"{alg} / {model}" if several and model else alg for alg, model in keys}
+
+
+def dataset_domains(records: pd.DataFrame, dataset: str) -> list[str]:
+    """Column names for a dataset's domains: `args.domains` if recorded, else `env0`, `env1`, ..."""
+    sub = records[records["dataset"] == dataset]
+    counts = sorted(set(int(n) for n in sub["n_envs"]))
+    if len(counts) != 1:
+        raise ValueError(f"records of dataset {dataset!r} disagree on the number of domains: {counts}")
+    names = {d for d in sub["domains"] if d is not None}
+    if len(names) > 1:
+        raise ValueError(f"records of dataset {dataset!r} disagree on args.domains: {sorted(names)}")
+    return list(names.pop()) if names else [f"env{i}" for i in range(counts[0])]
+
+
+_LATEX_SPECIALS = {
+    "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+    "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
+}
+
+
+def latex_escape(text: str) -> str:
+    return "".join(_LATEX_SPECIALS.get(c, c) for c in text)
+
+
+def render_table(header: Sequence[str], rows: Sequence[Sequence[str]], latex: bool = False) -> str:
+    """A Markdown pipe table (pandas + tabulate), or a booktabs `tabular`; labels are escaped for LaTeX."""
+    if not latex:
+        frame = pd.DataFrame([list(r) for r in rows], columns=list(header))
+        align = ["left"] + ["right"] * (len(header) - 1)
+        return frame.to_markdown(index=False, disable_numparse=True, colalign=align)
+    lines = [
+        "\\begin{tabular}{l" + "c" * (len(header) - 1) + "}",
+        "\\toprule",
+        " & ".join(f"\\textbf{{{latex_escape(h)}}}" for h in header) + " \\\\",
+        "\\midrule",
+        *(" & ".join([latex_escape(r[0]), *r[1:]]) + " \\\\" for r in rows),
+        "\\bottomrule",
+        "\\end{tabular}",
+    ]
+    return "\n".join(lines)
+
+
+def heading(text: str, level: int, latex: bool) -> str:
+    if latex:
+        return "\\" + "sub" * (level - 1) + "section{" + latex_escape(text) + "}"
+    return "#" * level + " " + text
+
+
+def table_block(title: str, header: Sequence[str], rows: Sequence[Sequence[str]], latex: bool) -> str:
+    body = render_table(header, rows, latex)
+    if latex:
+        body = "\\begin{center}\n" + body + "\n\\end{center}"
+    return heading(title, 3, latex) + "\n\n" + body
+
+
+def _row_keys(records: pd.DataFrame) -> list[RowKey]:
+    """(algorithm, model) of the runs a results table is about: those with exactly one test env."""
+    single = records[records["test_envs"].map(len) == 1]
+    return sorted(set(zip(single["algorithm"], single["model"])))
+
+
+def dataset_table(records: pd.DataFrame, sweep: pd.DataFrame, dataset: str, latex: bool) -> str:
+    domains = dataset_domains(records, dataset)
+    keys = _row_keys(records[records["dataset"] == dataset])
+    labels = row_labels(keys)
+    rows = []
+    for alg, model in keys:
+        cells, means = [], []
+        mine = sweep[(sweep["dataset"] == dataset) & (sweep["algorithm"] == alg) & (sweep["model"] == model)]
+        for env in range(len(domains)):
+            mean, text = format_mean(mine.loc[mine["test_env"] == env, "test_acc"], latex)
+            cells.append(text)
+            means.append(mean)
+        rows.append([labels[(alg, model)], *cells, format_avg(means)])
+    return table_block(dataset, ["Algorithm", *domains, "Avg"], rows, latex)
+
+
+def _trial_averages(mine: pd.DataFrame, n_envs: int) -> list[float]:
+    """Per trial seed, the mean selected accuracy over all test domains; incomplete seeds are left out."""
+    out = []
+    for _, trial in mine.groupby("trial_seed", sort=True):
+        if sorted(trial["test_env"]) == list(range(n_envs)):
+            out.append(float(np.mean(trial["test_acc"])))
+    return out
+
+
+def averages_table(records: pd.DataFrame, sweep: pd.DataFrame, datasets: Sequence[str], latex: bool) -> str:
+    keys = _row_keys(records)
+    labels = row_labels(keys)
+    n_envs = {d: len(dataset_domains(records, d)) for d in datasets}
+    rows = []
+    for alg, model in keys:
+        cells, means = [], []
+        for dataset in datasets:
+            mine = sweep[(sweep["dataset"] == dataset) & (sweep["algorithm"] == alg) & (sweep["model"] == model)]
+            mean, text = format_mean(_trial_averages(mine, n_envs[dataset]), latex)
+            cells.append(text)
+            means.append(mean)
+        rows.append([labels[(alg, model)], *cells, format_avg(means)])
+    return table_block("Averages", ["Algorithm", *datasets, "Avg"], rows, latex)
+
+
+def preamble(records: pd.DataFrame, title: str, cells: str, latex: bool) -> str:
+    n_runs = records["run_dir"].nunique()
+    lines = [
+        f"{len(records)} records from {n_runs} runs.",
+        cells,
+        "X: missing (no run can be scored).",
+        'Rows read "algorithm / model" where a table holds several models.',
+    ]
+    if latex:
+        return "\n".join([f"% {title}", "% Needs \\usepackage{booktabs}.", *(f"% {s}" for s in lines)])
+    return "\n".join([heading(title, 1, False), "", " ".join(lines)])
+
+
+def results_tables(
+    records: pd.DataFrame, selection: MethodLike | Sequence[MethodLike] = "all", latex: bool = False
+) -> str:
+    """Markdown (or LaTeX) tables: per selection method, one table per dataset and an Averages table.
+
+    `selection` is `"iid"`, `"loo"`, `"oracle"`, `"all"`, a `SelectionMethod` class, or a list of these.
+    """
+    if records.empty:
+        raise ValueError("no records to report")
+    methods = resolve_selections(selection)
+    datasets = sorted(records["dataset"].unique())
+    cells = (
+        "Cells: test-domain accuracy (%), mean +/- standard error over trial seeds "
+        "(SE = population std / sqrt(n))."
+    )
+    parts = [preamble(records, "dgmoe results", cells, latex)]
+    for method in methods:
+        sweep = sweep_accs(records, method)
+        parts.append(heading(f"Model selection: {method.name}", 2, latex))
+        parts.extend(dataset_table(records, sweep, d, latex) for d in datasets)
+        parts.append(averages_table(records, sweep, datasets, latex))
+    return "\n\n".join(parts) + "\n"

@@ -1,0 +1,231 @@
+"""Model selection over training records, with DomainBed's arithmetic (Gulrajani & Lopez-Paz, 2021, §3).
+
+The records DataFrame comes from `dgmoe.report.collect.load_records`. A *group* is one
+(dataset, algorithm, model, test env, trial seed); every record whose `test_envs` contains the test env
+belongs to it (pair runs `[t, v]` are what leave-one-domain-out needs). Within a group, the records of
+one `hparams_seed` form a *run*; a selection method turns a run into (val_acc, test_acc) at one chosen
+checkpoint (`run_acc`), and the run with the best val_acc gives the group's test accuracy (`sweep_acc`).
+
+Unlike DomainBed, `model` is part of the group: in dgmoe the backbone is a choice as large as the
+algorithm. Ties are broken deterministically: the earliest checkpoint, then the smallest hparams_seed.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar, Iterable, Iterator, Sequence
+
+import numpy as np
+import pandas as pd
+
+from dgmoe.registry import Registry
+
+#: one selected accuracy per group: these keys plus the chosen hparams_seed, step, val_acc and test_acc.
+GROUP_KEYS: tuple[str, ...] = ("dataset", "algorithm", "model", "test_env", "trial_seed")
+SWEEP_COLUMNS: tuple[str, ...] = (*GROUP_KEYS, "hparams_seed", "step", "val_acc", "test_acc", "run_dir")
+_NEEDED = frozenset((*GROUP_KEYS, "test_envs", "hparams_seed", "step", "n_envs", "run_dir", "file"))
+
+
+@dataclass(frozen=True)
+class RunAcc:
+    """The checkpoint a selection method picked in one run, with its validation and test accuracy."""
+
+    val_acc: float
+    test_acc: float
+    step: int
+    run_dir: str = ""
+
+
+def _single(run: pd.DataFrame) -> pd.DataFrame:
+    """The records of runs with exactly one test env, ordered by step."""
+    lengths = run["test_envs"].map(len)
+    return run[lengths == 1].sort_values("step", kind="stable")
+
+
+def _columns(run: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
+    missing = [k for k in keys if k not in run.columns]
+    if missing:
+        raise ValueError(f"records of {run['dataset'].iloc[0]} lack {missing} (see {run['file'].iloc[0]})")
+    return run[list(keys)].astype(float)
+
+
+def _first_argmax(values: pd.Series) -> object | None:
+    """Index label of the first maximum, ignoring NaN; None when every value is NaN."""
+    if values.isna().all():
+        return None
+    return values.idxmax()
+
+
+class SelectionMethod(ABC):
+    """A way to pick a checkpoint within a run and to score it (DomainBed's `SelectionMethod`)."""
+
+    key: ClassVar[str]
+    name: ClassVar[str]
+
+    @classmethod
+    @abstractmethod
+    def run_acc(cls, run: pd.DataFrame, test_env: int) -> RunAcc | None:
+        """(val_acc, test_acc) of one run (one hparams_seed of one group), or None if it cannot be scored."""
+
+    @classmethod
+    def hparams_accs(cls, group: pd.DataFrame, test_env: int) -> pd.DataFrame:
+        """One row per scorable hparams_seed, best val_acc first (ties: smallest hparams_seed first)."""
+        rows = []
+        for hseed, run in group.groupby("hparams_seed", sort=True):
+            acc = cls.run_acc(run, test_env)
+            if acc is not None:
+                rows.append({"hparams_seed": hseed, **acc.__dict__})
+        frame = pd.DataFrame(rows, columns=["hparams_seed", "val_acc", "test_acc", "step", "run_dir"])
+        return frame.sort_values(["val_acc", "hparams_seed"], ascending=[False, True], kind="stable")
+
+    @classmethod
+    def sweep_acc(cls, group: pd.DataFrame, test_env: int) -> dict | None:
+        """The best run of the hparams sweep (argmax of val_acc), or None if no run can be scored."""
+        ranked = cls.hparams_accs(group, test_env)
+        return None if ranked.empty else ranked.iloc[0].to_dict()
+
+
+class IIDAccuracySelection(SelectionMethod):
+    """Training-domain validation: the checkpoint with the best mean `env{j}_out_acc` over training domains j."""
+
+    key = "iid"
+    name = "training-domain validation set"
+
+    @classmethod
+    def run_acc(cls, run: pd.DataFrame, test_env: int) -> RunAcc | None:
+        single = _single(run)
+        if single.empty:
+            return None
+        n_envs = int(single["n_envs"].iloc[0])
+        val_keys = [f"env{j}_out_acc" for j in range(n_envs) if j != test_env]
+        val = _columns(single, val_keys).mean(axis=1, skipna=False)
+        best = _first_argmax(val)
+        if best is None:
+            return None
+        rec = single.loc[best]
+        return RunAcc(float(val[best]), float(rec[f"env{test_env}_in_acc"]), int(rec["step"]), rec["run_dir"])
+
+
+class OracleSelection(SelectionMethod):
+    """Test-domain validation (oracle): the *last* checkpoint, val = `env{t}_out_acc`, test = `env{t}_in_acc`."""
+
+    key = "oracle"
+    name = "test-domain validation set (oracle)"
+
+    @classmethod
+    def run_acc(cls, run: pd.DataFrame, test_env: int) -> RunAcc | None:
+        single = _single(run)
+        if single.empty:
+            return None
+        rec = single.iloc[-1]
+        return RunAcc(
+            float(rec[f"env{test_env}_out_acc"]), float(rec[f"env{test_env}_in_acc"]), int(rec["step"]),
+            rec["run_dir"],
+        )
+
+
+class LeaveOneOutSelection(SelectionMethod):
+    """Leave-one-domain-out cross-validation.
+
+    At each step, val = sum over v != t of `env{v}_in_acc` from the run with test_envs {t, v}, divided by
+    (n_envs - 1); test = `env{t}_in_acc` of the single-test-env run at that step. A step where any pair
+    run (or the single run) is missing cannot be scored; a run with no scorable step gives "X".
+    Should both [t, v] and [v, t] runs exist, their env{v}_in_acc are averaged.
+    """
+
+    key = "loo"
+    name = "leave-one-domain-out cross-validation"
+
+    @classmethod
+    def run_acc(cls, run: pd.DataFrame, test_env: int) -> RunAcc | None:
+        single = _single(run)
+        if single.empty:
+            return None
+        n_envs = int(single["n_envs"].iloc[0])
+        others = [v for v in range(n_envs) if v != test_env]
+        pairs = run[run["test_envs"].map(len) == 2]
+        if pairs.empty or not others:
+            return None
+        found: dict[int, dict[int, list[float]]] = {}
+        for rec in pairs.to_dict("records"):
+            v = next(e for e in rec["test_envs"] if e != test_env)
+            found.setdefault(int(rec["step"]), {}).setdefault(v, []).append(float(rec[f"env{v}_in_acc"]))
+        counts = single["step"].value_counts()
+        val = pd.Series({
+            step: sum(float(np.mean(accs[v])) for v in others) / (n_envs - 1)
+            for step, accs in sorted(found.items())
+            if counts.get(step, 0) == 1 and all(v in accs for v in others)
+        }, dtype=float)
+        if val.empty:
+            return None
+        best = int(_first_argmax(val))
+        rec = single[single["step"] == best].iloc[0]
+        return RunAcc(float(val[best]), float(rec[f"env{test_env}_in_acc"]), best, rec["run_dir"])
+
+
+SELECTION_METHODS: Registry = Registry("selection method")
+for _method in (IIDAccuracySelection, LeaveOneOutSelection, OracleSelection):
+    SELECTION_METHODS.add(_method.key, _method)
+
+MethodLike = str | type[SelectionMethod]
+
+
+def get_selection(method: MethodLike) -> type[SelectionMethod]:
+    """A selection method class from its key (`iid`, `loo`, `oracle`) or the class itself."""
+    if isinstance(method, type) and issubclass(method, SelectionMethod):
+        return method
+    return SELECTION_METHODS.get(str(method))
+
+
+def resolve_selections(selection: MethodLike | Iterable[MethodLike]) -> list[type[SelectionMethod]]:
+    """`"all"` -> the three DomainBed methods in DomainBed's order; otherwise one key/class or a list of them."""
+    if selection == "all":
+        return [IIDAccuracySelection, LeaveOneOutSelection, OracleSelection]
+    if isinstance(selection, (str, type)):
+        return [get_selection(selection)]
+    return [get_selection(m) for m in selection]
+
+
+def check_unique_runs(records: pd.DataFrame) -> None:
+    """Refuse two run dirs with the same configuration: their checkpoints would be mixed into one run."""
+    keys = ["dataset", "algorithm", "model", "test_envs", "hparams_seed", "trial_seed"]
+    dirs = records.groupby(keys, sort=True)["run_dir"].unique()
+    dup = dirs[dirs.map(len) > 1]
+    if len(dup):
+        key, found = next(iter(dup.items()))
+        raise ValueError(
+            f"{len(dup)} run configuration(s) appear in several run dirs, e.g. {dict(zip(keys, key))} in "
+            f"{sorted(found)}; remove the extra runs or report them from separate roots"
+        )
+
+
+def iter_groups(records: pd.DataFrame) -> Iterator[tuple[tuple, pd.DataFrame]]:
+    """(group key, records) for every (dataset, algorithm, model, test_env, trial_seed) that has records."""
+    records = records[records["test_envs"].map(len) > 0]
+    if records.empty:
+        return
+    exploded = records.assign(test_env=records["test_envs"].map(list)).explode("test_env")
+    exploded["test_env"] = exploded["test_env"].astype(int)
+    for key, group in exploded.groupby(list(GROUP_KEYS), sort=True):
+        yield key, group
+
+
+def sweep_accs(records: pd.DataFrame, method: MethodLike) -> pd.DataFrame:
+    """One row per group that the method can score: the selected hparams_seed, step, val_acc and test_acc."""
+    cls = get_selection(method)
+    check_unique_runs(records)
+    records = records[[c for c in records.columns if c in _NEEDED or c.startswith("env")]]
+    rows = []
+    for key, group in iter_groups(records):
+        best = cls.sweep_acc(group, test_env=key[GROUP_KEYS.index("test_env")])
+        if best is not None:
+            rows.append({**dict(zip(GROUP_KEYS, key)), **best})
+    return pd.DataFrame(rows, columns=list(SWEEP_COLUMNS))
+
+
+def mean_and_se(accs: Iterable[float]) -> tuple[float, float] | None:
+    """Mean and standard error in percent, DomainBed's way: 100*mean(x), 100*std(x)/sqrt(n) with ddof=0."""
+    x = np.asarray(list(accs), dtype=float)
+    if x.size == 0:
+        return None
+    return float(100 * x.mean()), float(100 * np.std(x / np.sqrt(x.size)))
