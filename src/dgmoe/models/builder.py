@@ -20,7 +20,8 @@ def split_moe_kwargs(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, 
 
 
 def build_vit(name: str, arch: dict[str, Any], layout: str | Sequence[int] | None = None,
-              moe_defaults: dict[str, Any] | None = None, **kwargs: Any) -> VisionTransformer:
+              moe_defaults: dict[str, Any] | None = None, embed_layer: Any = None,
+              **kwargs: Any) -> VisionTransformer:
     """Create a ViT whose blocks follow `layout` (sparse 'S' blocks get an `MoEMlp`).
 
     `kwargs` are timm-style architecture overrides (img_size, patch_size, in_chans, num_classes, depth,
@@ -40,6 +41,8 @@ def build_vit(name: str, arch: dict[str, Any], layout: str | Sequence[int] | Non
     def block_mlp(i: int):
         return MoEMlp(dim, hidden, moe_config) if block_layout[i] == "S" else None
 
+    if embed_layer is not None:
+        kwargs["embed_layer"] = embed_layer
     model = VisionTransformer(block_mlps=block_mlp, **kwargs)
     model.layout = block_layout
     model.moe_config = moe_config if "S" in block_layout else None
