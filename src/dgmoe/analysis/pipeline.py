@@ -1,0 +1,210 @@
+"""From a trained run folder to analysis files: routing maps, expert usage, attention maps, CUB-DG histograms.
+
+Each `analyze_*` function writes PNG figures and Markdown tables into `out_dir` (by default
+`<run>/analysis/`, which `dgmoe report` embeds) and returns the Markdown it wrote.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from dgmoe.analysis.attention import attention_weights, cls_attention_maps, head_redundancy
+from dgmoe.analysis.patches import (
+    attribute_expert_matrix,
+    attribute_groups,
+    boxes_background_mask,
+    part_expert_histogram,
+    sum_by_group,
+)
+from dgmoe.analysis.routing import RoutingMaps, grid_size_of, routing_maps, usage_markdown, usage_table
+from dgmoe.report import plots
+
+
+@dataclass
+class RunImages:
+    """A trained network and a few uint8 images per domain, with their normalised model inputs."""
+
+    model: nn.Module
+    config: dict[str, Any]
+    images: dict[str, torch.Tensor]   # domain -> uint8 [n, C, H, W]
+    inputs: dict[str, torch.Tensor]   # domain -> float [n, C, H, W]
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+
+
+def model_img_size(model: nn.Module) -> int:
+    size = getattr(getattr(model, "patch_embed", None), "img_size", None)
+    if size is None:
+        raise ValueError(f"{type(model).__name__} has no patch_embed.img_size")
+    return int(size[0] if isinstance(size, (tuple, list)) else size)
+
+
+def eval_inputs(dataset: str, images: torch.Tensor, img_size: int) -> torch.Tensor:
+    """The run's evaluation transform (DomainBed's resize + normalisation) applied to uint8 images."""
+    from dgmoe.data import get_transforms
+
+    return get_transforms(dataset, img_size, False)[1](images)
+
+
+def load_run_images(run_dir: str | Path, n_per_domain: int = 16, data_dir: str | Path | None = None,
+                    which: str = "best", seed: int = 0) -> RunImages:
+    """Load a run's network and a seeded sample of `n_per_domain` images of every domain of its dataset."""
+    from dgmoe.data import get_dataset
+    from dgmoe.engine.checkpoint import load_run
+
+    model, config = load_run(run_dir, which=which)
+    cfg = config.get("config", config)
+    name = cfg["dataset"]
+    data_dir = data_dir if data_dir is not None else cfg.get("data_dir")
+    size = model_img_size(model)
+    ds = get_dataset(name, data_dir, size, n_per_domain=n_per_domain, seed=seed)
+    images, inputs = {}, {}
+    for domain, env in zip(ds.domains, ds.environments):
+        idx = list(range(min(n_per_domain, len(env))))
+        x = env.gather(idx)[0] if hasattr(env, "gather") else torch.stack([env[i][0] for i in idx])
+        images[domain] = x
+        inputs[domain] = eval_inputs(name, x, size)
+    return RunImages(model, config, images, inputs)
+
+
+def analyze_routing(run: RunImages, out_dir: str | Path, show: int = 4, mode: str = "numbers") -> str:
+    """Per MoE layer, a figure of top-1 routing maps (`show` images per domain) and expert usage per domain."""
+    out = Path(out_dir)
+    per_domain: dict[str, RoutingMaps] = {d: routing_maps(run.model, x) for d, x in run.inputs.items()}
+    first = next(iter(per_domain.values()))
+    for layer in first.layers:
+        imgs, maps, titles = [], [], []
+        for d, rm in per_domain.items():
+            n = min(show, len(rm.experts[layer]))
+            imgs += list(run.images[d][:n])
+            maps += list(rm.experts[layer][:n])
+            titles += [f"{d} #{i}" for i in range(n)]
+        fig = plots.plot_routing_maps(imgs, maps, first.num_experts[layer], titles, mode=mode, ncols=max(1, show))
+        fig.suptitle(f"top-1 expert per patch, {layer}", fontsize=10)
+        plots.save_png(fig, out / f"routing_{_safe(layer)}.png")
+    table = usage_table(per_domain)
+    plots.save_png(plots.plot_expert_usage(table), out / "expert_usage.png")
+    table.to_csv(out / "expert_usage.csv", index=False)
+    n_img = {d: len(x) for d, x in run.inputs.items()}
+    text = (f"### Expert usage per domain (% of patches, top-1; images per domain: {n_img})\n\n"
+            + usage_markdown(table) + "\n")
+    (out / "expert_usage.md").write_text(text)
+    return text
+
+
+def analyze_attention(run: RunImages, out_dir: str | Path, show: int = 2, block: int = -1) -> str:
+    """Last-block CLS attention per head (GMoE Figs. 14-17) and the head-redundancy score per domain."""
+    out = Path(out_dir)
+    grid = grid_size_of(run.model)
+    prefix = int(getattr(run.model, "num_prefix_tokens", 1))
+    rows = ["| domain | images | redundancy (cosine) | redundancy (1 - JS) |", "|---|---|---|---|"]
+    shown_imgs, shown_maps, titles = [], [], []
+    for d, x in run.inputs.items():
+        maps = cls_attention_maps(attention_weights(run.model, x, block), grid, prefix)
+        rows.append(f"| {d} | {len(x)} | {head_redundancy(maps, 'cosine'):.3f} | {head_redundancy(maps, 'js'):.3f} |")
+        n = min(show, len(x))
+        shown_imgs += list(run.images[d][:n])
+        shown_maps.append(maps[:n])
+        titles += [f"{d} #{i}" for i in range(n)]
+    fig = plots.plot_attention_maps(shown_imgs, torch.cat(shown_maps), titles)
+    plots.save_png(fig, out / "attention_maps.png")
+    text = (f"### Head redundancy of block {block} (mean pairwise similarity of the heads' CLS attention; "
+            "1 = identical heads)\n\n" + "\n".join(rows) + "\n")
+    (out / "head_redundancy.md").write_text(text)
+    return text
+
+
+def analyze_cub(model: nn.Module, cub_data_dir: str | Path, out_dir: str | Path, domain: str = "Natural",
+                split: str = "train", n_images: int = 64, show: int = 4, k: int = 9) -> str:
+    """GMoE Fig. 3b/3c and SF-MoE Fig. 5 on CUB-DG: part x expert histograms (each part's `k` nearest
+    patches, background = outside the bounding box), attribute x expert matrices, maps with the parts."""
+    from dgmoe.data.cub import CUBDG
+
+    out = Path(out_dir)
+    cub = CUBDG(cub_data_dir)
+    if domain not in cub.domains:
+        raise ValueError(f"domain {domain!r} is not in {cub.root} (found {', '.join(cub.domains)})")
+    size = model_img_size(model)
+    rows = cub.rows(split)[:n_images]
+    ds = cub.dataset(size, split)
+    env = ds.environments[cub.domains.index(domain)]
+    images = torch.stack([env[i][0] for i in range(len(rows))])
+    rm = routing_maps(model, eval_inputs("CUBDG", images, size))
+    parts_xy, visible = cub.normalized_parts(rows)
+    background = boxes_background_mask(cub.normalized_boxes(rows), rm.grid_size)
+    ann = cub.annotations
+    text = [f"### CUB-DG {domain}, {split} split, {len(rows)} images: part x expert counts (each part's {k} "
+            "nearest patches; background = patches outside the bounding box)\n"]
+    for layer in rm.layers:
+        e = rm.num_experts[layer]
+        hist = part_expert_histogram(rm.experts[layer], parts_xy, visible, e, k, background)
+        labels = [*ann.part_names, "background"]
+        fig = plots.plot_expert_histogram(hist, labels, f"parts x experts, {layer}")
+        plots.save_png(fig, out / f"cub_parts_{_safe(layer)}.png")
+        text += [f"#### {layer}\n", "| part | " + " | ".join(f"e{i}" for i in range(e)) + " |",
+                 "|---|" + "---|" * e]
+        text += [f"| {lab} | " + " | ".join(str(int(v)) for v in row) + " |" for lab, row in zip(labels, hist)]
+        text.append("")
+        if ann.attributes is not None:
+            attrs = ann.attributes[torch.as_tensor(rows)]
+            mat = attribute_expert_matrix(rm.experts[layer], attrs, e)
+            groups = attribute_groups(list(ann.attribute_names))
+            fig = plots.plot_expert_histogram(mat, ann.attribute_names, f"attributes x experts, {layer}", groups)
+            plots.save_png(fig, out / f"cub_attributes_{_safe(layer)}.png")
+            by_cat = sum_by_group(mat, groups)
+            by_cat = by_cat / by_cat.sum(1, keepdim=True).clamp_min(1e-12)
+            text += ["| attribute category | " + " | ".join(f"e{i}" for i in range(e)) + " |", "|---|" + "---|" * e]
+            text += [f"| {g} | " + " | ".join(f"{100 * v:.1f}" for v in row) + " |"
+                     for (g, _, _), row in zip(groups, by_cat)]
+            text.append("")
+        n = min(show, len(rows))
+        vis_parts = [parts_xy[i][visible[i]] for i in range(n)]
+        fig = plots.plot_routing_maps(list(images[:n]), list(rm.experts[layer][:n]), e,
+                                      [f"image id {ann.image_ids[r]}" for r in rows[:n]], parts=vis_parts)
+        plots.save_png(fig, out / f"cub_routing_{_safe(layer)}.png")
+    if len(cub.domains) > 1:  # GMoE Figs. 10-13: the same images in every domain
+        n = min(show, len(rows))
+        per_dom = {}
+        for d in cub.domains:
+            env_d = ds.environments[cub.domains.index(d)]
+            imgs_d = torch.stack([env_d[i][0] for i in range(n)])
+            per_dom[d] = (imgs_d, routing_maps(model, eval_inputs("CUBDG", imgs_d, size)))
+        for layer in rm.layers:
+            imgs, maps, titles = [], [], []
+            for i in range(n):
+                for d, (imgs_d, rm_d) in per_dom.items():
+                    imgs.append(imgs_d[i])
+                    maps.append(rm_d.experts[layer][i])
+                    titles.append(f"{d}, image id {ann.image_ids[rows[i]]}")
+            fig = plots.plot_routing_maps(imgs, maps, rm.num_experts[layer], titles, mode="colors",
+                                          ncols=len(per_dom))
+            plots.save_png(fig, out / f"cub_domains_{_safe(layer)}.png")
+    md = "\n".join(text)
+    (out / "cub_experts.md").write_text(md)
+    return md
+
+
+def analyze_runs(runs_dir: str | Path, n_images: int = 8, show: int = 3, redo: bool = False) -> list[Path]:
+    """Routing (MoE runs only) and attention analysis of every finished run under `runs_dir` that has none yet
+    (`redo` recomputes); returns the analysed run folders. Writes into each `<run>/analysis/`."""
+    from dgmoe.analysis.routing import num_experts_of
+
+    done = []
+    for run in sorted(p.parent for p in Path(runs_dir).rglob("done")):
+        if not (run / "config.json").is_file() or ((run / "analysis").is_dir() and not redo):
+            continue
+        images = load_run_images(run, n_images)
+        out = run / "analysis"
+        out.mkdir(exist_ok=True)
+        if num_experts_of(images.model):
+            analyze_routing(images, out, show)
+        analyze_attention(images, out, min(show, 2))
+        done.append(run)
+    return done
