@@ -175,3 +175,10 @@ def test_forward_equals_timm_with_same_weights():
     ours.load_state_dict(ref.state_dict(), strict=True)
     x = torch.randn(2, 3, 224, 224)
     torch.testing.assert_close(ours(x), ref(x), atol=1e-5, rtol=1e-5)
+
+
+def test_hf_hub_source_without_the_extra_or_network_is_a_clear_error():
+    from dgmoe.models.pretrained import resolve_checkpoint
+
+    with pytest.raises(CheckpointError, match="hf-hub:timm/deit_small_patch16_224"):
+        resolve_checkpoint("hf-hub:timm/deit_small_patch16_224.fb_in1k")

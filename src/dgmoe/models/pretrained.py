@@ -111,8 +111,29 @@ def adapt_state_dict(model: nn.Module, state: dict[str, torch.Tensor], report: L
     return state
 
 
+def resolve_checkpoint(source: str | Path) -> Path:
+    """A local path, or `hf-hub:<repo_id>[/<filename>]` fetched with the optional `huggingface_hub`
+    (default filename `model.safetensors`; online only, cached by huggingface_hub)."""
+    source = str(source)
+    if not source.startswith("hf-hub:"):
+        return Path(source)
+    try:
+        from huggingface_hub import hf_hub_download
+    except ImportError as exc:
+        raise CheckpointError(f"{source}: hf-hub checkpoints need the optional extra: pip install 'dgmoe[hub]'") from exc
+    repo, _, filename = source[len("hf-hub:"):].partition("@")
+    parts = repo.split("/")
+    if len(parts) > 2:
+        repo, filename = "/".join(parts[:2]), "/".join(parts[2:])
+    try:
+        return Path(hf_hub_download(repo, filename or "model.safetensors"))
+    except Exception as exc:
+        raise CheckpointError(f"cannot fetch {source}: {type(exc).__name__}: {exc}") from exc
+
+
 def load_pretrained(model: nn.Module, path: str | Path, strict: bool = True) -> LoadReport:
-    """Load a local checkpoint into `model` (see module docstring for what is tolerated)."""
+    """Load a checkpoint into `model` (see module docstring for what is tolerated)."""
+    path = resolve_checkpoint(path)
     report = LoadReport(str(path))
     state = adapt_state_dict(model, load_checkpoint_file(path), report)
     own = model.state_dict()
