@@ -13,6 +13,8 @@ ends with the same records (timing fields aside) and bitwise the same weights on
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import os
 import logging
 import resource
 import sys
@@ -29,6 +31,8 @@ from dgmoe.data.base import MultiDomainDataset
 from dgmoe.data.loaders import TrainBatches
 from dgmoe.engine.checkpoint import load_resume_state, save_resume_state, save_weights
 from dgmoe.engine.config import TrainConfig
+from dgmoe.engine.distributed import (DistInfo, average_metrics, barrier, init_from_env, make_gradient_averager,
+                                     shard)
 from dgmoe.engine.evaluate import evaluate_domains, split_metrics
 from dgmoe.engine.io import read_jsonl, write_json_atomic, write_jsonl_atomic, write_text_atomic
 from dgmoe.engine.progress import Progress
@@ -112,26 +116,35 @@ def _train_val_acc(record: dict[str, Any], train_envs: list[int]) -> float:
 def train(cfg: TrainConfig) -> RunResult:
     """Train one run (or resume it, or return at once if it is finished)."""
     out = Path(cfg.output_dir)
+    info = init_from_env(cfg.device)
+    if info.enabled and cfg.device.startswith("cuda"):
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local)
+        cfg = dataclasses.replace(cfg, device=f"cuda:{local}")
     setup = prepare_run(cfg)  # validates data, test envs, model, algorithm before anything is written
     if _check_output_dir(cfg):
         log.info("%s is finished (done marker present); not re-running", out)
         return RunResult(out, read_jsonl(out / "results.jsonl"), None, True)
-    out.mkdir(parents=True, exist_ok=True)
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
     make_deterministic()
-    if not (out / "config.json").exists():
-        write_json_atomic(out / "config.json", setup.run_config())
-    return _run_loop(cfg, setup, out)
+    if info.is_main:
+        out.mkdir(parents=True, exist_ok=True)
+        if not (out / "config.json").exists():
+            write_json_atomic(out / "config.json", setup.run_config())
+    barrier(info)
+    return _run_loop(cfg, setup, out, info)
 
 
-def _run_loop(cfg: TrainConfig, setup: RunSetup, out: Path) -> RunResult:
+def _run_loop(cfg: TrainConfig, setup: RunSetup, out: Path, info: DistInfo = DistInfo()) -> RunResult:
     dataset: MultiDomainDataset = setup.dataset
     hp = setup.hparams
     seed_everything(cfg.seed)
     network = setup.build_network()
     algorithm = get_algorithm(cfg.algorithm)(network, dataset.num_classes, len(setup.train_envs), hp)
     algorithm.to(cfg.device)
+    if info.enabled:
+        algorithm.gradient_sync = make_gradient_averager(algorithm, info)
     batches = TrainBatches([dataset[i] for i in setup.train_envs], [setup.splits[i][0] for i in setup.train_envs],
                            hp["batch_size"], seed_hash(cfg.seed, "batches"), setup.train_transform,
                            domain_ids=setup.train_envs)
@@ -149,7 +162,8 @@ def _run_loop(cfg: TrainConfig, setup: RunSetup, out: Path) -> RunResult:
         torch.set_rng_state(state["rng"])
         records, best_val = list(state["records"]), state["best_val"]
         start = resumed_from = state["step"] + 1
-        write_jsonl_atomic(out / "results.jsonl", records)  # drop any record written after the state
+        if info.is_main:
+            write_jsonl_atomic(out / "results.jsonl", records)  # drop any record written after the state
         log.info("resuming %s from step %d", out, start)
 
     n_steps, freq = setup.n_steps, setup.checkpoint_freq
@@ -157,14 +171,15 @@ def _run_loop(cfg: TrainConfig, setup: RunSetup, out: Path) -> RunResult:
     autocast = (torch.autocast(device_type=cfg.device.split(":")[0], dtype=torch.bfloat16)
                 if cfg.precision == "bf16" else contextlib.nullcontext())
     sums: dict[str, list[float]] = defaultdict(list)
-    writer = _tensorboard(cfg, out)
-    progress = Progress(cfg.progress, start, n_steps, hp["batch_size"] * len(setup.train_envs))
+    writer = _tensorboard(cfg, out) if info.is_main else None
+    progress = Progress(cfg.progress if info.is_main else "none", start, n_steps, hp["batch_size"] * len(setup.train_envs))
     algorithm.train()
     step_start = time.perf_counter()
     for step, minibatches in zip(range(start, n_steps), batches.iter_from(start, n_steps, cfg.num_workers)):
-        minibatches = [b.to(cfg.device) for b in minibatches]
+        minibatches = [b.to(cfg.device) for b in shard(minibatches, info)]
         with autocast:
             metrics = algorithm.update(minibatches, step)
+        metrics = average_metrics(metrics, info)
         for k, v in metrics.items():
             sums[k].append(v)
         sums["step_time"].append(time.perf_counter() - step_start)
@@ -172,6 +187,13 @@ def _run_loop(cfg: TrainConfig, setup: RunSetup, out: Path) -> RunResult:
         if step % freq == 0 or step == n_steps - 1:
             eval_start = time.perf_counter()
             algorithm.on_checkpoint(step, _online_val_loss(algorithm, setup, cfg))
+            if not info.is_main:  # only rank 0 evaluates and writes
+                sums.clear()
+                barrier(info)
+                if algorithm.stop_requested:
+                    break
+                step_start = time.perf_counter()
+                continue
             results = evaluate_domains(algorithm, dataset, setup.splits, setup.eval_transform, cfg.device,
                                        cfg.eval_batch_size, cfg.num_workers)
             record = {"step": step, "epoch": step / steps_per_epoch,
@@ -193,6 +215,7 @@ def _run_loop(cfg: TrainConfig, setup: RunSetup, out: Path) -> RunResult:
                 "extra": algorithm.extra_state() if hasattr(algorithm, "extra_state") else {},
                 "rng": torch.get_rng_state()})
             progress.checkpoint(record, setup.test_envs)
+            barrier(info)
             if writer is not None:
                 for k, v in record.items():
                     if isinstance(v, (int, float)):
@@ -204,7 +227,8 @@ def _run_loop(cfg: TrainConfig, setup: RunSetup, out: Path) -> RunResult:
     progress.close()
     if writer is not None:
         writer.close()
-    write_text_atomic(out / "done", "done\n")
+    if info.is_main:
+        write_text_atomic(out / "done", "done\n")
     return RunResult(out, records, resumed_from, False)
 
 
