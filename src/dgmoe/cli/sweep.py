@@ -44,6 +44,8 @@ def command() -> None:
 @click.option("--steps", type=int, default=None, help="Training steps (default: the dataset's).")
 @click.option("--checkpoint-freq", type=int, default=None, help="Default: the dataset's.")
 @click.option("--single-test-envs", is_flag=True, help="Only single held-out domains (no pairs for LODO).")
+@click.option("--only-test-envs", multiple=True, type=int,
+              help="Keep only held-out sets within these domains (repeat; e.g. an ablation on one domain).")
 @click.option("--hparams", default=None, help="JSON hparam overrides for every run.")
 @click.option("--img-size", type=int, default=None)
 @click.option("--patch-size", type=int, default=None)
@@ -83,7 +85,7 @@ def launch(**kw: object) -> None:
             models=_split(kw["models"]), data_dir=kw["data_dir"], output_dir=kw["output_dir"],
             n_hparams=kw["n_hparams"], n_hparams_from=kw["n_hparams_from"], n_trials=kw["n_trials"],
             steps=kw["steps"], checkpoint_freq=kw["checkpoint_freq"],
-            single_test_envs=kw["single_test_envs"], hparams=kw["hparams"], img_size=kw["img_size"],
+            single_test_envs=kw["single_test_envs"], only_test_envs=tuple(kw["only_test_envs"]), hparams=kw["hparams"], img_size=kw["img_size"],
             patch_size=kw["patch_size"], holdout_fraction=kw["holdout_fraction"],
             train_args=tuple(shlex.split(kw["train_args"])), exec_args=tuple(shlex.split(kw["exec_args"])))
         gpus = tuple(int(g) for g in str(kw["gpus"]).split(",") if g) if kw["gpus"] else None

@@ -46,6 +46,7 @@ class SweepConfig:
     steps: int | None = None  # None: the dataset's default
     checkpoint_freq: int | None = None
     single_test_envs: bool = False
+    only_test_envs: tuple[int, ...] = ()  # keep only held-out sets inside these domains (ablations)
     hparams: str | None = None  # JSON overrides passed to every run
     img_size: int | None = None
     patch_size: int | None = None
@@ -233,6 +234,8 @@ def build_jobs(cfg: SweepConfig,
     for trial, dataset, algorithm, model in itertools.product(
             range(cfg.n_trials), cfg.datasets, cfg.algorithms, cfg.models):
         for test_envs in held_out_env_sets(domains[dataset], cfg.single_test_envs):
+            if cfg.only_test_envs and not set(test_envs) <= set(cfg.only_test_envs):
+                continue
             for hp_seed in hparam_seeds:
                 args = {
                     "dataset": dataset, "algorithm": algorithm, "model": model,
