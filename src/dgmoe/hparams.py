@@ -104,7 +104,7 @@ def hparam_specs(algorithm: str, dataset: str, model: str) -> dict[str, HParam]:
     from dgmoe.algorithms import get_algorithm
 
     specs = base_hparams(dataset, model)
-    for name, spec in get_algorithm(algorithm).HPARAMS.items():
+    for name, spec in get_algorithm(algorithm).hparam_specs(dataset).items():
         if name in specs:
             raise ValueError(f"algorithm {algorithm} redefines shared hyperparameter {name!r}")
         specs[name] = spec

@@ -8,7 +8,7 @@ import importlib
 
 import click
 
-SUBCOMMANDS = ("models", "train", "data", "results", "quickstart", "sweep", "bench", "analyze", "synthetic", "report")
+SUBCOMMANDS = ("models", "train", "data", "results", "quickstart", "sweep", "bench", "analyze", "synthetic", "report", "algorithms")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

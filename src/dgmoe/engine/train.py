@@ -81,13 +81,7 @@ def _peak_memory_gb(device: str) -> float:
 
 
 def _optimizers(algorithm) -> dict[str, torch.optim.Optimizer]:
-    if hasattr(algorithm, "optimizers"):
-        return dict(algorithm.optimizers())
-    return {"optimizer": algorithm.optimizer}
-
-
-def _inference_network(algorithm) -> torch.nn.Module:
-    return algorithm.inference_network() if hasattr(algorithm, "inference_network") else algorithm.network
+    return dict(algorithm.optimizers())
 
 
 def _online_val_loss(algorithm, setup: RunSetup, cfg: TrainConfig) -> float | None:
@@ -157,8 +151,7 @@ def _run_loop(cfg: TrainConfig, setup: RunSetup, out: Path, info: DistInfo = Dis
         algorithm.load_state_dict(state["algorithm"])
         for name, opt in _optimizers(algorithm).items():
             opt.load_state_dict(state["optimizers"][name])
-        if hasattr(algorithm, "load_extra_state"):
-            algorithm.load_extra_state(state.get("extra", {}))
+        algorithm.load_extra_state(state.get("extra", {}))
         torch.set_rng_state(state["rng"])
         records, best_val = list(state["records"]), state["best_val"]
         start = resumed_from = state["step"] + 1
@@ -199,11 +192,11 @@ def _run_loop(cfg: TrainConfig, setup: RunSetup, out: Path, info: DistInfo = Dis
             record = {"step": step, "epoch": step / steps_per_epoch,
                       **{k: sum(v) / len(v) for k, v in sums.items()}, **results,
                       "eval_time": time.perf_counter() - eval_start, "mem_gb": _peak_memory_gb(cfg.device),
-                      "hparams": hp, "args": setup.record_args()}
+                      **algorithm.checkpoint_record(), "hparams": hp, "args": setup.record_args()}
             sums.clear()
             records.append(record)
             write_jsonl_atomic(out / "results.jsonl", records)
-            net = _inference_network(algorithm)
+            net = algorithm.inference_network()
             save_weights(net, out / "model.safetensors", {"step": str(step)})
             val = _train_val_acc(record, setup.train_envs)
             if cfg.save_best and val > best_val:
@@ -212,7 +205,7 @@ def _run_loop(cfg: TrainConfig, setup: RunSetup, out: Path, info: DistInfo = Dis
             save_resume_state(resume_path, {
                 "step": step, "algorithm": algorithm.state_dict(), "records": records, "best_val": best_val,
                 "optimizers": {k: o.state_dict() for k, o in _optimizers(algorithm).items()},
-                "extra": algorithm.extra_state() if hasattr(algorithm, "extra_state") else {},
+                "extra": algorithm.extra_state(),
                 "rng": torch.get_rng_state()})
             progress.checkpoint(record, setup.test_envs)
             barrier(info)

@@ -5,7 +5,7 @@ from typing import Any
 
 import torch.nn as nn
 
-from dgmoe.models import sfmoe, zoo  # noqa: F401  (explicit imports make registration visible)
+from dgmoe.models import resnet, sfmoe, zoo  # noqa: F401  (explicit imports make registration visible)
 from dgmoe.models.registry import MODELS, list_models, register_model
 
 

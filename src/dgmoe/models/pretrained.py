@@ -100,11 +100,12 @@ def adapt_state_dict(model: nn.Module, state: dict[str, torch.Tensor], report: L
         grid = model.patch_embed.grid_size
         state["pos_embed"] = resize_pos_embed(state["pos_embed"], grid, model.num_prefix_tokens)
         report.resized.append("pos_embed")
-    head = getattr(model, "head", None)
-    for key in ("head.weight", "head.bias"):
+    classifier = getattr(model, "default_cfg", {}).get("classifier", "head")
+    for key in (f"{classifier}.weight", f"{classifier}.bias"):
         if key in state and key in own and state[key].shape != own[key].shape:
             state.pop(key)
             report.reinitialized.append(key)
+    head = model.get_classifier() if hasattr(model, "get_classifier") else None
     if report.reinitialized and isinstance(head, nn.Linear):
         nn.init.trunc_normal_(head.weight, std=0.02)
         nn.init.zeros_(head.bias)

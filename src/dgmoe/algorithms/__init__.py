@@ -1,0 +1,19 @@
+"""DG algorithms; one small module per method, each registering itself by class name."""
+from dgmoe.algorithms.registry import ALGORITHMS, get_algorithm, list_algorithms, register_algorithm
+from dgmoe.algorithms import erm  # noqa: F401  (explicit imports make registration visible)
+from dgmoe.algorithms import irm  # noqa: F401
+from dgmoe.algorithms import group_dro  # noqa: F401
+from dgmoe.algorithms import mixup  # noqa: F401
+from dgmoe.algorithms import mldg  # noqa: F401
+from dgmoe.algorithms import coral  # noqa: F401
+from dgmoe.algorithms import mmd  # noqa: F401
+from dgmoe.algorithms import dann  # noqa: F401  (DANN and CDANN)
+from dgmoe.algorithms import vrex  # noqa: F401
+from dgmoe.algorithms import rdm  # noqa: F401
+from dgmoe.algorithms import fish  # noqa: F401
+from dgmoe.algorithms import fishr  # noqa: F401
+from dgmoe.algorithms import swad  # noqa: F401
+from dgmoe.algorithms import sma  # noqa: F401  (SMA; EnsembleOfAverages combines SMA runs)
+from dgmoe.algorithms import miro  # noqa: F401
+
+__all__ = ["ALGORITHMS", "get_algorithm", "list_algorithms", "register_algorithm"]

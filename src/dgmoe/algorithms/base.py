@@ -1,0 +1,212 @@
+"""The algorithm interface: a DG method wraps any backbone and owns its optimisation step.
+
+Backbones follow timm's API: `forward_features(x)` gives tokens or feature maps, `forward_head(t,
+pre_logits=True)` pools them to a feature vector and `get_classifier()` is the final linear layer. Models
+that route on metadata (MoGE) set `uses_metadata = True` and take `forward_features(x, meta=...)`.
+
+MoE auxiliary losses are collected from the MoE layers of the backbone (see `dgmoe.moe.aux`); every
+objective that updates the backbone adds `self.moe_aux_loss()` exactly once. The base `update` clears the
+layers' cached losses before and after the subclass step, so repeated forwards in one update are
+averaged, not double counted, and no autograd graph outlives an update.
+
+Hooks for the training engine (all optional; the defaults do nothing):
+
+- `update(minibatches, step)`: one optimisation step; `minibatches` holds one `Batch` per training domain,
+  in the same order every step.
+- `predict(x, meta)`: logits of the model to *evaluate* (SWAD/SMA: the averaged weights). Called under
+  `eval()` and `torch.no_grad()`.
+- `inference_network()`: the network `predict` uses (saved as the run's model weights).
+- `predict_online(x, meta)`: logits of the weights being trained. Algorithms with `NEEDS_VAL_LOSS = True`
+  (SWAD) need the validation loss of these weights at every checkpoint.
+- `on_checkpoint(step, val_loss)`: called at every checkpoint, after the engine has computed `val_loss` =
+  mean cross-entropy of `predict_online` over the held-out ("out") splits of the training domains
+  (`None` when the engine has none), and *before* the checkpoint's accuracies are computed with `predict`.
+- `stop_requested`: True once further training cannot change the evaluated model (SWAD after the end of
+  its loss valley); the engine may stop early.
+- `optimizers()`: every optimiser whose state must be saved and restored with the run.
+- `checkpoint_record()`: extra numbers for the checkpoint's record (call after `on_checkpoint`).
+
+State: all algorithm state (counters, averaged weights, moving averages) lives in registered buffers or
+submodules, so `state_dict()` / `load_state_dict()` save and resume it; the entries are plain tensors
+(loadable with `torch.load(weights_only=True)` and storable with safetensors).
+"""
+from __future__ import annotations
+
+from typing import Any, ClassVar, Iterable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from dgmoe.data.base import Batch
+from dgmoe.hparams import HParam, Sampler
+from dgmoe.moe.aux import clear_moe_aux, moe_aux_loss
+
+
+def as_int(sampler: Sampler) -> Sampler:
+    """`int(sampler(r))`: DomainBed's integer draws such as `int(10 ** r.uniform(0, 4))`."""
+    return lambda r: int(sampler(r))
+
+
+class Algorithm(nn.Module):
+    """Base class. Subclasses implement `_update` and may override `predict`."""
+
+    HPARAMS: ClassVar[dict[str, HParam]] = {}
+    MIN_TRAIN_DOMAINS: ClassVar[int] = 1
+    NEEDS_VAL_LOSS: ClassVar[bool] = False
+    DESCRIPTION: ClassVar[str] = ""
+    REFERENCE: ClassVar[str] = ""
+
+    gradient_sync: Any = None
+
+    def __init__(self, network: nn.Module, num_classes: int, num_domains: int, hparams: dict[str, Any]):
+        super().__init__()
+        if num_domains < self.MIN_TRAIN_DOMAINS:
+            raise ValueError(
+                f"{type(self).__name__} needs at least {self.MIN_TRAIN_DOMAINS} training domains, got {num_domains}"
+                " (choose fewer --test-envs or another algorithm)"
+            )
+        missing = [k for k in self.HPARAMS if k not in hparams]
+        if missing:
+            raise KeyError(f"{type(self).__name__} is missing hyperparameters {missing}; build them with "
+                           "dgmoe.hparams.default_hparams / run_hparams")
+        self.network = network
+        self.num_classes = num_classes
+        self.num_domains = num_domains
+        self.hparams = dict(hparams)
+        self.optimizer = self.make_optimizer(self.network.parameters())
+
+    @classmethod
+    def hparam_specs(cls, dataset: str) -> dict[str, HParam]:
+        """This algorithm's hyperparameters for `dataset` (DomainBed has a few per-dataset entries)."""
+        return dict(cls.HPARAMS)
+
+    # ----- building blocks -------------------------------------------------------------------
+    def make_optimizer(self, params: Iterable) -> torch.optim.Optimizer:
+        return torch.optim.Adam(params, lr=self.hparams["lr"], weight_decay=self.hparams["weight_decay"])
+
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        """Every optimiser with state to save and resume (names are stable keys for checkpoints)."""
+        return {"optimizer": self.optimizer}
+
+    @staticmethod
+    def reset_optimizer_state(optimizer: torch.optim.Optimizer, lr: float | None = None) -> None:
+        """Forget Adam's moments in place, as DomainBed's re-created optimiser at the end of a penalty
+        warm-up ("Adam doesn't like the sharp jump in gradient magnitudes"), optionally with a new lr."""
+        optimizer.state.clear()
+        if lr is not None:
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+
+    def features(self, x: torch.Tensor, meta: dict[str, torch.Tensor] | None = None,
+                 network: nn.Module | None = None) -> torch.Tensor:
+        net = network if network is not None else self.network
+        if getattr(net, "uses_metadata", False):
+            tokens = net.forward_features(x, meta=meta)
+        else:
+            tokens = net.forward_features(x)
+        return net.forward_head(tokens, pre_logits=True)
+
+    def classifier(self, network: nn.Module | None = None) -> nn.Module:
+        return (network if network is not None else self.network).get_classifier()
+
+    def logits(self, x: torch.Tensor, meta: dict[str, torch.Tensor] | None = None,
+               network: nn.Module | None = None) -> torch.Tensor:
+        return self.classifier(network)(self.features(x, meta, network))
+
+    def moe_aux_loss(self, network: nn.Module | None = None) -> torch.Tensor:
+        """lambda * sum over MoE layers of 0.5 * (L_imp + L_load) (GMoE App. C.4)."""
+        net = network if network is not None else self.network
+        return self.hparams.get("moe_aux_weight", 0.0) * moe_aux_loss(net)
+
+    def step(self, loss: torch.Tensor, optimizer: torch.optim.Optimizer | None = None) -> None:
+        optimizer = optimizer if optimizer is not None else self.optimizer
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.sync_gradients()
+        optimizer.step()
+
+    def sync_gradients(self) -> None:
+        """Average the gradients of every registered parameter over processes; `gradient_sync` is set by
+        the engine under torchrun (a no-op otherwise). Call it between backward and an optimiser step."""
+        if self.gradient_sync is not None:
+            self.gradient_sync()
+
+    # ----- interface -------------------------------------------------------------------------
+    def update(self, minibatches: list[Batch], step: int = 0) -> dict[str, float]:
+        if len(minibatches) != self.num_domains:
+            raise ValueError(f"{type(self).__name__}.update got {len(minibatches)} minibatches but was built for "
+                             f"{self.num_domains} training domains (one minibatch per training domain)")
+        clear_moe_aux(self)
+        try:
+            return self._update(minibatches, step)
+        finally:
+            clear_moe_aux(self)
+
+    def _update(self, minibatches: list[Batch], step: int) -> dict[str, float]:
+        raise NotImplementedError
+
+    def predict(self, x: torch.Tensor, meta: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
+        return self.logits(x, meta)
+
+    def predict_online(self, x: torch.Tensor, meta: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
+        return self.logits(x, meta)
+
+    def inference_network(self) -> nn.Module:
+        """The network `predict` evaluates (SWAD/SMA: the averaged copy); the engine saves its weights."""
+        return self.network
+
+    def on_checkpoint(self, step: int, val_loss: float | None) -> None:
+        """Called by the engine at every checkpoint (see the module docstring)."""
+
+    @property
+    def stop_requested(self) -> bool:
+        return False
+
+    def checkpoint_record(self) -> dict[str, float]:
+        """Numbers about the algorithm's state to add to the checkpoint's record (e.g. SWAD's window)."""
+        return {}
+
+    def extra_state(self) -> dict[str, Any]:
+        """Algorithm state that is not a parameter or buffer; saved with the run. The algorithms in this
+        package keep all their state in buffers, so this is empty for them."""
+        return {}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        pass
+
+
+def concat_batches(minibatches: list[Batch]) -> Batch:
+    meta = None
+    if minibatches[0].meta is not None:
+        meta = {k: torch.cat([b.meta[k] for b in minibatches]) for k in minibatches[0].meta}
+    return Batch(torch.cat([b.x for b in minibatches]), torch.cat([b.y for b in minibatches]), meta)
+
+
+def split_sizes(minibatches: list[Batch]) -> list[int]:
+    return [len(b.y) for b in minibatches]
+
+
+def cross_entropy(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits.float(), y)
+
+
+def per_domain_risks(logits: torch.Tensor, y: torch.Tensor, sizes: list[int]) -> torch.Tensor:
+    """Mean cross-entropy of each domain's slice of a concatenated batch, shape [num_domains]."""
+    return torch.stack([cross_entropy(lg, yy) for lg, yy in zip(logits.split(sizes), y.split(sizes))])
+
+
+def frozen_copy(network: nn.Module) -> nn.Module:
+    """A deep copy with gradients off (averaged weights, reference featurizers)."""
+    import copy
+
+    clone = copy.deepcopy(network)
+    for p in clone.parameters():
+        p.requires_grad_(False)
+    return clone
+
+
+def penalty_weight(update_count: int, anneal_iters: int, weight: float, before: float) -> float:
+    """DomainBed's penalty warm-up: `before` for the first `anneal_iters` updates, then `weight`."""
+    return weight if update_count >= anneal_iters else before
+

@@ -1,0 +1,216 @@
+"""Training cost of each algorithm relative to ERM on the same backbone (the form of GMoE Table 16).
+
+Method (CPU): every algorithm runs in its own worker process, all built before timing starts, so that
+each process's peak memory is its own; the parent then interleaves single training steps round-robin
+(the order rotates every round) so that load from other programs on the machine hits all algorithms
+alike. Step time is the mean wall time of `algorithm.update` over the timed rounds (after warm-up rounds);
+an even number of timed rounds averages DANN's alternating discriminator/backbone steps. Peak memory is the
+worker's peak resident set size (`ru_maxrss`) minus its resident size just before the backbone is built,
+i.e. everything training allocates: weights, gradients, optimiser state, the algorithm's copies and
+buffers, activations (and allocator slack, which RSS cannot separate). Before the baseline each worker runs
+one update of the same algorithm on a miniature copy of the backbone, so library code that is paged in
+on first use is not counted; after every step a worker returns freed heap to the OS (`malloc_trim`,
+outside the timed region) so that idle workers hold only their persistent state. Penalty warm-ups are switched off
+(`*_anneal_iters = 0`, `sma_start_iter = 0`) so the timed steps pay the full penalty. SWAD's per-checkpoint
+work (`on_checkpoint`) and evaluation are not part of a training step. On a CUDA device the same function
+reports `torch.cuda.max_memory_allocated` instead of RSS.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import resource
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+WARMUP_OFF = {"irm_penalty_anneal_iters": 0, "vrex_penalty_anneal_iters": 0, "penalty_anneal_iters": 0,
+              "rdm_penalty_anneal_iters": 0, "sma_start_iter": 0}
+
+
+@dataclass(frozen=True)
+class BenchmarkConfig:
+    backbone: str
+    algorithms: tuple[str, ...]
+    steps: int = 4
+    warmup: int = 1
+    domains: int = 3
+    batch_per_domain: int = 16
+    img_size: int = 32
+    patch_size: int = 4
+    num_classes: int = 7
+    threads: int = 1
+    seed: int = 0
+    device: str = "cpu"
+    model_overrides: tuple[tuple[str, Any], ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        if "ERM" not in self.algorithms:
+            raise ValueError("the cost table is relative to ERM: include 'ERM' in algorithms")
+        if self.steps < 1 or self.warmup < 0:
+            raise ValueError(f"need steps >= 1 and warmup >= 0, got steps={self.steps}, warmup={self.warmup}")
+
+
+@dataclass(frozen=True)
+class AlgorithmCost:
+    algorithm: str
+    step_time_s: float
+    peak_memory_mb: float
+    step_times_s: tuple[float, ...]
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize()
+
+
+def _warm_up(config: BenchmarkConfig, name: str, batches: list) -> None:
+    """One update of the same algorithm on a miniature backbone, so that lazily loaded library code and
+    lazy imports are resident before the baseline is taken; then return freed heap to the OS."""
+    import gc
+
+    import torch
+
+    from dgmoe.algorithms import get_algorithm
+    from dgmoe.data.base import Batch
+    from dgmoe.hparams import default_hparams
+    from dgmoe.models import create_model
+
+    small = dict(config.model_overrides)
+    if config.backbone.startswith(("vit", "deit", "gmoe", "sfmoe")):  # same depth and layout, 16 wide
+        small.update(embed_dim=16, num_heads=2)
+    network = create_model(config.backbone, num_classes=config.num_classes, img_size=config.img_size,
+                           patch_size=config.patch_size, **small)
+    hp = default_hparams(name, "PACS", config.backbone.split("_")[0])
+    hp.update({k: v for k, v in WARMUP_OFF.items() if k in hp})
+    algorithm = get_algorithm(name)(network, config.num_classes, config.domains, hp).to(batches[0].x.device)
+    algorithm.update([Batch(b.x[:2], b.y[:2]) for b in batches], 0)
+    del algorithm, network
+    gc.collect()
+    trim = _malloc_trim() if torch.device(config.device).type == "cpu" else None
+    if trim is not None:
+        trim(0)
+
+
+def _malloc_trim():
+    """glibc's malloc_trim, or None elsewhere."""
+    import ctypes
+
+    try:
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+def _worker(conn, config: BenchmarkConfig, name: str) -> None:
+    import torch
+
+    from dgmoe.algorithms import get_algorithm
+    from dgmoe.data.base import Batch
+    from dgmoe.hparams import default_hparams
+    from dgmoe.models import create_model
+
+    torch.set_num_threads(config.threads)
+    torch.manual_seed(config.seed)
+    device = torch.device(config.device)
+    g = torch.Generator().manual_seed(config.seed)
+    shape = (config.batch_per_domain, 3, config.img_size, config.img_size)
+    batches = [Batch(torch.randn(shape, generator=g), torch.randint(0, config.num_classes, shape[:1], generator=g)).to(device)
+               for _ in range(config.domains)]
+    _warm_up(config, name, batches)
+    baseline = _rss_bytes()
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        baseline = torch.cuda.memory_allocated(device)
+    network = create_model(config.backbone, num_classes=config.num_classes, img_size=config.img_size,
+                           patch_size=config.patch_size, **dict(config.model_overrides))
+    family = config.backbone.split("_")[0]
+    hp = default_hparams(name, "PACS", family)
+    hp.update({k: v for k, v in WARMUP_OFF.items() if k in hp})
+    algorithm = get_algorithm(name)(network, config.num_classes, config.domains, hp).to(device).train()
+    trim = _malloc_trim() if device.type == "cpu" else None
+    conn.send("ready")
+    step = 0
+    while True:
+        cmd = conn.recv()
+        if cmd == "step":
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            start = time.perf_counter()
+            algorithm.update(batches, step)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            elapsed = time.perf_counter() - start
+            if trim is not None:  # hand freed activations back to the OS while the other workers run
+                trim(0)
+            conn.send(elapsed)
+            step += 1
+        elif cmd == "memory":
+            if device.type == "cuda":
+                peak = torch.cuda.max_memory_allocated(device)
+            else:
+                peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+            conn.send((peak - baseline) / 2**20)
+        else:
+            conn.close()
+            return
+
+
+def benchmark_algorithms(config: BenchmarkConfig) -> list[AlgorithmCost]:
+    """Measure every algorithm of `config` on its backbone (see the module docstring)."""
+    from dgmoe.algorithms import get_algorithm
+
+    for name in config.algorithms:
+        get_algorithm(name)  # unknown names fail here, with the registry's list of valid ones
+    ctx = mp.get_context("spawn")
+    workers = {}
+    try:
+        for name in config.algorithms:
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(target=_worker, args=(child, config, name), daemon=True)
+            proc.start()
+            child.close()  # so that a worker that dies gives EOFError instead of a hang
+            workers[name] = (proc, parent)
+        for name, (proc, parent) in workers.items():
+            try:
+                parent.recv()
+            except EOFError:
+                proc.join(30)
+                raise RuntimeError(f"benchmark worker for {name} exited during setup (exit code {proc.exitcode}); "
+                                   "its traceback is printed above") from None
+        names = list(config.algorithms)
+        times: dict[str, list[float]] = {n: [] for n in names}
+        for round_ in range(config.warmup + config.steps):
+            shift = round_ % len(names)
+            for name in names[shift:] + names[:shift]:
+                conn = workers[name][1]
+                conn.send("step")
+                t = conn.recv()
+                if round_ >= config.warmup:
+                    times[name].append(t)
+        results = []
+        for name in names:
+            conn = workers[name][1]
+            conn.send("memory")
+            results.append(AlgorithmCost(name, sum(times[name]) / len(times[name]), conn.recv(), tuple(times[name])))
+        return results
+    finally:
+        for proc, conn in workers.values():
+            try:
+                conn.send("stop")
+            except (BrokenPipeError, OSError):
+                pass
+            proc.join(timeout=30)
+            if proc.is_alive():
+                proc.terminate()
+
+
+def cost_table_markdown(results: list[AlgorithmCost], title: str) -> str:
+    """One row per algorithm: absolute step time and peak memory and both relative to ERM."""
+    erm = next(r for r in results if r.algorithm == "ERM")
+    lines = [f"**{title}**", "",
+             "| algorithm | step time (s) | rel. to ERM | peak memory (MB) | rel. to ERM |",
+             "|---|---:|---:|---:|---:|"]
+    for r in results:
+        lines.append(f"| {r.algorithm} | {r.step_time_s:.3f} | {r.step_time_s / erm.step_time_s:.2f}x | "
+                     f"{r.peak_memory_mb:.0f} | {r.peak_memory_mb / erm.peak_memory_mb:.2f}x |")
+    return "\n".join(lines)

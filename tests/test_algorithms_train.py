@@ -1,0 +1,259 @@
+"""Every algorithm x {ViT-tiny, GMoE-tiny} trains, checkpoints and resumes; bad input gets clear errors."""
+import io
+import math
+
+import pytest
+import torch
+
+from dgmoe.algorithms import get_algorithm
+from dgmoe.algorithms.base import Algorithm
+from dgmoe.algorithms.sma import EnsembleOfAverages
+from dgmoe.data.base import Batch
+from dgmoe.hparams import default_hparams, random_hparams
+from dgmoe.models import create_model
+
+ALGORITHMS = ["ERM", "IRM", "GroupDRO", "Mixup", "MLDG", "CORAL", "MMD", "DANN", "CDANN", "VREx", "RDM",
+              "Fish", "Fishr", "SWAD", "SMA", "MIRO"]
+BACKBONES = ["vit_tiny_patch16_224", "gmoe_tiny_patch16_224"]
+NUM_CLASSES, NUM_DOMAINS = 3, 3
+# Penalties switch on at update 1 so the few test updates cross every warm-up and optimiser reset.
+FAST = dict(irm_penalty_anneal_iters=1, vrex_penalty_anneal_iters=1, penalty_anneal_iters=1,
+            rdm_penalty_anneal_iters=1, sma_start_iter=1, swad_n_converge=1, swad_n_tolerance=2)
+VAL_LOSSES = [3.0, 2.0, 2.5, 9.0, 9.0]
+
+
+def tiny(backbone, seed=0):
+    torch.manual_seed(seed)
+    extra = {"moe_layers": [1]} if backbone.startswith("gmoe") else {}
+    return create_model(backbone, num_classes=NUM_CLASSES, img_size=16, patch_size=4, depth=2, embed_dim=32,
+                        num_heads=2, **extra)
+
+
+def build(name, backbone, seed=0, num_domains=NUM_DOMAINS, **overrides):
+    hp = default_hparams(name, "PACS", backbone.split("_")[0])
+    hp.update({k: v for k, v in FAST.items() if k in hp}, **overrides)
+    return get_algorithm(name)(tiny(backbone, seed), NUM_CLASSES, num_domains, hp)
+
+
+def minibatches(seed, n=NUM_DOMAINS, size=4):
+    g = torch.Generator().manual_seed(seed)
+    return [Batch(torch.randn(size, 3, 16, 16, generator=g) + d, torch.randint(0, NUM_CLASSES, (size,), generator=g))
+            for d in range(n)]
+
+
+def train(alg, steps, start=0):
+    outs = []
+    for step in range(start, start + steps):
+        torch.manual_seed(1000 + step)  # the same random draws (noise, dropout, mixup) for a resumed run
+        outs.append(alg.update(minibatches(step), step))
+        alg.on_checkpoint(step, VAL_LOSSES[step] if alg.NEEDS_VAL_LOSS else None)
+    return outs
+
+
+def predictions(alg, x):
+    alg.eval()
+    with torch.no_grad():
+        out = alg.predict(x)
+    alg.train()
+    return out
+
+
+def save(alg) -> bytes:
+    buf = io.BytesIO()
+    torch.save({"model": alg.state_dict(), "optimizers": {k: o.state_dict() for k, o in alg.optimizers().items()}},
+               buf)
+    return buf.getvalue()
+
+
+def load(alg, blob: bytes) -> None:
+    state = torch.load(io.BytesIO(blob), weights_only=True)
+    alg.load_state_dict(state["model"])
+    for k, opt in alg.optimizers().items():
+        opt.load_state_dict(state["optimizers"][k])
+
+
+@pytest.mark.parametrize("backbone", BACKBONES)
+@pytest.mark.parametrize("name", ALGORITHMS)
+def test_trains_with_finite_losses_and_reloads_identically(name, backbone):
+    alg = build(name, backbone)
+    outs = train(alg, 3)
+    for out in outs:
+        assert out and all(math.isfinite(v) for v in out.values()), out
+    if backbone.startswith("gmoe"):
+        assert any(o.get("loss_aux", 0.0) > 0 for o in outs), "MoE auxiliary loss never added"
+    x = minibatches(99)[0].x
+    before = predictions(alg, x)
+    assert before.shape == (4, NUM_CLASSES) and torch.isfinite(before).all()
+    blob = save(alg)
+    fresh = build(name, backbone, seed=1)
+    assert not torch.equal(predictions(fresh, x), before)
+    load(fresh, blob)
+    assert torch.equal(predictions(fresh, x), before)
+    # resuming continues exactly as the uninterrupted run
+    a, b = train(alg, 2, start=3), train(fresh, 2, start=3)
+    assert a == b
+    assert torch.equal(predictions(alg, x), predictions(fresh, x))
+
+
+@pytest.mark.parametrize("name", ALGORITHMS)
+def test_state_dict_is_plain_tensors_for_safetensors(name, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    alg = build(name, BACKBONES[0])
+    train(alg, 1)
+    state = alg.state_dict()
+    assert all(isinstance(v, torch.Tensor) for v in state.values())
+    save_file({k: v.contiguous() for k, v in state.items()}, str(tmp_path / "a.safetensors"))
+    alg.load_state_dict(load_file(str(tmp_path / "a.safetensors")))
+
+
+@pytest.mark.parametrize("name", [n for n in ALGORITHMS if get_algorithm(n).MIN_TRAIN_DOMAINS > 1])
+def test_multi_domain_algorithms_reject_a_single_training_domain(name):
+    with pytest.raises(ValueError, match=rf"{name} needs at least 2 training domains, got 1"):
+        build(name, BACKBONES[0], num_domains=1)
+
+
+@pytest.mark.parametrize("name", ["ERM", "SWAD", "SMA", "MIRO"])
+def test_single_source_algorithms_train_on_one_domain(name):
+    alg = build(name, BACKBONES[0], num_domains=1)
+    out = alg.update(minibatches(0, n=1), 0)
+    assert math.isfinite(out["loss"])
+
+
+def test_update_rejects_a_wrong_number_of_minibatches():
+    alg = build("ERM", BACKBONES[0])
+    with pytest.raises(ValueError, match="got 2 minibatches but was built for 3 training domains"):
+        alg.update(minibatches(0, n=2), 0)
+
+
+def test_missing_hyperparameter_is_named():
+    hp = default_hparams("ERM", "PACS")
+    with pytest.raises(KeyError, match="irm_lambda"):
+        get_algorithm("IRM")(tiny(BACKBONES[0]), NUM_CLASSES, NUM_DOMAINS, hp)
+
+
+SINGLE_OBJECTIVE = ["ERM", "IRM", "GroupDRO", "Mixup", "CORAL", "MMD", "VREx", "RDM", "Fishr", "SWAD", "SMA", "MIRO"]
+
+
+@pytest.mark.parametrize("name", SINGLE_OBJECTIVE)
+def test_moe_aux_loss_is_added_exactly_once(name, monkeypatch):
+    alg = build(name, BACKBONES[1])
+    calls = []
+    original = Algorithm.moe_aux_loss
+
+    def counting(self, network=None):
+        value = original(self, network)
+        calls.append(value.item())
+        return value
+
+    monkeypatch.setattr(Algorithm, "moe_aux_loss", counting)
+    out = alg.update(minibatches(0), 0)
+    assert len(calls) == 1 and calls[0] > 0 and out["loss_aux"] == pytest.approx(calls[0])
+
+
+def test_dann_discriminator_steps_leave_the_backbone_alone():
+    alg = build("DANN", BACKBONES[1])
+    alg.update(minibatches(0), 0)  # update 1: backbone (generator) step
+    before = [p.clone() for p in alg.network.parameters()]
+    out = alg.update(minibatches(1), 1)  # update 2: discriminator step
+    assert "disc_loss" in out and all(torch.equal(a, b) for a, b in zip(before, alg.network.parameters()))
+    assert set(alg.optimizers()) == {"optimizer", "discriminator"}
+
+
+def test_sma_predicts_with_the_mean_of_the_weights():
+    from dgmoe.algorithms.averaging import flatten
+
+    alg = build("SMA", BACKBONES[0], sma_start_iter=2)
+    seen = []
+    for step in range(5):
+        alg.update(minibatches(step), step)
+        seen.append(flatten(alg.network))
+    # iterations 2..5 (t0 = 2: the average starts from theta_2)
+    assert torch.allclose(flatten(alg.network_sma), torch.stack(seen[1:]).mean(0), atol=1e-6)
+
+
+def test_swad_average_equals_the_mean_of_the_averaged_iterates():
+    from dgmoe.algorithms.averaging import flatten
+
+    alg = build("SWAD", BACKBONES[0], swad_n_converge=2, swad_n_tolerance=2)
+    seen = []
+    losses = [3.0, 2.0, 2.5, 2.2, 9.0, 9.0, 9.0]
+    for step, loss in enumerate(losses):
+        alg.update(minibatches(step), step)
+        seen.append(flatten(alg.network))
+        alg.on_checkpoint(step, loss)
+    # start at checkpoint 2 (2.0 <= 2.5), tolerance 1.3 * 2.25; checkpoints 5 and 6 are both above it,
+    # so the window ends at 6 - 2 = 4: iterates 2..4 (1-based), i.e. seen[1:4].
+    assert alg.stop_requested
+    assert torch.allclose(flatten(alg.network_swad), torch.stack(seen[1:4]).mean(0), atol=1e-6)
+    assert alg.checkpoint_record()["swad_start_step"] == 1 and alg.checkpoint_record()["swad_end_step"] == 3
+    x = minibatches(50)[0].x
+    alg.eval()
+    with torch.no_grad():
+        assert torch.equal(alg.predict(x), alg.logits(x, network=alg.network_swad))
+        assert not torch.equal(alg.predict(x), alg.predict_online(x))
+    with pytest.raises(ValueError, match="validation loss"):
+        alg.on_checkpoint(9, None)
+
+
+def test_miro_reference_stays_frozen_at_the_initial_weights():
+    alg = build("MIRO", BACKBONES[1])
+    init = {k: v.clone() for k, v in alg.reference.state_dict().items()}
+    train(alg, 2)
+    assert not alg.reference.training
+    assert all(torch.equal(init[k], v) for k, v in alg.reference.state_dict().items())
+    assert not all(torch.equal(init[k], v) for k, v in alg.network.state_dict().items())
+
+
+def test_ensemble_of_averages_averages_member_logits():
+    members = [build("SMA", BACKBONES[0], seed=s) for s in (0, 1)]
+    for m in members:
+        train(m, 2)
+    x = minibatches(7)[0].x
+    eoa = EnsembleOfAverages(members).eval()
+    expected = (predictions(members[0], x) + predictions(members[1], x)) / 2
+    members[0].eval(), members[1].eval()
+    assert torch.allclose(eoa.predict(x), expected)
+    probs = EnsembleOfAverages(members, combine="probs").eval().predict(x)
+    assert torch.allclose(probs.sum(-1), torch.ones(4))
+    with pytest.raises(ValueError, match="at least one"):
+        EnsembleOfAverages([])
+
+
+@pytest.mark.parametrize("name", ALGORITHMS)
+def test_hparams_defaults_and_random_draws(name):
+    cls = get_algorithm(name)
+    assert cls.DESCRIPTION and cls.REFERENCE
+    hp = default_hparams(name, "PACS")
+    for key, spec in cls.HPARAMS.items():
+        assert hp[key] == spec.default
+    a, b = random_hparams(name, "PACS", 3), random_hparams(name, "PACS", 3)
+    assert a == b
+
+
+def test_dataset_specific_hparams():
+    assert get_algorithm("RDM").hparam_specs("DomainNet")["rdm_lambda"].default == 0.5
+    assert get_algorithm("RDM").hparam_specs("OfficeHome")["variance_weight"].default == 0.0
+    assert get_algorithm("MIRO").hparam_specs("PACS")["ld"].default == 0.01
+    assert get_algorithm("DANN").hparam_specs("RotatedMNIST")["lr_d"].default == 1e-3
+    assert get_algorithm("ERM").hparam_specs("PACS") == {}
+
+
+@pytest.mark.parametrize("name", ALGORITHMS)
+def test_every_optimiser_step_sees_synchronisable_gradients(name):
+    """Under torchrun the engine sets `gradient_sync`; it must run before every step that updates the
+    backbone and find that step's gradients among the algorithm's registered parameters."""
+    alg = build(name, BACKBONES[1])
+    seen = []
+    alg.gradient_sync = lambda: seen.append(sum(p.grad is not None for p in alg.parameters()))
+    alg.update(minibatches(0), 0)
+    assert seen and all(n > 0 for n in seen)
+    if name == "Fish":
+        assert len(seen) == NUM_DOMAINS and not hasattr(alg, "inner")
+
+
+@pytest.mark.parametrize("name,attr", [("SMA", "network_sma"), ("SWAD", "network_swad"), ("ERM", "network")])
+def test_inference_network_is_the_evaluated_one(name, attr):
+    alg = build(name, BACKBONES[0])
+    train(alg, 3)
+    assert alg.inference_network() is getattr(alg, attr)
