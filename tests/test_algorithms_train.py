@@ -225,7 +225,7 @@ def test_hparams_defaults_and_random_draws(name):
     cls = get_algorithm(name)
     assert cls.DESCRIPTION and cls.REFERENCE
     hp = default_hparams(name, "PACS")
-    for key, spec in cls.HPARAMS.items():
+    for key, spec in cls.hparam_specs("PACS").items():
         assert hp[key] == spec.default
     a, b = random_hparams(name, "PACS", 3), random_hparams(name, "PACS", 3)
     assert a == b
