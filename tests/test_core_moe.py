@@ -29,7 +29,7 @@ def test_each_token_gets_exactly_k_distinct_experts(router, top_k):
 def test_sorted_dispatch_matches_mask_loop_outputs_and_gradients(capacity_factor):
     x = torch.randn(3, 7, 8, requires_grad=True)
     results = []
-    for dispatch in ("sort", "mask"):
+    for dispatch in ("auto", "grouped", "padded", "mask"):
         layer = make_layer(dispatch=dispatch, capacity_factor=capacity_factor, top_k=2)
         layer.eval()
         x.grad = None
@@ -37,11 +37,25 @@ def test_sorted_dispatch_matches_mask_loop_outputs_and_gradients(capacity_factor
         (y * torch.linspace(-1, 1, y.numel()).view_as(y)).sum().backward()
         grads = [p.grad.clone() for p in layer.parameters()]
         results.append((y.detach(), x.grad.clone(), grads))
-    (y0, gx0, g0), (y1, gx1, g1) = results
-    torch.testing.assert_close(y0, y1, rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(gx0, gx1, rtol=1e-5, atol=1e-6)
-    for a, b in zip(g0, g1):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    y_ref, gx_ref, g_ref = results[-1]  # the boolean-mask reference
+    for y, gx, grads in results[:-1]:
+        torch.testing.assert_close(y, y_ref, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(gx, gx_ref, rtol=1e-5, atol=1e-6)
+        for a, b in zip(grads, g_ref):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_auto_dispatch_falls_back_to_grouped_when_routing_is_skewed(monkeypatch):
+    from dgmoe.moe import dispatch
+
+    calls = []
+    monkeypatch.setattr(dispatch, "sorted_dispatch", lambda *a, **k: calls.append("grouped"))
+    monkeypatch.setattr(dispatch, "padded_dispatch", lambda *a, **k: calls.append("padded"))
+    layer = make_layer(num_experts=4, top_k=1)
+    x = torch.randn(8, 8)
+    dispatch.auto_dispatch(x, torch.tensor([[0], [1], [2], [3]] * 2), torch.ones(8, 1), layer.experts)
+    dispatch.auto_dispatch(x, torch.zeros(8, 1, dtype=torch.long), torch.ones(8, 1), layer.experts)
+    assert calls == ["padded", "grouped"]
 
 
 def test_huge_capacity_equals_dropless():

@@ -25,8 +25,9 @@ class MoEConfig:
         expert_dropout: dropout on the expert hidden activation (official code: 0.1).
         load_loss: 'paper' computes eq. 10 on logits; 'tutel' reproduces the official code's quirk of
             subtracting the k-th noisy logit from the clean *probability*.
-        dispatch: 'sort' (sort by expert, gather, per-expert matmul, scatter-add) or 'mask' (a reference
-            loop over experts with boolean masks, for tests and benchmarks only).
+        dispatch: 'auto' (default: 'padded' while routing is balanced, else 'grouped'), 'grouped' (sort by
+            expert, one matmul pair per expert), 'padded' (sort, one batched matmul pair over experts padded
+            to the busiest one) or 'mask' (a reference loop with boolean masks, for tests and benchmarks).
     """
 
     num_experts: int = 6
@@ -41,7 +42,7 @@ class MoEConfig:
     batch_prioritized: bool = True
     expert_dropout: float = 0.0
     load_loss: Literal["paper", "tutel"] = "paper"
-    dispatch: Literal["sort", "mask"] = "sort"
+    dispatch: Literal["auto", "grouped", "padded", "mask"] = "auto"
 
     def __post_init__(self) -> None:
         if self.num_experts < 1:
@@ -54,8 +55,8 @@ class MoEConfig:
             raise ValueError(f"capacity_factor must be positive or None, got {self.capacity_factor}")
         if self.load_loss not in ("paper", "tutel"):
             raise ValueError(f"load_loss must be 'paper' or 'tutel', got {self.load_loss!r}")
-        if self.dispatch not in ("sort", "mask"):
-            raise ValueError(f"dispatch must be 'sort' or 'mask', got {self.dispatch!r}")
+        if self.dispatch not in ("auto", "grouped", "padded", "mask"):
+            raise ValueError(f"dispatch must be 'auto', 'grouped', 'padded' or 'mask', got {self.dispatch!r}")
 
     @property
     def gate_noise_std(self) -> float:

@@ -49,5 +49,11 @@ class Experts(nn.Module):
             outs.append(F.linear(h, w2[e], b2[e]))
         return torch.cat(outs) if outs else x.new_zeros((0, self.dim))
 
+    def forward_padded(self, x: torch.Tensor) -> torch.Tensor:
+        """x [N, C, d]: C rows per expert (padding included) -> [N, C, d] with two batched matmuls."""
+        h = torch.baddbmm(self.fc1_bias.unsqueeze(1), x, self.fc1_weight.transpose(1, 2))
+        h = self.drop(F.gelu(h))
+        return torch.baddbmm(self.fc2_bias.unsqueeze(1), h, self.fc2_weight.transpose(1, 2))
+
     def extra_repr(self) -> str:
         return f"num_experts={self.num_experts}, dim={self.dim}, hidden={self.hidden}"

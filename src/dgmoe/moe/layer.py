@@ -14,7 +14,10 @@ import torch
 import torch.nn as nn
 
 from dgmoe.moe.config import MoEConfig
-from dgmoe.moe.dispatch import capacity_keep_mask, expert_capacity, masked_dispatch, sorted_dispatch
+from dgmoe.moe.dispatch import (auto_dispatch, capacity_keep_mask, expert_capacity, masked_dispatch,
+                                padded_dispatch, sorted_dispatch)
+
+DISPATCH = {"auto": auto_dispatch, "grouped": sorted_dispatch, "padded": padded_dispatch, "mask": masked_dispatch}
 from dgmoe.moe.experts import Experts
 from dgmoe.moe.losses import importance_loss, load_loss
 from dgmoe.moe.routers import build_router
@@ -76,8 +79,7 @@ class MoEMlp(nn.Module):
         routing = self.route(tokens)
         if self.training:
             self.aux_loss_terms.append(self.auxiliary_loss(routing))
-        dispatch = sorted_dispatch if self.config.dispatch == "sort" else masked_dispatch
-        out = dispatch(tokens, routing.expert_idx, routing.gates, self.experts, routing.keep)
+        out = DISPATCH[self.config.dispatch](tokens, routing.expert_idx, routing.gates, self.experts, routing.keep)
         if self._routing_sink is not None:
             self._routing_sink(routing, shape[:-1])
         return out.reshape(shape)
