@@ -236,7 +236,7 @@ def test_cli_launch_status_delete(tmp_path, monkeypatch):
     for domain in ("d0", "d1", "d2"):
         (tmp_path / "data" / domain).mkdir(parents=True)
     out = tmp_path / "sweep"
-    args = ["launch", "--datasets", "ImageFolder", "--algorithms", "ERM", "--models", "vit_micro_patch4_28,gmoe_micro_patch4_28",
+    args = ["launch", "--datasets", "ImageFolder", "--algorithms", "ERM", "--models", "vit_micro_patch7_28,gmoe_micro_patch7_28",
             "--data-dir", str(tmp_path / "data"), "--output-dir", str(out), "--n-hparams", "1",
             "--n-trials", "1", "--steps", "3", "--single-test-envs", "--max-workers", "2",
             "--train-command", f"{sys.executable} {script}"]
@@ -247,7 +247,7 @@ def test_cli_launch_status_delete(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     assert result.output.splitlines()[0] == (
         "6 job(s): 0 done, 0 running, 6 failed, 0 queued, 0 incomplete, 0 not launched")
-    assert result.output.count("ImageFolder ERM vit_micro_patch4_28 test_envs=") == 3
+    assert result.output.count("ImageFolder ERM vit_micro_patch7_28 test_envs=") == 3
     result = runner.invoke(sweep_cli, ["delete-incomplete", "--output-dir", str(out), "--yes"])
     assert "deleted 6 job dir(s)" in result.output
     result = runner.invoke(sweep_cli, ["status", "--output-dir", str(out)])
