@@ -20,7 +20,7 @@ from dgmoe.seeding import seed_hash
 
 Sampler = Callable[[np.random.RandomState], Any]
 
-SMALL_IMAGE_DATASETS = ("ColoredMNIST", "RotatedMNIST", "DigitsRotated", "Debug28")
+SMALL_IMAGE_DATASETS = ("ColoredMNIST", "RotatedMNIST", "Debug28", "GeoMNIST", "Sentinel2Sample")
 
 # GMoE paper Table 8 (lr, weight decay) per dataset; CUB-DG from the official registry.
 GMOE_DATASET_DEFAULTS: dict[str, tuple[float, float]] = {

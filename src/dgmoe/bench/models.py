@@ -21,7 +21,8 @@ from torch.utils.flop_counter import FlopCounterMode
 from dgmoe.bench.timing import interleaved_medians, tune_malloc
 from dgmoe.models import count_parameters, create_model
 
-DEFAULT_MODELS = ("vit_small_patch16_224", "gmoe_small_patch16_224", "sfmoe_small_patch16_224", "resnet50")
+DEFAULT_MODELS = ("vit_small_patch16_224", "gmoe_small_patch16_224", "sfmoe_small_patch16_224", "moge_small_patch16_224",
+                  "resnet50")
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ import importlib
 
 import click
 
-SUBCOMMANDS = ("models", "train", "data", "results", "quickstart", "sweep", "bench", "analyze", "synthetic", "report", "algorithms")
+SUBCOMMANDS = ("models", "train", "data", "results", "quickstart", "sweep", "bench", "analyze", "synthetic", "report", "algorithms", "geo")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -36,3 +36,5 @@ __all__ = [
     "UnknownDatasetError", "UnreadableImageError", "TrainBatches", "class_balanced_weights", "eval_loader",
     "check_test_envs", "domain_splits", "split_domain", "eval_transform", "train_transform",
 ]
+
+from dgmoe.geo import benchmark, sentinel  # noqa: E402,F401  (registers GeoMNIST and Sentinel2Sample)

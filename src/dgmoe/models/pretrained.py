@@ -87,6 +87,9 @@ def adapt_state_dict(model: nn.Module, state: dict[str, torch.Tensor], report: L
     """Map a dense timm checkpoint onto `model` (experts, head, position embedding)."""
     state = dict(state)
     for name, module in model.named_modules():
+        if hasattr(module, "expand_dense_ffn") and f"{name}.fc1.weight" in state:  # MoGE blocks
+            report.expanded += module.expand_dense_ffn(name, state)
+    for name, module in model.named_modules():
         if isinstance(module, MoEMlp) and f"{name}.fc1.weight" in state:
             experts = module.experts
             n = experts.num_experts
@@ -147,7 +150,9 @@ def load_pretrained(model: nn.Module, path: str | Path, strict: bool = True) -> 
         raise CheckpointMismatchError(f"{path}: unexpected key {unexpected[0]!r} (not in the model; "
                                       f"{len(unexpected)} unexpected keys)")
     missing = [k for k in own if k not in state]
-    allowed = {k for k in missing if ".router." in k or k in report.reinitialized}
+    fresh_prefixes = tuple(getattr(model, "fresh_prefixes", ()))
+    allowed = {k for k in missing if ".router." in k or k in report.reinitialized
+               or (fresh_prefixes and k.startswith(fresh_prefixes))}
     unexplained = [k for k in missing if k not in allowed]
     if unexplained and strict:
         raise CheckpointMismatchError(f"{path}: missing key {unexplained[0]!r} "

@@ -1,0 +1,191 @@
+"""MoGE routing analysis (App. A, Fig. 1e, Fig. 3): what the experts discovered.
+
+- `collect_routing`: per image, the routing weights of every MoGE block, with coordinates, labels and
+  predictions;
+- `routing_frequency`: how often each expert is an image's top-1 expert (Fig. 3 bottom);
+- `forced_expert_accuracy`: rows = discovered domain (images whose top-1 expert is d under normal
+  routing), columns = forced expert k (every image through specialist k with alpha = 1 in all MoGE blocks,
+  the shared expert still on); entry = accuracy (Fig. 3 top);
+- `save_routing_map` / `save_forced_matrix` / `save_routing_frequency`: PNG figures (coordinates coloured
+  by top expert, Fig. 1e).
+The discovered domain is taken from the last MoGE block unless `layer` says otherwise.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+import torch.nn as nn
+from torch.utils.data import Dataset
+
+from dgmoe.data.loaders import eval_loader
+
+
+@dataclass
+class RoutingTable:
+    gates: list[np.ndarray]    # per MoGE block [N, E]
+    lat: np.ndarray
+    lon: np.ndarray
+    labels: np.ndarray
+    predictions: np.ndarray
+    region: np.ndarray | None
+
+    def top_expert(self, layer: int = -1) -> np.ndarray:
+        return self.gates[layer].argmax(axis=1)
+
+
+def _moge_layers(network: nn.Module):
+    layers = network.moge_layers() if hasattr(network, "moge_layers") else []
+    if not layers:
+        raise ValueError(f"routing analysis needs a MoGE network, got {type(network).__name__}")
+    return layers
+
+
+@torch.no_grad()
+def collect_routing(network: nn.Module, environments: Sequence[Dataset], transform,
+                    indices: Sequence[np.ndarray | None] | None = None, batch_size: int = 128,
+                    device: str = "cpu") -> RoutingTable:
+    layers = _moge_layers(network)
+    network.eval()
+    gates: list[list[torch.Tensor]] = [[] for _ in layers]
+    lat, lon, ys, preds, regions = [], [], [], [], []
+    indices = indices if indices is not None else [None] * len(environments)
+    for env, idx in zip(environments, indices):
+        for batch in eval_loader(env, idx, transform, batch_size):
+            batch = batch.to(device)
+            logits = network(batch.x, batch.meta)
+            for store, layer in zip(gates, layers):
+                store.append(layer.last_routing.gates.cpu())
+            meta = batch.meta or {}
+            lat.append(meta.get("lat", torch.full((len(batch.y),), float("nan"))).cpu())
+            lon.append(meta.get("lon", torch.full((len(batch.y),), float("nan"))).cpu())
+            if "region" in meta:
+                regions.append(meta["region"].cpu())
+            ys.append(batch.y.cpu())
+            preds.append(logits.argmax(1).cpu())
+    return RoutingTable([torch.cat(g).numpy() for g in gates], torch.cat(lat).numpy(), torch.cat(lon).numpy(),
+                        torch.cat(ys).numpy(), torch.cat(preds).numpy(),
+                        torch.cat(regions).numpy() if regions else None)
+
+
+def routing_frequency(top_expert: np.ndarray, num_experts: int) -> np.ndarray:
+    """Fraction of images whose top-1 expert is k, for k = 0..E-1."""
+    counts = np.bincount(top_expert, minlength=num_experts).astype(np.float64)
+    return counts / max(counts.sum(), 1.0)
+
+
+@torch.no_grad()
+def forced_expert_accuracy(network: nn.Module, environments: Sequence[Dataset], transform,
+                           indices: Sequence[np.ndarray | None] | None = None, layer: int = -1,
+                           batch_size: int = 128, device: str = "cpu") -> tuple[np.ndarray, np.ndarray]:
+    """(matrix [E, E] of accuracies with NaN for empty domains, domain sizes [E]); see module docstring."""
+    num_experts = _moge_layers(network)[0].config.num_experts
+    table = collect_routing(network, environments, transform, indices, batch_size, device)
+    domain = table.top_expert(layer)
+    matrix = np.full((num_experts, num_experts), np.nan)
+    mode = network.routing_mode
+    try:
+        for k in range(num_experts):
+            network.set_routing_mode("forced", expert=k)
+            forced = collect_routing(network, environments, transform, indices, batch_size, device)
+            correct = forced.predictions == forced.labels
+            for d in range(num_experts):
+                mask = domain == d
+                if mask.any():
+                    matrix[d, k] = correct[mask].mean()
+    finally:
+        network.set_routing_mode(mode)
+    return matrix, np.bincount(domain, minlength=num_experts)
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_routing_map(table: RoutingTable, path: str | Path, layer: int = -1, title: str = "") -> Path:
+    """Coordinates coloured by their top-1 expert (the discovered domains, Fig. 1e)."""
+    plt = _pyplot()
+    top = table.top_expert(layer)
+    num_experts = table.gates[layer].shape[1]
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    cmap = plt.get_cmap("tab10", max(num_experts, 1))
+    sc = ax.scatter(table.lon, table.lat, c=top, cmap=cmap, vmin=-0.5, vmax=num_experts - 0.5, s=6)
+    fig.colorbar(sc, ax=ax, ticks=range(num_experts), label="top-1 expert")
+    ax.set(xlabel="longitude", ylabel="latitude", title=title or "discovered domains (top-1 expert)")
+    finite = np.isfinite(table.lon) & np.isfinite(table.lat)
+    if finite.any():  # zoom to the data with a margin, within the globe
+        lon, lat = table.lon[finite], table.lat[finite]
+        pad = max(5.0, 0.1 * max(np.ptp(lon), np.ptp(lat)))
+        ax.set_xlim(max(-180.0, lon.min() - pad), min(180.0, lon.max() + pad))
+        ax.set_ylim(max(-90.0, lat.min() - pad), min(90.0, lat.max() + pad))
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return Path(path)
+
+
+def save_forced_matrix(matrix: np.ndarray, sizes: np.ndarray, path: str | Path, title: str = "") -> Path:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5, 4.5))
+    im = ax.imshow(np.nan_to_num(matrix, nan=0.0), vmin=0, vmax=1, cmap="viridis")
+    for d in range(matrix.shape[0]):
+        for k in range(matrix.shape[1]):
+            if not np.isnan(matrix[d, k]):
+                ax.text(k, d, f"{matrix[d, k]:.2f}", ha="center", va="center", fontsize=7, color="w")
+    ax.set_yticks(range(matrix.shape[0]), [f"{d} (n={n})" for d, n in enumerate(sizes)])
+    ax.set(xlabel="forced expert", ylabel="discovered domain (top-1 expert)", title=title or "forced-expert accuracy")
+    fig.colorbar(im, ax=ax)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return Path(path)
+
+
+def save_routing_frequency(freq: np.ndarray, path: str | Path, title: str = "") -> Path:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5, 3))
+    ax.bar(range(len(freq)), freq)
+    ax.set(xlabel="expert", ylabel="fraction of images (top-1)", title=title or "routing frequency")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return Path(path)
+
+
+def analyze_run(run_dir: str | Path, output_dir: str | Path, which: str = "last", data_dir: str | None = None,
+                envs: Sequence[int] | None = None, layer: int = -1) -> dict[str, Path]:
+    """Routing frequency, forced-expert matrix and routing map of a finished MoGE run, as PNGs.
+
+    Uses every domain of the run's dataset (or `envs`), all items, with the run's evaluation transform.
+    """
+    from dgmoe.data import get_dataset, get_transforms
+    from dgmoe.engine.checkpoint import load_run
+
+    network, config = load_run(run_dir, which)
+    cfg = config["config"]
+    dataset = get_dataset(cfg["dataset"], data_dir or cfg.get("data_dir"), cfg.get("img_size"),
+                          n_per_domain=cfg.get("n_per_domain"))
+    _, eval_tf = get_transforms(cfg["dataset"], dataset.input_shape[-1], False)
+    chosen = [dataset[i] for i in (envs if envs is not None else range(len(dataset)))]
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    table = collect_routing(network, chosen, eval_tf)
+    num_experts = table.gates[layer].shape[1]
+    freq = routing_frequency(table.top_expert(layer), num_experts)
+    matrix, sizes = forced_expert_accuracy(network, chosen, eval_tf, layer=layer)
+    name = Path(run_dir).name
+    paths = {"routing_map": save_routing_map(table, out / f"{name}_routing_map.png", layer, f"{name}: top-1 expert"),
+             "routing_frequency": save_routing_frequency(freq, out / f"{name}_routing_frequency.png", name),
+             "forced_matrix": save_forced_matrix(matrix, sizes, out / f"{name}_forced_experts.png", name)}
+    np.savez(out / f"{name}_routing.npz", frequency=freq, forced_matrix=matrix, domain_sizes=sizes,
+             lat=table.lat, lon=table.lon, top_expert=table.top_expert(layer))
+    return paths

@@ -1,0 +1,112 @@
+"""Geographic evaluation metrics with WILDS semantics, reimplemented (no `wilds`/`torch_scatter` dependency).
+
+- overall accuracy (`acc_avg`): over all examples, 'Other' included;
+- per-group accuracy and count (`acc_region:<name>`, `count_region:<name>`);
+- worst-group accuracy (`acc_worst_region`): minimum over groups with at least one example, excluding any
+  group whose name contains 'Other' (FMoW's official rule, reference notes §2.4);
+- macro-F1 (`f1_macro`): mean F1 over the labels present in the ground truth, as sklearn's
+  `f1_score(average='macro', labels=unique(y_true))` (iWildCam, §2.5); a present label never predicted
+  counts F1 = 0, predictions of absent labels still count as errors;
+- model selection by validation worst-group accuracy (`select_by_worst_group`).
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping, Sequence
+
+import torch
+
+
+def _flat(name: str, values: torch.Tensor | Sequence[int]) -> torch.Tensor:
+    t = torch.as_tensor(values)
+    if t.ndim != 1:
+        raise ValueError(f"{name} must be one-dimensional, got shape {tuple(t.shape)}")
+    return t.long()
+
+
+def _predictions(y_pred: torch.Tensor | Sequence[int]) -> torch.Tensor:
+    t = torch.as_tensor(y_pred)
+    return t.argmax(dim=1) if t.ndim == 2 else _flat("y_pred", t)
+
+
+def _check(y_true: torch.Tensor, y_pred: torch.Tensor) -> None:
+    if y_true.shape != y_pred.shape:
+        raise ValueError(f"y_true has {y_true.numel()} entries but y_pred has {y_pred.numel()}")
+    if y_true.numel() == 0:
+        raise ValueError("cannot evaluate an empty set of predictions")
+
+
+def accuracy(y_true, y_pred) -> float:
+    """Fraction correct; `y_pred` may be labels [N] or logits [N, C] (argmax)."""
+    y_true, y_pred = _flat("y_true", y_true), _predictions(y_pred)
+    _check(y_true, y_pred)
+    return (y_true == y_pred).float().mean().item()
+
+
+def group_accuracies(y_true, y_pred, groups, group_names: Sequence[str]) -> dict[str, tuple[float | None, int]]:
+    """{group name: (accuracy or None when empty, count)} for every named group."""
+    y_true, y_pred, groups = _flat("y_true", y_true), _predictions(y_pred), _flat("groups", groups)
+    _check(y_true, y_pred)
+    if groups.shape != y_true.shape:
+        raise ValueError(f"groups has {groups.numel()} entries but y_true has {y_true.numel()}")
+    if bool(((groups < 0) | (groups >= len(group_names))).any()):
+        raise ValueError(f"group ids must be in [0, {len(group_names)}) to match group_names {list(group_names)}")
+    correct = (y_true == y_pred).float()
+    out: dict[str, tuple[float | None, int]] = {}
+    for g, name in enumerate(group_names):
+        mask = groups == g
+        n = int(mask.sum())
+        out[name] = (correct[mask].mean().item() if n else None, n)
+    return out
+
+
+def worst_group_accuracy(y_true, y_pred, groups, group_names: Sequence[str],
+                         exclude_substring: str | None = "Other") -> float:
+    """Minimum accuracy over non-empty groups, skipping names containing `exclude_substring` (WILDS)."""
+    accs = group_accuracies(y_true, y_pred, groups, group_names)
+    eligible = [acc for name, (acc, n) in accs.items()
+                if n > 0 and not (exclude_substring and exclude_substring in name)]
+    if not eligible:
+        raise ValueError(f"no non-empty group to take the worst of (groups {list(group_names)}, excluding names "
+                         f"containing {exclude_substring!r})")
+    return min(eligible)
+
+
+def macro_f1(y_true, y_pred) -> float:
+    """Macro-F1 over the labels present in `y_true` (sklearn average='macro', labels=unique(y_true))."""
+    y_true, y_pred = _flat("y_true", y_true), _predictions(y_pred)
+    _check(y_true, y_pred)
+    scores = []
+    for label in torch.unique(y_true).tolist():
+        tp = int(((y_pred == label) & (y_true == label)).sum())
+        fp = int(((y_pred == label) & (y_true != label)).sum())
+        fn = int(((y_pred != label) & (y_true == label)).sum())
+        scores.append(2 * tp / (2 * tp + fp + fn) if tp else 0.0)
+    return sum(scores) / len(scores)
+
+
+def evaluate_groups(y_true, y_pred, groups, group_names: Sequence[str], group_field: str = "region",
+                    exclude_substring: str | None = "Other") -> dict[str, float]:
+    """WILDS-style metric dict: acc_avg, f1_macro, acc_/count_<field>:<name>, acc_worst_<field>."""
+    out: dict[str, float] = {"acc_avg": accuracy(y_true, y_pred), "f1_macro": macro_f1(y_true, y_pred)}
+    for name, (acc, n) in group_accuracies(y_true, y_pred, groups, group_names).items():
+        out[f"count_{group_field}:{name}"] = float(n)
+        if acc is not None:
+            out[f"acc_{group_field}:{name}"] = acc
+    out[f"acc_worst_{group_field}"] = worst_group_accuracy(y_true, y_pred, groups, group_names, exclude_substring)
+    return out
+
+
+def select_by_worst_group(records: Iterable[Mapping[str, Any]], key: str = "val_acc_worst_region") -> Mapping[str, Any]:
+    """The record (e.g. one checkpoint's evaluation) with the highest validation worst-group accuracy.
+
+    Ties go to the earliest record, so selection is deterministic.
+    """
+    best = None
+    for record in records:
+        if key not in record:
+            raise KeyError(f"record lacks {key!r} (has {sorted(record)})")
+        if best is None or record[key] > best[key]:
+            best = record
+    if best is None:
+        raise ValueError("select_by_worst_group got no records")
+    return best
