@@ -45,15 +45,15 @@ def bench_moe_layer(cfg: LayerBenchConfig) -> dict[str, float]:
     dense = Mlp(cfg.dim, hidden)
     layers = {name: MoEMlp(cfg.dim, hidden, MoEConfig(num_experts=cfg.experts, top_k=cfg.top_k, router=cfg.router,
                                                      **kw)).train()
-              for name, kw in {"auto": {}, "grouped": {"dispatch": "grouped"}, "padded": {"dispatch": "padded"}, "mask": {"dispatch": "mask"},
+              for name, kw in {"grouped (default)": {}, "auto": {"dispatch": "auto"}, "padded": {"dispatch": "padded"}, "mask": {"dispatch": "mask"},
                                "capacity_1.5": {"capacity_factor": 1.5}}.items()}
-    router = layers["auto"].router
+    router = layers["grouped (default)"].router
 
     def router_only() -> None:
         x.grad = None
-        layers["auto"].zero_grad(set_to_none=True)
-        r = layers["auto"].route(x)
-        (r.gates.sum() + layers["auto"].auxiliary_loss(r)).backward()
+        layers["grouped (default)"].zero_grad(set_to_none=True)
+        r = layers["grouped (default)"].route(x)
+        (r.gates.sum() + layers["grouped (default)"].auxiliary_loss(r)).backward()
 
     candidates = {"limit (k dense FFNs)": _fwd_bwd(dense, x_k), **{f"moe {n}": _fwd_bwd(m, x) for n, m in layers.items()},
                   "router alone": router_only}

@@ -25,9 +25,10 @@ class MoEConfig:
         expert_dropout: dropout on the expert hidden activation (official code: 0.1).
         load_loss: 'paper' computes eq. 10 on logits; 'tutel' reproduces the official code's quirk of
             subtracting the k-th noisy logit from the clean *probability*.
-        dispatch: 'auto' (default: 'padded' while routing is balanced, else 'grouped'), 'grouped' (sort by
-            expert, one matmul pair per expert), 'padded' (sort, one batched matmul pair over experts padded
-            to the busiest one) or 'mask' (a reference loop with boolean masks, for tests and benchmarks).
+        dispatch: 'grouped' (default: sort by expert, one matmul pair per expert on contiguous rows; the
+            fastest on a quiet 2-core CPU, see docs/benchmarks.md), 'padded' (one batched matmul pair over
+            experts padded to the busiest one), 'auto' (padded while routing is balanced, else grouped) or
+            'mask' (a reference loop with boolean masks, for tests and benchmarks).
     """
 
     num_experts: int = 6
@@ -42,7 +43,7 @@ class MoEConfig:
     batch_prioritized: bool = True
     expert_dropout: float = 0.0
     load_loss: Literal["paper", "tutel"] = "paper"
-    dispatch: Literal["auto", "grouped", "padded", "mask"] = "auto"
+    dispatch: Literal["auto", "grouped", "padded", "mask"] = "grouped"
 
     def __post_init__(self) -> None:
         if self.num_experts < 1:

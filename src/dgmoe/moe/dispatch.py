@@ -5,7 +5,8 @@ with the gate multiply and one scatter-add; there is no [T, E] one-hot and no bo
 - `sorted_dispatch` ("grouped"): one matmul pair per expert on its contiguous slice of the sorted rows.
 - `padded_dispatch` ("padded"): rows are placed in an [N, C, d] buffer padded to the busiest expert's count
   C and all experts run as one batched matmul pair; faster on CPU while routing is balanced.
-- "auto" (default) picks padded while the padding costs at most `PADDING_LIMIT` extra rows, else grouped.
+- "auto" picks padded while the padding costs at most `PADDING_LIMIT` extra rows, else grouped.
+"grouped" is the default: on a quiet 2-core CPU it measured fastest (docs/benchmarks.md, section 4).
 `masked_dispatch` is the straightforward reference they are tested against. `capacity_keep_mask` reproduces the official code's capacity with token dropping and
 batch-prioritised routing (Riquelme et al. 2021).
 """
