@@ -49,7 +49,8 @@ def build_network(run_config: dict[str, Any]) -> nn.Module:
     from dgmoe.models import create_model
 
     info = run_config["model_build"]
-    return create_model(info["name"], **info["kwargs"])
+    kwargs = {k: v for k, v in info["kwargs"].items() if k != "pretrained"}  # the run's own weights follow
+    return create_model(info["name"], **kwargs)
 
 
 def load_run(run_dir: str | Path, which: str = "best", device: str = "cpu") -> tuple[nn.Module, dict[str, Any]]:

@@ -13,6 +13,7 @@ from dgmoe.data.base import MultiDomainDataset
 from dgmoe.engine.config import TrainConfig
 from dgmoe.hparams import run_hparams
 from dgmoe.models import MODELS, create_model
+from dgmoe.seeding import seed_everything
 
 
 @dataclass
@@ -29,9 +30,7 @@ class RunSetup:
     n_steps: int
     checkpoint_freq: int
     model_kwargs: dict[str, Any]
-
-    def build_network(self) -> nn.Module:
-        return create_model(self.cfg.model, **self.model_kwargs)
+    network: nn.Module  # built once, seeded with cfg.seed, pretrained weights loaded
 
     def record_args(self) -> dict[str, Any]:
         """The `args` of every DomainBed record (DomainBed's keys plus dgmoe's model and domains)."""
@@ -70,7 +69,8 @@ def prepare_run(cfg: TrainConfig) -> RunSetup:
     if cfg.pretrained:
         model_kwargs["pretrained"] = cfg.pretrained
     model_kwargs = {k: v for k, v in model_kwargs.items() if v is not None}
-    create_model(cfg.model, **{k: v for k, v in model_kwargs.items() if k != "pretrained"})  # fail fast
+    seed_everything(cfg.seed)
+    network = create_model(cfg.model, **model_kwargs)  # bad kwargs or checkpoints fail before any write
     return RunSetup(cfg, dataset, hparams, domain_splits(dataset, cfg.holdout_fraction, cfg.trial_seed),
                     test_envs, train_envs, img_size, train_tf, eval_tf,
-                    cfg.steps or spec.n_steps, cfg.checkpoint_freq or spec.checkpoint_freq, model_kwargs)
+                    cfg.steps or spec.n_steps, cfg.checkpoint_freq or spec.checkpoint_freq, model_kwargs, network)

@@ -37,7 +37,7 @@ from dgmoe.engine.evaluate import evaluate_domains, split_metrics
 from dgmoe.engine.io import read_jsonl, write_json_atomic, write_jsonl_atomic, write_text_atomic
 from dgmoe.engine.progress import Progress
 from dgmoe.engine.setup import RunSetup, prepare_run
-from dgmoe.seeding import make_deterministic, seed_everything, seed_hash
+from dgmoe.seeding import make_deterministic, seed_hash
 
 log = logging.getLogger(__name__)
 TIMING_KEYS = ("step_time", "mem_gb", "eval_time")
@@ -133,8 +133,7 @@ def train(cfg: TrainConfig) -> RunResult:
 def _run_loop(cfg: TrainConfig, setup: RunSetup, out: Path, info: DistInfo = DistInfo()) -> RunResult:
     dataset: MultiDomainDataset = setup.dataset
     hp = setup.hparams
-    seed_everything(cfg.seed)
-    network = setup.build_network()
+    network = setup.network  # built and seeded by prepare_run
     algorithm = get_algorithm(cfg.algorithm)(network, dataset.num_classes, len(setup.train_envs), hp)
     algorithm.to(cfg.device)
     if info.enabled:
