@@ -29,7 +29,7 @@ def test_each_token_gets_exactly_k_distinct_experts(router, top_k):
 def test_sorted_dispatch_matches_mask_loop_outputs_and_gradients(capacity_factor):
     x = torch.randn(3, 7, 8, requires_grad=True)
     results = []
-    for dispatch in ("auto", "grouped", "padded", "mask"):
+    for dispatch in ("auto", "grouped", "grouped_autograd", "padded", "mask"):
         layer = make_layer(dispatch=dispatch, capacity_factor=capacity_factor, top_k=2)
         layer.eval()
         x.grad = None
@@ -43,6 +43,63 @@ def test_sorted_dispatch_matches_mask_loop_outputs_and_gradients(capacity_factor
         torch.testing.assert_close(gx, gx_ref, rtol=1e-5, atol=1e-6)
         for a, b in zip(grads, g_ref):
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def _outputs_and_grads(dispatch, x, **kw):
+    layer = make_layer(dispatch=dispatch, **kw).to(x.device).train()
+    torch.manual_seed(5)  # same gate noise for every path
+    x = x.detach().clone().requires_grad_(True)
+    y = layer(x)
+    (y * torch.linspace(-1, 1, y.numel(), device=x.device).view_as(y)).sum().backward()
+    return y.detach(), x.grad, {n: p.grad for n, p in layer.named_parameters()}
+
+
+@pytest.mark.parametrize("kw", [dict(num_experts=8, top_k=1), dict(num_experts=4, top_k=3, renormalize=False),
+                                dict(num_experts=6, top_k=2, capacity_factor=1.0)])
+def test_fused_grouped_dispatch_matches_autograd_in_training_with_noise_and_idle_experts(kw):
+    x = torch.randn(2, 3, 8)  # 6 tokens: with 8 experts and top-1 some experts get no token
+    y_ref, gx_ref, g_ref = _outputs_and_grads("mask", x, **kw)
+    for dispatch in ("grouped", "grouped_autograd"):
+        y, gx, grads = _outputs_and_grads(dispatch, x, **kw)
+        torch.testing.assert_close(y, y_ref, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(gx, gx_ref, rtol=1e-5, atol=1e-6)
+        for name, g in g_ref.items():
+            torch.testing.assert_close(grads[name], g, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_fused_grouped_dispatch_under_bf16_autocast_matches_autograd():
+    x = torch.randn(4, 9, 8)
+    results = {}
+    for dispatch in ("grouped", "grouped_autograd"):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            results[dispatch] = _outputs_and_grads(dispatch, x)
+    (y, gx, grads), (y_ref, gx_ref, g_ref) = results["grouped"], results["grouped_autograd"]
+    assert y.dtype == y_ref.dtype and gx.dtype == gx_ref.dtype == torch.float32
+    torch.testing.assert_close(y, y_ref, rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(gx, gx_ref, rtol=2e-2, atol=2e-2)
+    for name, g in g_ref.items():
+        assert grads[name].dtype == torch.float32
+        torch.testing.assert_close(grads[name], g, rtol=5e-2, atol=5e-2, msg=name)
+
+
+def test_fused_grouped_dispatch_refuses_double_backward_and_autograd_path_supports_it():
+    x = torch.randn(5, 8, requires_grad=True)
+    (g,) = torch.autograd.grad(make_layer(dispatch="grouped_autograd")(x).pow(2).sum(), x, create_graph=True)
+    g.sum().backward()
+    (g,) = torch.autograd.grad(make_layer(dispatch="grouped")(x).pow(2).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="double backward|once_differentiable|twice"):
+        g.sum().backward()
+
+
+def test_grouped_dispatch_with_expert_dropout_uses_the_autograd_path(monkeypatch):
+    from dgmoe.moe import dispatch
+
+    called = []
+    monkeypatch.setattr(dispatch, "sorted_autograd_dispatch", lambda x, *a, **k: called.append(1) or x)
+    layer = make_layer(expert_dropout=0.1)
+    layer.train()(torch.randn(4, 8))
+    layer.eval()(torch.randn(4, 8))
+    assert called == [1]
 
 
 def test_auto_dispatch_falls_back_to_grouped_when_routing_is_skewed(monkeypatch):
@@ -142,6 +199,21 @@ def test_cosine_router_temperature_is_bounded_and_logits_scaled():
     assert logits.abs().max().item() <= 100.0 + 1e-4  # |cos| <= 1 times 1/tau
 
 
+def test_cosine_router_logits_are_the_cosine_of_projection_and_code_over_tau():
+    """GMoE §4.3: s = E^T W x / (tau ||W x|| ||E||), written out the textbook way, values and gradients."""
+    router = make_layer(router="cosine", temperature_init=0.3).router
+    x = torch.randn(7, 8, requires_grad=True)
+    logits = router(x)
+    g = torch.randn_like(logits)
+    grads = torch.autograd.grad((logits * g).sum(), [x, *router.parameters()])
+    h = torch.nn.functional.linear(x, router.proj.weight, router.proj.bias)
+    codes = router.codebook
+    expected = (h / h.norm(dim=-1, keepdim=True)) @ (codes / codes.norm(dim=0, keepdim=True)) / router.temperature
+    torch.testing.assert_close(logits, expected)
+    for a, b in zip(grads, torch.autograd.grad((expected * g).sum(), [x, *router.parameters()])):
+        torch.testing.assert_close(a, b)
+
+
 def test_router_runs_in_fp32_under_autocast():
     layer = make_layer()
     with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -163,3 +235,21 @@ def test_routing_record_costs_nothing_when_off():
     with record_routing(layer):
         assert layer._routing_sink is not None
     assert layer._routing_sink is None
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dispatch", ["grouped", "grouped_autograd", "padded"])
+def test_dispatch_paths_match_the_mask_loop_on_cuda(dispatch):
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    x = torch.randn(64, 8)
+    ref = _outputs_and_grads("mask", x.cuda(), num_experts=4, top_k=2)
+    out = _outputs_and_grads(dispatch, x.cuda(), num_experts=4, top_k=2)
+    torch.testing.assert_close(out[0], ref[0], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(out[1], ref[1], rtol=1e-4, atol=1e-5)
+    for name, g in ref[2].items():
+        torch.testing.assert_close(out[2][name], g, rtol=1e-4, atol=1e-5, msg=name)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        y, gx, _ = _outputs_and_grads(dispatch, x.cuda(), num_experts=4, top_k=2)
+    assert torch.isfinite(y).all() and gx.dtype == torch.float32

@@ -1,17 +1,42 @@
 """The MoE layer against its limit: k dense FFNs over all tokens (the same FLOPs), forward + backward.
 
-    python -m dgmoe bench layer --tokens 6304 --dim 384 --experts 6 --top-k 2
+    dgmoe bench layer --tokens 6304 --dim 384 --experts 6 --top-k 2 --repeats 3
+
+Candidates, all with the router, its auxiliary loss and gate noise included (training mode): the dropless
+paths of `MoEConfig.dispatch`, the grouped path with the official code's capacity 1.5 (token dropping),
+a Tutel-style capacity dispatch (capacity 1.5, tokens placed in a fixed [N, C, d] buffer, one batched
+matmul pair: how Tutel and V-MoE lay out the work), and the router alone.
+
+Every candidate is timed in its own fresh processes, round-robin against the limit; its ratio is the
+median over rounds of the per-round ratio, then the median over `repeats` processes. One process per
+candidate because that is how training runs (one path per process): on the 2-core CPU, sharing a process
+with paths that allocate differently shaped buffers slowed the grouped path by about 2%.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+import statistics
+import sys
+from dataclasses import asdict, dataclass
+from functools import partial
+from typing import Callable
 
 import torch
 import torch.nn as nn
 
-from dgmoe.bench.timing import interleaved_medians
+from dgmoe.bench.timing import (interleaved_times, paired_ratios, run_in_fresh_process, summarize_repeats,
+                                tune_malloc)
 from dgmoe.models.layers import Mlp
 from dgmoe.moe import MoEConfig, MoEMlp
+from dgmoe.moe import dispatch as dispatch_module
+from dgmoe.moe.dispatch import expert_capacity
+
+LIMIT = "limit (k dense FFNs)"
+ROUTER = "router alone"
+MOE_PATHS = {"moe grouped (default)": {}, "moe grouped_autograd": {"dispatch": "grouped_autograd"},
+             "moe padded": {"dispatch": "padded"}, "moe auto": {"dispatch": "auto"}, "moe mask": {"dispatch": "mask"},
+             "moe grouped + capacity 1.5": {"capacity_factor": 1.5}, "moe Tutel-style capacity 1.5": None}
+CANDIDATES = (*MOE_PATHS, ROUTER)
 
 
 @dataclass(frozen=True)
@@ -23,41 +48,96 @@ class LayerBenchConfig:
     router: str = "cosine"
     rounds: int = 7
     threads: int | None = None
+    device: str = "cpu"
+    precision: str = "fp32"
 
 
-def _fwd_bwd(module: nn.Module, x: torch.Tensor):
+class TutelStyleMoE(MoEMlp):
+    """Capacity dispatch into a fixed [N, capacity, d] buffer (what Tutel and V-MoE compute)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        routing = self.route(x)
+        self.aux_loss_terms.append(self.auxiliary_loss(routing))
+        slots = expert_capacity(x.shape[0], self.config.num_experts, self.config.top_k, self.config.capacity_factor)
+        return dispatch_module.padded_dispatch(x, routing.expert_idx, routing.gates, self.experts, routing.keep,
+                                               slots=slots)
+
+
+def _moe_layer(name: str, cfg: LayerBenchConfig) -> MoEMlp:
+    base = dict(num_experts=cfg.experts, top_k=cfg.top_k, router=cfg.router)
+    if MOE_PATHS[name] is None:
+        return TutelStyleMoE(cfg.dim, 4 * cfg.dim, MoEConfig(**base, capacity_factor=1.5))
+    return MoEMlp(cfg.dim, 4 * cfg.dim, MoEConfig(**base, **MOE_PATHS[name]))
+
+
+def _fwd_bwd(module: nn.Module, x: torch.Tensor, sync: Callable[[], None], amp) -> Callable[[], None]:
     def run() -> None:
         x.grad = None
         module.zero_grad(set_to_none=True)
-        module(x).sum().backward()
+        with amp():
+            loss = module(x).float().sum()
+            if isinstance(module, MoEMlp):
+                loss = loss + sum(module.aux_loss_terms)
+                module.aux_loss_terms.clear()
+        loss.backward()
+        sync()
     return run
 
 
-def bench_moe_layer(cfg: LayerBenchConfig) -> dict[str, float]:
-    """Seconds and ratios to the limit of: the dense limit, the sorted dispatch (router included), the
-    mask loop, the capacity dispatch (factor 1.5) and the router alone."""
+def _router_only(layer: MoEMlp, x: torch.Tensor, sync: Callable[[], None], amp) -> Callable[[], None]:
+    def run() -> None:
+        x.grad = None
+        layer.zero_grad(set_to_none=True)
+        with amp():
+            routing = layer.route(x)
+            loss = routing.gates.sum() + layer.auxiliary_loss(routing)
+        loss.backward()
+        sync()
+    return run
+
+
+def bench_moe_layer(cfg: LayerBenchConfig, candidate: str) -> dict[str, dict[str, float]]:
+    """In this process: {name: {"seconds": median, "ratio": median per-round ratio to the limit}} for the
+    limit and `candidate` (one of `CANDIDATES`)."""
+    if candidate not in CANDIDATES:
+        raise ValueError(f"unknown candidate {candidate!r}; valid: {', '.join(CANDIDATES)}")
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(0)
-    hidden = 4 * cfg.dim
-    x = torch.randn(cfg.tokens, cfg.dim, requires_grad=True)
-    x_k = torch.randn(cfg.tokens * cfg.top_k, cfg.dim, requires_grad=True)
-    dense = Mlp(cfg.dim, hidden)
-    layers = {name: MoEMlp(cfg.dim, hidden, MoEConfig(num_experts=cfg.experts, top_k=cfg.top_k, router=cfg.router,
-                                                     **kw)).train()
-              for name, kw in {"grouped (default)": {}, "auto": {"dispatch": "auto"}, "padded": {"dispatch": "padded"}, "mask": {"dispatch": "mask"},
-                               "capacity_1.5": {"capacity_factor": 1.5}}.items()}
-    router = layers["grouped (default)"].router
+    device = torch.device(cfg.device)
+    sync = partial(torch.cuda.synchronize, device) if device.type == "cuda" else (lambda: None)
+    amp = partial(torch.autocast, device.type, dtype=torch.bfloat16, enabled=cfg.precision == "bf16")
+    x = torch.randn(cfg.tokens, cfg.dim, device=device, requires_grad=True)
+    x_k = torch.randn(cfg.tokens * cfg.top_k, cfg.dim, device=device, requires_grad=True)
+    dense = Mlp(cfg.dim, 4 * cfg.dim).to(device)
+    torch.manual_seed(1)  # every candidate gets the same router and experts
+    if candidate == ROUTER:
+        run = _router_only(_moe_layer("moe grouped (default)", cfg).to(device).train(), x, sync, amp)
+    else:
+        run = _fwd_bwd(_moe_layer(candidate, cfg).to(device).train(), x, sync, amp)
+    times = interleaved_times({LIMIT: _fwd_bwd(dense, x_k, sync, amp), candidate: run}, rounds=cfg.rounds)
+    ratios = paired_ratios(times, LIMIT)
+    return {n: {"seconds": statistics.median(t), "ratio": ratios[n]} for n, t in times.items()}
 
-    def router_only() -> None:
-        x.grad = None
-        layers["grouped (default)"].zero_grad(set_to_none=True)
-        r = layers["grouped (default)"].route(x)
-        (r.gates.sum() + layers["grouped (default)"].auxiliary_loss(r)).backward()
 
-    candidates = {"limit (k dense FFNs)": _fwd_bwd(dense, x_k), **{f"moe {n}": _fwd_bwd(m, x) for n, m in layers.items()},
-                  "router alone": router_only}
-    del router
-    seconds = interleaved_medians(candidates, rounds=cfg.rounds)
-    limit = seconds["limit (k dense FFNs)"]
-    return {name: s for name, s in seconds.items()} | {f"{name} / limit": s / limit for name, s in seconds.items()}
+def bench_moe_layer_repeated(cfg: LayerBenchConfig, repeats: int,
+                             candidates: tuple[str, ...] = CANDIDATES) -> list[dict]:
+    """Table rows: median seconds and the median, min and max ratio to the limit, each candidate over
+    `repeats` fresh processes (repeat-major, so slow drifts of the machine spread over all candidates)."""
+    runs: dict[str, list[dict]] = {c: [] for c in candidates}
+    for _ in range(repeats):
+        for c in candidates:
+            runs[c].append(run_in_fresh_process("dgmoe.bench.layer", {"cfg": asdict(cfg), "candidate": c}))
+    limit_seconds = statistics.median(r[LIMIT]["seconds"] for rs in runs.values() for r in rs)
+    rows = [{"path": LIMIT, "seconds": limit_seconds, "ratio to limit": 1.0, "min": 1.0, "max": 1.0}]
+    for c, rs in runs.items():
+        seconds, ratio = summarize_repeats(rs, "seconds")[c], summarize_repeats(rs, "ratio")[c]
+        rows.append({"path": c, "seconds": seconds["median"], "ratio to limit": ratio["median"],
+                     "min": ratio["min"], "max": ratio["max"]})
+    return rows
+
+
+if __name__ == "__main__":
+    tune_malloc()
+    spec = json.loads(sys.argv[1])
+    print(json.dumps(bench_moe_layer(LayerBenchConfig(**spec["cfg"]), spec["candidate"])))

@@ -1,16 +1,16 @@
 """Whole-model cost (GMoE Table 16, SF-MoE Table 4): train step, inference, peak memory, params, FLOPs.
 
-Times are medians of interleaved rounds in one process, reported as ratios to the first model. Peak
-memory is measured per model in a fresh subprocess (CUDA: `max_memory_allocated`; CPU: resident set size
-after two training steps minus the size before the model was built, with glibc told not to return freed
-memory, so the figure is the step's high-water mark of weights, optimiser state and activations).
+Times are measured in fresh processes (`--repeats`), each running the models round-robin; a ratio is the
+median over rounds of the per-round ratio to the first model, then the median over processes. Peak
+memory is measured per model in a fresh subprocess over a training step that follows a first one (so
+the optimiser state exists): CUDA `max_memory_allocated`; on CPU the peak of live tensor bytes (see
+`_measure_memory_child`).
 The compute floor of a model is the reference's step time scaled by the ratio of their training FLOPs.
 """
 from __future__ import annotations
 
 import json
-import resource
-import subprocess
+import statistics
 import sys
 from dataclasses import asdict, dataclass
 
@@ -18,7 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from dgmoe.bench.timing import interleaved_medians, tune_malloc
+from dgmoe.bench.timing import (interleaved_times, paired_ratios, run_in_fresh_process, summarize_repeats,
+                                tune_malloc)
 from dgmoe.models import count_parameters, create_model
 
 DEFAULT_MODELS = ("vit_small_patch16_224", "gmoe_small_patch16_224", "sfmoe_small_patch16_224", "moge_small_patch16_224",
@@ -69,6 +70,8 @@ def _steps(model, cfg: ModelBenchConfig):
         opt.step()
         sync()
 
+    train_step.optimizer, train_step.inputs = opt, (x, y)
+
     @torch.no_grad()
     def infer() -> None:
         model.eval()
@@ -89,60 +92,94 @@ def training_flops(name: str, cfg: ModelBenchConfig) -> tuple[int, int]:
     return count_parameters(model), counter.get_total_flops()
 
 
-def peak_memory_gb(name: str, cfg: ModelBenchConfig) -> float:
-    """Peak memory of two training steps of `name`, measured in a fresh process."""
-    payload = json.dumps({"name": name, "cfg": asdict(cfg)})
-    out = subprocess.run([sys.executable, "-m", "dgmoe.bench.models", payload], capture_output=True, text=True,
-                         check=True)
-    return float(out.stdout.strip().splitlines()[-1])
+def peak_memory_gb(name: str, cfg: ModelBenchConfig) -> dict[str, float]:
+    """Peak memory of a training step of `name` (after a first step has created the optimiser state),
+    measured in a fresh process: {"total": GB, "states": weights + gradients + optimiser state, GB}."""
+    return run_in_fresh_process("dgmoe.bench.models", {"task": "memory", "name": name, "cfg": asdict(cfg)})
 
 
-def _current_rss_gb() -> float:
-    with open("/proc/self/statm") as f:
-        pages = int(f.read().split()[1])
-    return pages * resource.getpagesize() / 2**30
-
-
-def _measure_memory_child(payload: str) -> None:
-    spec = json.loads(payload)
-    cfg = ModelBenchConfig(**{**spec["cfg"], "models": tuple(spec["cfg"]["models"])})
-    tune_malloc()
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    before = _current_rss_gb()
-    model = _build(spec["name"], cfg)
-    train_step, _ = _steps(model, cfg)
-    for _ in range(2):
-        train_step()
-    if cfg.device.startswith("cuda"):
-        print(torch.cuda.max_memory_allocated() / 2**30)
-    else:
-        print(_current_rss_gb() - before)
-
-
-def bench_models(cfg: ModelBenchConfig) -> list[dict]:
+def _measure_memory_child(name: str, cfg: ModelBenchConfig) -> dict[str, float]:
+    """CUDA: `max_memory_allocated` over the second step. CPU: the peak of live tensor bytes over the second
+    step, tracked per tensor by torch's `MemTracker` (a dispatch mode): the CPU analogue of
+    `max_memory_allocated`, free of the allocator's fragmentation that makes resident-set sizes noisy."""
     tune_malloc()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(0)
-    models = {name: _build(name, cfg) for name in cfg.models}
-    steps = {name: _steps(m, cfg) for name, m in models.items()}
-    train = interleaved_medians({n: s[0] for n, s in steps.items()}, rounds=cfg.rounds)
-    infer = interleaved_medians({n: s[1] for n, s in steps.items()}, rounds=cfg.rounds)
-    del models, steps
+    model = _build(name, cfg)
+    train_step, _ = _steps(model, cfg)
+    train_step()
+    if cfg.device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats()
+        train_step()
+        return {"total": torch.cuda.max_memory_allocated() / 2**30, "states": float("nan")}
+    try:
+        from torch.distributed._tools.mem_tracker import MemTracker
+    except ImportError as err:  # a private module of torch; present from torch 2.5 to at least 2.13
+        raise RuntimeError("CPU peak memory needs torch.distributed._tools.mem_tracker.MemTracker, "
+                           f"which this torch {torch.__version__} does not have") from err
+    tracker = MemTracker()
+    tracker.track_external(model, train_step.optimizer, *train_step.inputs)
+    with tracker:
+        train_step()
+    peak = {str(kind).rsplit(".", 1)[-1].lower(): v for kind, v in
+            tracker.get_tracker_snapshot("peak")[torch.device(cfg.device)].items()}
+    return {"total": peak["total"] / 2**30, "states": (peak["param"] + peak["grad"] + peak["opt"]) / 2**30}
+
+
+def time_models(cfg: ModelBenchConfig) -> dict[str, dict[str, float]]:
+    """In this process: {model: {"train"/"infer": median seconds, "train_ratio"/"infer_ratio": median over
+    rounds of its time / the first model's time in the same round}}."""
+    tune_malloc()
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    torch.manual_seed(0)
+    steps = {name: _steps(_build(name, cfg), cfg) for name in cfg.models}
+    ref = cfg.models[0]
+    result: dict[str, dict[str, float]] = {n: {} for n in cfg.models}
+    for i, kind in enumerate(("train", "infer")):
+        times = interleaved_times({n: s[i] for n, s in steps.items()}, rounds=cfg.rounds)
+        for n, ratio in paired_ratios(times, ref).items():
+            result[n] |= {kind: statistics.median(times[n]), f"{kind}_ratio": ratio}
+    return result
+
+
+def bench_models(cfg: ModelBenchConfig, repeats: int = 1) -> list[dict]:
+    """Table rows: parameters, FLOPs, train/inference seconds and ratios to the first model (median over
+    `repeats` fresh processes, with the min and max of the compute-floor ratio), and peak memory."""
+    runs = [run_in_fresh_process("dgmoe.bench.models", {"task": "time", "cfg": asdict(cfg)}) for _ in range(repeats)]
     ref = cfg.models[0]
     counts = {n: training_flops(n, cfg) for n in cfg.models}
     memory = {n: peak_memory_gb(n, cfg) for n in cfg.models}
+    summary = {key: summarize_repeats(runs, key) for key in ("train", "infer", "train_ratio", "infer_ratio")}
     rows = []
     for n in cfg.models:
-        floor = train[ref] * counts[n][1] / counts[ref][1]
+        flops_ratio = counts[n][1] / counts[ref][1]
+        floor = {k: v / flops_ratio for k, v in summary["train_ratio"][n].items()}
         rows.append({"model": n, "params (M)": counts[n][0] / 1e6, "GFLOPs/img (fwd)": counts[n][1] / 1e9,
-                     "train step (s)": train[n], "train vs ref": train[n] / train[ref],
-                     "train vs compute floor": train[n] / floor, "inference (s)": infer[n],
-                     "inference vs ref": infer[n] / infer[ref], "peak mem (GB)": memory[n],
-                     "mem vs ref": memory[n] / memory[ref]})
+                     "train step (s)": summary["train"][n]["median"], "train vs ref": summary["train_ratio"][n]["median"],
+                     "train vs compute floor": floor["median"], "floor min": floor["min"], "floor max": floor["max"],
+                     "inference (s)": summary["infer"][n]["median"],
+                     "inference vs ref": summary["infer_ratio"][n]["median"], "peak mem (GB)": memory[n]["total"],
+                     "of which weights+grads+optimiser": memory[n]["states"],
+                     "mem vs ref": memory[n]["total"] / memory[ref]["total"]})
+    return rows
+
+
+def bench_memory(cfg: ModelBenchConfig, batch_sizes: tuple[int, ...]) -> list[dict]:
+    """Peak training memory of every model at every batch size, as GB and as a ratio to the first model."""
+    rows = []
+    for batch in batch_sizes:
+        at = ModelBenchConfig(**{**asdict(cfg), "batch_size": batch})
+        memory = {n: peak_memory_gb(n, at) for n in cfg.models}
+        ref = memory[cfg.models[0]]["total"]
+        rows += [{"batch": batch, "model": n, "peak mem (GB)": m["total"],
+                  "of which weights+grads+optimiser": m["states"], "mem vs ref": m["total"] / ref}
+                 for n, m in memory.items()]
     return rows
 
 
 if __name__ == "__main__":
-    _measure_memory_child(sys.argv[1])
+    spec = json.loads(sys.argv[1])
+    config = ModelBenchConfig(**{**spec["cfg"], "models": tuple(spec["cfg"]["models"])})
+    print(json.dumps(time_models(config) if spec["task"] == "time" else _measure_memory_child(spec["name"], config)))

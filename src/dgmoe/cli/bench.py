@@ -10,6 +10,15 @@ def _print_table(rows: list[dict]) -> None:
     click.echo(pd.DataFrame(rows).to_markdown(index=False, floatfmt=".3f"))
 
 
+def _print_machine(threads: int | None, device: str) -> None:
+    import platform
+
+    import torch
+
+    where = torch.cuda.get_device_name(device) if device.startswith("cuda") else platform.processor() or platform.machine()
+    click.echo(f"torch {torch.__version__}, {threads or torch.get_num_threads()} threads, {where}")
+
+
 @click.group("bench")
 def command() -> None:
     """Cost benchmarks (MoE layer vs its limit; whole models vs a reference)."""
@@ -23,22 +32,26 @@ def command() -> None:
 @click.option("--router", type=click.Choice(["cosine", "linear"]), default="cosine", show_default=True)
 @click.option("--rounds", type=int, default=7, show_default=True)
 @click.option("--threads", type=int, default=None)
-def layer(**kw) -> None:
+@click.option("--device", default="cpu", show_default=True)
+@click.option("--precision", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True,
+              help="bf16: every candidate runs under bf16 autocast (the router stays fp32).")
+@click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Fresh processes to repeat the measurement in; ratios are their median (min, max).")
+@click.option("--paths", default=None, help="Comma list of candidates to time (default: all), e.g. "
+              "'moe grouped (default),router alone' (names as printed).")
+def layer(repeats, paths, **kw) -> None:
     """MoE layer forward+backward vs the limit (k dense FFNs over all tokens)."""
-    import platform
+    from dgmoe.bench.layer import CANDIDATES, LayerBenchConfig, bench_moe_layer_repeated
 
-    import torch
-
-    from dgmoe.bench.layer import LayerBenchConfig, bench_moe_layer
-    from dgmoe.bench.timing import tune_malloc
-
-    tune_malloc()
+    chosen = CANDIDATES if paths is None else tuple(p.strip() for p in paths.split(","))
+    unknown = [p for p in chosen if p not in CANDIDATES]
+    if unknown:
+        raise click.BadParameter(f"unknown {unknown}; valid: {', '.join(CANDIDATES)}", param_hint="--paths")
     cfg = LayerBenchConfig(**kw)
-    result = bench_moe_layer(cfg)
-    click.echo(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor() or platform.machine()}")
-    rows = [{"path": k, "seconds": v, "ratio to limit": result[f"{k} / limit"]} for k, v in result.items()
-            if not k.endswith("/ limit")]
-    _print_table(rows)
+    _print_machine(cfg.threads, cfg.device)
+    click.echo(f"{repeats} fresh processes per path x {cfg.rounds} rounds; T={cfg.tokens}, d={cfg.dim}, N={cfg.experts}, "
+               f"k={cfg.top_k}, {cfg.router} router, {cfg.precision}")
+    _print_table(bench_moe_layer_repeated(cfg, repeats, chosen))
 
 
 @command.command("models")
@@ -50,10 +63,37 @@ def layer(**kw) -> None:
 @click.option("--precision", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True)
 @click.option("--compile", "compile_", is_flag=True, help="torch.compile every model.")
 @click.option("--threads", type=int, default=None)
-def models(models, img_size, batch_size, rounds, device, precision, compile_, threads) -> None:
+@click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Fresh processes to repeat the timings in; ratios are their median.")
+def models(models, img_size, batch_size, rounds, device, precision, compile_, threads, repeats) -> None:
     """Train step, inference time, peak memory, params and FLOPs of several models, as ratios."""
     from dgmoe.bench.models import DEFAULT_MODELS, ModelBenchConfig, bench_models
 
     names = tuple(models.split(",")) if models else DEFAULT_MODELS
+    _print_machine(threads, device)
+    click.echo(f"{repeats} fresh processes x {rounds} rounds; batch {batch_size} at {img_size} px, {precision}"
+               f"{', torch.compile' if compile_ else ''}; reference {names[0]}")
     _print_table(bench_models(ModelBenchConfig(names, img_size, batch_size, rounds=rounds, device=device,
-                                               precision=precision, compile=compile_, threads=threads)))
+                                               precision=precision, compile=compile_, threads=threads), repeats))
+
+
+@command.command("memory")
+@click.option("--models", default="vit_small_patch16_224,gmoe_small_patch16_224", show_default=True,
+              help="Comma list; the first is the reference.")
+@click.option("--batch-sizes", default="16,32,96", show_default=True,
+              help="Comma list. 96 is DomainBed's step (32 images x 3 training domains).")
+@click.option("--img-size", type=int, default=224, show_default=True)
+@click.option("--device", default="cpu", show_default=True)
+@click.option("--precision", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True)
+@click.option("--threads", type=int, default=None)
+def memory(models, batch_sizes, img_size, device, precision, threads) -> None:
+    """Peak training memory (weights, gradients, Adam state, activations) per model and batch size."""
+    from dgmoe.bench.models import ModelBenchConfig, bench_memory
+
+    try:
+        sizes = tuple(int(b) for b in batch_sizes.split(","))
+    except ValueError:
+        raise click.BadParameter(f"expected a comma list of integers, got {batch_sizes!r}", param_hint="--batch-sizes")
+    _print_machine(threads, device)
+    cfg = ModelBenchConfig(tuple(models.split(",")), img_size, device=device, precision=precision, threads=threads)
+    _print_table(bench_memory(cfg, sizes))

@@ -5,6 +5,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 
+DISPATCH_NAMES = ("auto", "grouped", "grouped_autograd", "padded", "mask")
+
+
 @dataclass(frozen=True)
 class MoEConfig:
     """Knobs of a token-level MoE FFN (GMoE §4.3, App. C; names after V-MoE's config where possible).
@@ -25,8 +28,10 @@ class MoEConfig:
         expert_dropout: dropout on the expert hidden activation (official code: 0.1).
         load_loss: 'paper' computes eq. 10 on logits; 'tutel' reproduces the official code's quirk of
             subtracting the k-th noisy logit from the clean *probability*.
-        dispatch: 'grouped' (default: sort by expert, one matmul pair per expert on contiguous rows; the
-            fastest on a quiet 2-core CPU, see docs/benchmarks.md), 'padded' (one batched matmul pair over
+        dispatch: 'grouped' (default: sort by expert, one matmul pair per expert on contiguous rows, with a
+            hand-written backward that keeps a dense FFN's activation memory; the fastest on a quiet 2-core
+            CPU, see docs/benchmarks.md), 'grouped_autograd' (the same through autograd: double backward,
+            expert dropout), 'padded' (one batched matmul pair over
             experts padded to the busiest one), 'auto' (padded while routing is balanced, else grouped) or
             'mask' (a reference loop with boolean masks, for tests and benchmarks).
     """
@@ -43,7 +48,7 @@ class MoEConfig:
     batch_prioritized: bool = True
     expert_dropout: float = 0.0
     load_loss: Literal["paper", "tutel"] = "paper"
-    dispatch: Literal["auto", "grouped", "padded", "mask"] = "grouped"
+    dispatch: Literal["auto", "grouped", "grouped_autograd", "padded", "mask"] = "grouped"
 
     def __post_init__(self) -> None:
         if self.num_experts < 1:
@@ -56,8 +61,8 @@ class MoEConfig:
             raise ValueError(f"capacity_factor must be positive or None, got {self.capacity_factor}")
         if self.load_loss not in ("paper", "tutel"):
             raise ValueError(f"load_loss must be 'paper' or 'tutel', got {self.load_loss!r}")
-        if self.dispatch not in ("auto", "grouped", "padded", "mask"):
-            raise ValueError(f"dispatch must be 'auto', 'grouped', 'padded' or 'mask', got {self.dispatch!r}")
+        if self.dispatch not in DISPATCH_NAMES:
+            raise ValueError(f"dispatch must be one of {', '.join(DISPATCH_NAMES)}; got {self.dispatch!r}")
 
     @property
     def gate_noise_std(self) -> float:

@@ -1,14 +1,18 @@
 """Token dispatch: send each token to its k experts, combine the gated outputs.
 
-Both production paths start with one stable sort of the T*k (token, expert) assignments by expert and end
-with the gate multiply and one scatter-add; there is no [T, E] one-hot and no boolean mask per expert.
-- `sorted_dispatch` ("grouped"): one matmul pair per expert on its contiguous slice of the sorted rows.
+Every production path starts with one stable sort of the T*k (token, expert) assignments by expert and
+ends with the gate multiply and one scatter-add; there is no [T, E] one-hot and no boolean mask per expert.
+- `sorted_dispatch` ("grouped", the default): one matmul pair per expert on its contiguous slice of the
+  sorted rows, in the fused `GroupedExpertFFN` (hand-written backward: memory of a dense FFN over the
+  T*k assignments, no concatenations). Fastest on a quiet 2-core CPU (docs/benchmarks.md, section 4).
+- `sorted_autograd_dispatch` ("grouped_autograd"): the same through plain autograd; supports double
+  backward and expert dropout (which "grouped" hands to it).
 - `padded_dispatch` ("padded"): rows are placed in an [N, C, d] buffer padded to the busiest expert's count
-  C and all experts run as one batched matmul pair; faster on CPU while routing is balanced.
+  C and all experts run as one batched matmul pair.
 - "auto" picks padded while the padding costs at most `PADDING_LIMIT` extra rows, else grouped.
-"grouped" is the default: on a quiet 2-core CPU it measured fastest (docs/benchmarks.md, section 4).
-`masked_dispatch` is the straightforward reference they are tested against. `capacity_keep_mask` reproduces the official code's capacity with token dropping and
-batch-prioritised routing (Riquelme et al. 2021).
+`masked_dispatch` is the straightforward reference they are tested against. `capacity_keep_mask`
+reproduces the official code's capacity with token dropping and batch-prioritised routing (Riquelme et
+al. 2021).
 """
 from __future__ import annotations
 
@@ -18,11 +22,25 @@ import torch
 import torch.nn.functional as F
 
 from dgmoe.moe.experts import Experts
+from dgmoe.moe.fused import GroupedExpertFFN
 
 
 def sorted_dispatch(x: torch.Tensor, expert_idx: torch.Tensor, gates: torch.Tensor, experts: Experts,
                     keep: torch.Tensor | None = None) -> torch.Tensor:
-    """x [T, d]; expert_idx, gates [T, k]; keep [T, k] bool (None keeps every assignment)."""
+    """x [T, d]; expert_idx, gates [T, k]; keep [T, k] bool (None keeps every assignment).
+
+    Runs the fused `GroupedExpertFFN` (memory of a dense FFN over T*k tokens, no concatenations) unless
+    expert dropout is active, which only the autograd path implements."""
+    if experts.drop.p > 0 and experts.training:
+        return sorted_autograd_dispatch(x, expert_idx, gates, experts, keep)
+    _, gate_sorted, token_sorted, counts = _sort_assignments(expert_idx, gates, keep, experts.num_experts)
+    return GroupedExpertFFN.apply(x, token_sorted, gate_sorted, counts.tolist(), experts.fc1_weight,
+                                  experts.fc1_bias, experts.fc2_weight, experts.fc2_bias)
+
+
+def sorted_autograd_dispatch(x: torch.Tensor, expert_idx: torch.Tensor, gates: torch.Tensor, experts: Experts,
+                             keep: torch.Tensor | None = None) -> torch.Tensor:
+    """`sorted_dispatch` through plain autograd (supports double backward and expert dropout)."""
     _, gate_sorted, token_sorted, counts = _sort_assignments(expert_idx, gates, keep, experts.num_experts)
     y = experts.forward_grouped(x.index_select(0, token_sorted), counts.tolist())
     y = y * gate_sorted.unsqueeze(1).to(y.dtype)
@@ -46,11 +64,16 @@ def _sort_assignments(expert_idx: torch.Tensor, gates: torch.Tensor, keep: torch
 
 
 def padded_dispatch(x: torch.Tensor, expert_idx: torch.Tensor, gates: torch.Tensor, experts: Experts,
-                    keep: torch.Tensor | None = None) -> torch.Tensor:
-    """Same result as `sorted_dispatch`, with all experts in one padded batched matmul pair."""
+                    keep: torch.Tensor | None = None, slots: int | None = None) -> torch.Tensor:
+    """Same result as `sorted_dispatch`, with all experts in one padded batched matmul pair.
+
+    Each expert gets `slots` rows (default: the busiest expert's count). With `slots` set to the capacity
+    of `capacity_keep_mask` this is the Tutel / V-MoE layout: a fixed [N, capacity, d] buffer."""
     num_experts = experts.num_experts
     expert_sorted, gate_sorted, token_sorted, counts = _sort_assignments(expert_idx, gates, keep, num_experts)
-    capacity = max(int(counts.max()), 1)
+    capacity = max(int(counts.max()), 1) if slots is None else slots
+    if int(counts.max()) > capacity:
+        raise ValueError(f"an expert has {int(counts.max())} assignments but only {capacity} slots")
     starts = torch.cumsum(counts, 0) - counts
     slot = expert_sorted * capacity + (torch.arange(len(expert_sorted), device=x.device) - starts[expert_sorted])
     rows = x.new_zeros(num_experts * capacity, x.shape[1]).index_copy(0, slot, x.index_select(0, token_sorted))

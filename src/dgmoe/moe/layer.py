@@ -15,12 +15,16 @@ import torch.nn as nn
 
 from dgmoe.moe.config import MoEConfig
 from dgmoe.moe.dispatch import (auto_dispatch, capacity_keep_mask, expert_capacity, masked_dispatch,
-                                padded_dispatch, sorted_dispatch)
-
-DISPATCH = {"auto": auto_dispatch, "grouped": sorted_dispatch, "padded": padded_dispatch, "mask": masked_dispatch}
+                                padded_dispatch, sorted_autograd_dispatch, sorted_dispatch)
 from dgmoe.moe.experts import Experts
 from dgmoe.moe.losses import importance_loss, load_loss
 from dgmoe.moe.routers import build_router
+
+# The dispatch paths have data-dependent shapes (rows per expert): under torch.compile they run eagerly
+# and everything around them (attention, router, norms) is compiled, instead of recompiling every step.
+DISPATCH = {name: torch.compiler.disable(fn) for name, fn in {
+    "auto": auto_dispatch, "grouped": sorted_dispatch, "grouped_autograd": sorted_autograd_dispatch,
+    "padded": padded_dispatch, "mask": masked_dispatch}.items()}
 
 
 @dataclass

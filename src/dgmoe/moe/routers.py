@@ -44,9 +44,12 @@ class CosineRouter(nn.Module):
         return torch.exp(-self.logit_scale.clamp(max=self.max_logit_scale))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = F.normalize(F.linear(x.float(), self.proj.weight.float(), self.proj.bias.float()), dim=-1)
+        h = F.linear(x.float(), self.proj.weight.float(), self.proj.bias.float())
         codes = F.normalize(self.codebook.float(), dim=0)
-        return (h @ codes) * self.logit_scale.clamp(max=self.max_logit_scale).exp()
+        scale = self.logit_scale.clamp(max=self.max_logit_scale).exp()
+        # normalize(h) @ codes with the division by ||h|| moved onto the [T, N] logits: the same value
+        # (F.normalize's eps included) without two extra passes over [T, d_e] forward and backward.
+        return (h @ codes) * (scale / torch.linalg.vector_norm(h, dim=-1, keepdim=True).clamp_min(1e-12))
 
 
 def build_router(kind: str, dim: int, num_experts: int, router_dim: int = 256, temperature_init: float = 0.5,

@@ -1,0 +1,102 @@
+"""Benchmark plumbing: statistics, fresh-process runs, and the commands end to end on tiny shapes.
+Timings are never asserted; only that every candidate is measured and memory is accounted."""
+import pytest
+import torch
+from click.testing import CliRunner
+
+from dgmoe.bench.layer import CANDIDATES, LIMIT, LayerBenchConfig, bench_moe_layer
+from dgmoe.bench.timing import paired_ratios, run_in_fresh_process, summarize_repeats
+from dgmoe.cli import main
+from dgmoe.moe import MoEConfig, MoEMlp
+from dgmoe.moe.dispatch import capacity_keep_mask, expert_capacity, padded_dispatch, sorted_dispatch
+
+
+def test_paired_ratios_divide_within_a_round_then_take_the_median():
+    times = {"ref": [1.0, 2.0, 4.0], "a": [1.1, 2.4, 4.0]}
+    assert paired_ratios(times, "ref") == {"ref": 1.0, "a": pytest.approx(1.1)}
+
+
+def test_summarize_repeats_reports_median_min_max():
+    runs = [{"a": {"ratio": r}} for r in (1.2, 1.0, 1.1)]
+    assert summarize_repeats(runs, "ratio") == {"a": {"median": 1.1, "min": 1.0, "max": 1.2}}
+
+
+def test_fresh_process_failure_names_the_module_and_shows_its_error():
+    with pytest.raises(RuntimeError, match="dgmoe.bench.layer.*failed"):
+        run_in_fresh_process("dgmoe.bench.layer", {"cfg": {"no_such_field": 1}, "candidate": "router alone"})
+
+
+def test_tutel_style_fixed_slots_equal_the_grouped_capacity_dispatch():
+    torch.manual_seed(0)
+    layer = MoEMlp(8, 16, MoEConfig(num_experts=4, top_k=2)).eval()
+    x = torch.randn(30, 8)
+    routing = layer.route(x)
+    slots = expert_capacity(30, 4, 2, 0.5)
+    keep = capacity_keep_mask(routing.expert_idx, routing.gates, 4, slots)
+    assert not keep.all()  # some tokens are dropped at this capacity
+    fixed = padded_dispatch(x, routing.expert_idx, routing.gates, layer.experts, keep, slots=slots)
+    torch.testing.assert_close(fixed, sorted_dispatch(x, routing.expert_idx, routing.gates, layer.experts, keep))
+    with pytest.raises(ValueError, match="slots"):
+        padded_dispatch(x, routing.expert_idx, routing.gates, layer.experts, slots=1)
+
+
+@pytest.mark.parametrize("candidate", CANDIDATES)
+def test_every_layer_candidate_is_timed_against_the_limit(candidate):
+    cfg = LayerBenchConfig(tokens=64, dim=16, experts=4, rounds=1)
+    result = bench_moe_layer(cfg, candidate)
+    assert set(result) == {LIMIT, candidate}
+    assert result[LIMIT]["ratio"] == 1.0 and result[candidate]["seconds"] > 0
+
+
+def test_bench_layer_command_runs_each_path_in_fresh_processes_and_rejects_unknown_paths():
+    args = ["bench", "layer", "--tokens", "64", "--dim", "16", "--experts", "4", "--rounds", "1", "--repeats", "2"]
+    result = CliRunner().invoke(main, [*args, "--paths", "moe grouped (default),router alone"])
+    assert result.exit_code == 0, result.output
+    for path in (LIMIT, "moe grouped (default)", "router alone"):
+        assert f"| {path} " in result.output
+    assert "2 fresh processes per path x 1 rounds" in result.output
+    bad = CliRunner().invoke(main, [*args, "--paths", "moe grouped"])
+    assert bad.exit_code != 0 and "moe grouped (default)" in bad.output
+
+
+def test_bench_memory_counts_the_extra_experts_weights_and_optimiser_state():
+    result = CliRunner().invoke(main, ["bench", "memory", "--models", "vit_micro_patch7_28,gmoe_micro_patch7_28",
+                                       "--batch-sizes", "256", "--img-size", "28"])
+    assert result.exit_code == 0, result.output
+    rows = [line.split("|") for line in result.output.splitlines() if line.startswith("|") and "_micro_" in line]
+    (vit_total, vit_states), (moe_total, moe_states) = [(float(r[3]), float(r[4])) for r in rows]
+    assert 0 < vit_states < vit_total and 0 < moe_states < moe_total
+    assert moe_states > vit_states and moe_total > vit_total
+
+
+def test_bench_memory_rejects_a_malformed_batch_list():
+    result = CliRunner().invoke(main, ["bench", "memory", "--batch-sizes", "16,x"])
+    assert result.exit_code != 0 and "--batch-sizes" in result.output
+
+
+def test_bench_models_command_reports_time_floor_and_memory_for_each_model():
+    result = CliRunner().invoke(main, ["bench", "models", "--models", "vit_micro_patch7_28,gmoe_micro_patch7_28",
+                                       "--img-size", "28", "--batch-size", "2", "--rounds", "1"])
+    assert result.exit_code == 0, result.output
+    header = next(line for line in result.output.splitlines() if line.startswith("| model"))
+    for column in ("train vs compute floor", "floor min", "inference vs ref", "peak mem (GB)", "mem vs ref"):
+        assert column in header
+    assert sum(line.startswith(("| vit_micro", "| gmoe_micro")) for line in result.output.splitlines()) == 2
+
+
+@pytest.mark.slow
+def test_compiled_gmoe_equals_eager_in_eval_and_trains():
+    """torch.compile (inductor; needs a C compiler on CPU) compiles around the dispatch, which runs eagerly."""
+    import torch.nn.functional as F
+
+    from dgmoe.models import create_model
+
+    torch.manual_seed(0)
+    model = create_model("gmoe_micro_patch7_28", num_classes=10).eval()
+    x = torch.randn(8, 3, 28, 28)
+    compiled = torch.compile(model)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-5)
+    compiled.train()
+    F.cross_entropy(compiled(x), torch.arange(8)).backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters() if p.requires_grad)
