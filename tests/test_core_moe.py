@@ -91,7 +91,7 @@ def test_fused_grouped_dispatch_refuses_double_backward_and_autograd_path_suppor
         g.sum().backward()
 
 
-def test_grouped_dispatch_with_expert_dropout_uses_the_autograd_path(monkeypatch):
+def test_grouped_dispatch_uses_the_autograd_path_for_expert_dropout_and_inference(monkeypatch):
     from dgmoe.moe import dispatch
 
     called = []
@@ -100,6 +100,9 @@ def test_grouped_dispatch_with_expert_dropout_uses_the_autograd_path(monkeypatch
     layer.train()(torch.randn(4, 8))
     layer.eval()(torch.randn(4, 8))
     assert called == [1]
+    with torch.no_grad():  # inference keeps no [T*k, hidden] buffer: the autograd path, without a graph
+        make_layer()(torch.randn(4, 8))
+    assert called == [1, 1]
 
 
 def test_auto_dispatch_falls_back_to_grouped_when_routing_is_skewed(monkeypatch):

@@ -29,9 +29,10 @@ def sorted_dispatch(x: torch.Tensor, expert_idx: torch.Tensor, gates: torch.Tens
                     keep: torch.Tensor | None = None) -> torch.Tensor:
     """x [T, d]; expert_idx, gates [T, k]; keep [T, k] bool (None keeps every assignment).
 
-    Runs the fused `GroupedExpertFFN` (memory of a dense FFN over T*k tokens, no concatenations) unless
-    expert dropout is active, which only the autograd path implements."""
-    if experts.drop.p > 0 and experts.training:
+    Runs the fused `GroupedExpertFFN` (memory of a dense FFN over T*k tokens, no concatenations) when
+    gradients are recorded. Without gradients (inference), and with expert dropout active (which only it
+    implements), the autograd path runs: it keeps no [T*k, hidden] buffer alive across experts."""
+    if not torch.is_grad_enabled() or (experts.drop.p > 0 and experts.training):
         return sorted_autograd_dispatch(x, expert_idx, gates, experts, keep)
     _, gate_sorted, token_sorted, counts = _sort_assignments(expert_idx, gates, keep, experts.num_experts)
     return GroupedExpertFFN.apply(x, token_sorted, gate_sorted, counts.tolist(), experts.fc1_weight,
