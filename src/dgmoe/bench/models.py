@@ -157,6 +157,7 @@ def bench_models(cfg: ModelBenchConfig, repeats: int = 1) -> list[dict]:
         flops_ratio = counts[n][1] / counts[ref][1]
         floor = {k: v / flops_ratio for k, v in summary["train_ratio"][n].items()}
         rows.append({"model": n, "params (M)": counts[n][0] / 1e6, "GFLOPs/img (fwd)": counts[n][1] / 1e9,
+                     "GMACs/img (fwd)": counts[n][1] / 2e9,
                      "train step (s)": summary["train"][n]["median"], "train vs ref": summary["train_ratio"][n]["median"],
                      "train vs compute floor": floor["median"], "floor min": floor["min"], "floor max": floor["max"],
                      "inference (s)": summary["infer"][n]["median"],
