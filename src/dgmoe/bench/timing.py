@@ -1,4 +1,5 @@
-"""Interleaved timing: run every candidate once per round, report medians and ratios to a reference."""
+"""Interleaved timing: run every candidate once per round, in fresh processes when asked; report medians
+and per-round (paired) ratios to a reference."""
 from __future__ import annotations
 
 import ctypes
@@ -39,11 +40,6 @@ def interleaved_times(candidates: dict[str, Callable[[], None]], rounds: int = 7
             candidates[name]()
             times[name].append(time.perf_counter() - start)
     return times
-
-
-def interleaved_medians(candidates: dict[str, Callable[[], None]], rounds: int = 7, warmup: int = 2) -> dict[str, float]:
-    """Median seconds per call of each candidate, measured round-robin."""
-    return {name: statistics.median(t) for name, t in interleaved_times(candidates, rounds, warmup).items()}
 
 
 def paired_ratios(times: dict[str, list[float]], reference: str) -> dict[str, float]:
