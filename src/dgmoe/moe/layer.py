@@ -9,6 +9,7 @@ each training forward (collected by `dgmoe.moe.aux.moe_aux_loss`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.nn as nn
@@ -20,11 +21,19 @@ from dgmoe.moe.experts import Experts
 from dgmoe.moe.losses import importance_loss, load_loss
 from dgmoe.moe.routers import build_router
 
-# The dispatch paths have data-dependent shapes (rows per expert): under torch.compile they run eagerly
-# and everything around them (attention, router, norms) is compiled, instead of recompiling every step.
-DISPATCH = {name: torch.compiler.disable(fn) for name, fn in {
-    "auto": auto_dispatch, "grouped": sorted_dispatch, "grouped_autograd": sorted_autograd_dispatch,
-    "padded": padded_dispatch, "mask": masked_dispatch}.items()}
+DISPATCH = {"auto": auto_dispatch, "grouped": sorted_dispatch, "grouped_autograd": sorted_autograd_dispatch,
+            "padded": padded_dispatch, "mask": masked_dispatch}
+_UNCOMPILED: dict[str, Callable] = {}
+
+
+def uncompiled_dispatch(name: str) -> Callable:
+    """`DISPATCH[name]` hidden from torch.compile: its shapes depend on the routing (rows per expert), so it
+    runs eagerly and everything around it (attention, router, norms) compiles, instead of a recompile per
+    step. Wrapped on first use (layer construction), so that importing dgmoe does not import
+    torch._dynamo (1.6 s)."""
+    if name not in _UNCOMPILED:
+        _UNCOMPILED[name] = torch.compiler.disable(DISPATCH[name])
+    return _UNCOMPILED[name]
 
 
 @dataclass
@@ -49,6 +58,7 @@ class MoEMlp(nn.Module):
                                    config.temperature_init, config.temperature_min)
         self.experts = Experts(config.num_experts, dim, hidden, config.expert_dropout)
         self.aux_loss_terms: list[torch.Tensor] = []
+        self._dispatch = uncompiled_dispatch(config.dispatch)
         self._routing_sink = None  # set by dgmoe.moe.record.record_routing
 
     def route(self, x: torch.Tensor) -> Routing:
@@ -83,7 +93,7 @@ class MoEMlp(nn.Module):
         routing = self.route(tokens)
         if self.training:
             self.aux_loss_terms.append(self.auxiliary_loss(routing))
-        out = DISPATCH[self.config.dispatch](tokens, routing.expert_idx, routing.gates, self.experts, routing.keep)
+        out = self._dispatch(tokens, routing.expert_idx, routing.gates, self.experts, routing.keep)
         if self._routing_sink is not None:
             self._routing_sink(routing, shape[:-1])
         return out.reshape(shape)
