@@ -195,15 +195,15 @@ def analyze_run(run_dir: str | Path, output_dir: str | Path, which: str = "last"
     Uses every domain of the run's dataset (or `envs`), all items, with the run's evaluation transform.
     """
     from dgmoe.data import get_dataset, get_transforms
-    from dgmoe.engine.checkpoint import checkpoint_step, load_run, weights_file
+    from dgmoe.engine.checkpoint import checkpoint_step, load_run, saved_run, weights_file
     from dgmoe.analysis.style import checkpoint_text
 
     network, config = load_run(run_dir, which)
     weights, which = weights_file(run_dir, which)
-    cfg = config["config"]
-    dataset = get_dataset(cfg["dataset"], data_dir or cfg.get("data_dir"), cfg.get("img_size"),
-                          n_per_domain=cfg.get("n_per_domain"))
-    _, eval_tf = get_transforms(cfg["dataset"], dataset.input_shape[-1], False)
+    run = saved_run(config)
+    dataset = get_dataset(run.data.dataset, data_dir or run.execution.data_dir, run.data.img_size,
+                          n_per_domain=run.data.n_per_domain)
+    _, eval_tf = get_transforms(run.data.dataset, dataset.input_shape[-1], False)
     chosen = [dataset[i] for i in (envs if envs is not None else range(len(dataset)))]
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)

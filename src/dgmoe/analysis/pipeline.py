@@ -50,8 +50,7 @@ class RunImages:
 
     def describe(self) -> str:
         """`gmoe_tiny_patch16_224, step 2 (best checkpoint)`: which network the figures show."""
-        cfg = self.config.get("config", self.config)
-        model = self.config.get("model_build", {}).get("name") or cfg.get("model") or type(self.model).__name__
+        model = self.config.get("model_build", {}).get("name") or type(self.model).__name__
         return checkpoint_text(model, self.step, self.which)
 
     def panel(self, domain: str, i: int) -> str:
@@ -81,13 +80,13 @@ def load_run_images(run_dir: str | Path, n_per_domain: int = 16, data_dir: str |
                     which: str = "best", seed: int = 0) -> RunImages:
     """Load a run's network and a seeded sample of `n_per_domain` images of every domain of its dataset."""
     from dgmoe.data import get_dataset
-    from dgmoe.engine.checkpoint import checkpoint_step, load_run, weights_file
+    from dgmoe.engine.checkpoint import checkpoint_step, load_run, saved_run, weights_file
 
     model, config = load_run(run_dir, which=which)
     weights, which = weights_file(run_dir, which)
-    cfg = config.get("config", config)
-    name = cfg["dataset"]
-    data_dir = data_dir if data_dir is not None else cfg.get("data_dir")
+    cfg = saved_run(config)
+    name = cfg.data.dataset
+    data_dir = data_dir if data_dir is not None else cfg.execution.data_dir
     size = model_img_size(model)
     ds = get_dataset(name, data_dir, size, n_per_domain=n_per_domain, seed=seed)
     images, inputs = {}, {}

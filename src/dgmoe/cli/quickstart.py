@@ -16,7 +16,7 @@ def command(output_dir: str, dataset: str, test_env: int, steps: int, seed: int)
     import pandas as pd
 
     from dgmoe.experiments.quickstart import quickstart
-    from dgmoe.engine.train import main_log_config
+    from dgmoe.engine.trainer import main_log_config
 
     main_log_config()
     rows = quickstart(output_dir, dataset, test_env, steps, seed=seed)

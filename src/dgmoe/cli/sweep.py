@@ -3,12 +3,16 @@ from __future__ import annotations
 
 import json
 import shlex
+from typing import Any
 
 import click
 
+from dgmoe.cli.options import given_settings, run_options
+from dgmoe.engine.config import RunConfig
+from dgmoe.engine.settings import flag
 from dgmoe.errors import DgmoeError, UsageError
-
-from dgmoe.sweep.jobs import SweepConfig, build_jobs, check_sweep
+from dgmoe.sweep.jobs import DEFAULT_TRAIN_COMMAND, GRID_KEYS, SweepConfig, build_jobs, check_sweep
+from dgmoe.sweep.launchers import LAUNCHERS
 
 
 def _split(values: tuple[str, ...]) -> tuple[str, ...]:
@@ -34,62 +38,86 @@ def command() -> None:
     """DomainBed sweeps: trial x dataset x algorithm x model x test envs x hparams seed."""
 
 
-@command.command("launch")
+#: the run settings `dgmoe sweep launch` takes as flags of its own (DomainBed's sweep.py has them); any other
+#: `dgmoe train` flag goes after `--`
+SWEEP_RUN_KEYS = ("data_dir", "steps", "checkpoint_freq", "hparams", "img_size", "patch_size", "holdout_fraction")
+
+
+def _train_flags(flags: tuple[str, ...], legacy: tuple[str, str]) -> tuple[dict, RunConfig | None]:
+    """The run settings given after `--` (and in the old --train-args/--exec-args strings), parsed by
+    `dgmoe train`'s own options: (flat settings, the --config base or None)."""
+    from dgmoe.cli.train import command as train
+
+    argv = [token for text in legacy for token in shlex.split(text)] + list(flags)
+    try:
+        ctx = train.make_context("dgmoe train", argv, resilient_parsing=False)
+    except click.ClickException as err:
+        raise UsageError(f"the `dgmoe train` flags after `--`: {err.format_message()}") from None
+    settings = given_settings(ctx, ctx.params)
+    grid = [k for k in settings if k in GRID_KEYS]
+    if grid:
+        raise UsageError(f"{flag(grid[0])} after `--` is set by the sweep for each job (use --datasets, "
+                         "--algorithms, --models, --n-hparams, --n-trials, --only-test-envs, --output-dir)")
+    if ctx.params.get("print_config"):
+        raise UsageError("--print-config is not a sweep setting; use the dummy launcher to see the jobs")
+    base = RunConfig.from_file(ctx.params["config_file"]) if ctx.params.get("config_file") else None
+    return settings, base
+
+
+@command.command("launch", context_settings={"show_default": True})
 @click.option("--datasets", multiple=True, required=True, help="Dataset names (repeat or comma list).")
 @click.option("--algorithms", multiple=True, required=True, help="Algorithm names (repeat or comma list).")
 @click.option("--models", multiple=True, required=True, help="Backbone names (repeat or comma list).")
-@click.option("--data-dir", default=None, help="Passed to every run (optional for MNIST/Debug datasets).")
-@click.option("--output-dir", required=True, help="Sweep directory; one sub-directory per job.")
-@click.option("--n-hparams", default=20, show_default=True, help="Hparam draws per cell (seed 0 = defaults).")
-@click.option("--n-hparams-from", default=0, show_default=True, help="First hparams seed.")
-@click.option("--n-trials", default=3, show_default=True, help="Trial seeds 0..n-1.")
-@click.option("--steps", type=int, default=None, help="Training steps (default: the dataset's).")
-@click.option("--checkpoint-freq", type=int, default=None, help="Default: the dataset's.")
-@click.option("--single-test-envs", is_flag=True, help="Only single held-out domains (no pairs for LODO).")
+@click.option("--output-dir", "--output_dir", required=True, help="Sweep directory; one sub-directory per job.")
+@click.option("--n-hparams", "--n_hparams", default=20, help="Hparam draws per cell (seed 0 = defaults).")
+@click.option("--n-hparams-from", "--n_hparams_from", default=0, help="First hparams seed.")
+@click.option("--n-trials", "--n_trials", default=3, help="Trial seeds 0..n-1.")
+@click.option("--single-test-envs", "--single_test_envs", is_flag=True,
+              help="Only single held-out domains (no pairs for leave-one-domain-out selection).")
 @click.option("--only-test-envs", multiple=True, type=int,
               help="Keep only held-out sets within these domains (repeat; e.g. an ablation on one domain).")
-@click.option("--hparams", default=None, help="JSON hparam overrides for every run.")
-@click.option("--img-size", type=int, default=None)
-@click.option("--patch-size", type=int, default=None)
-@click.option("--holdout-fraction", type=float, default=None)
-@click.option("--train-args", default="",
-              help="More `dgmoe train` flags that change results, part of each job's hash "
-                   "(e.g. '--n-per-domain 64').")
-@click.option("--exec-args", default="",
-              help="More `dgmoe train` flags that only say how to run, not hashed: --device, --num-workers, "
-                   "--num-threads, --progress, --tensorboard (e.g. '--device cuda').")
-@click.option("--launcher", default="local", show_default=True,
-              help="dummy | local | submitit | submitit-local")
-@click.option("--max-workers", default=1, show_default=True, help="local: concurrent jobs.")
-@click.option("--gpus", default=None, help="local: comma list of GPU ids, one job per GPU.")
+@run_options(only=SWEEP_RUN_KEYS)
+@click.option("--train-args", default="", hidden=True, help="Old spelling of the flags after `--`.")
+@click.option("--exec-args", default="", hidden=True, help="Old spelling of the flags after `--`.")
+@click.option("--launcher", default="local",
+              help=f"One of {', '.join(LAUNCHERS.names())}. dummy: print the jobs; local: a pool on this machine; "
+                   "submitit: Slurm (a job array); submitit-local: submitit's local executor.")
+@click.option("--max-workers", default=1, help="local: jobs at once.")
+@click.option("--gpus", default=None, help="local: comma list of GPU ids, one job per GPU at a time.")
 @click.option("--train-command", default=None,
-              help="Command that runs one job (default: python -m dgmoe train); the job's flags follow it.")
-@click.option("--seed", default=0, show_default=True, help="Seed of the launch order shuffle.")
-@click.option("--relaunch-queued", is_flag=True, help="Also relaunch jobs marked queued.")
+              help="Command that trains one job, called as `<command> --config <job>/job.json` "
+                   "[python -m dgmoe train].")
+@click.option("--seed", default=0, help="Seed of the launch order shuffle (not of the runs).")
+@click.option("--relaunch-queued", is_flag=True, help="Also relaunch jobs marked queued (e.g. a lost Slurm array).")
 @click.option("--no-wait", is_flag=True, help="submitit: return after submitting.")
-@click.option("--slurm-partition", default=None)
-@click.option("--slurm-gpus-per-node", default=1, show_default=True)
-@click.option("--slurm-cpus-per-task", default=8, show_default=True)
-@click.option("--slurm-mem-gb", type=float, default=None)
-@click.option("--slurm-array-parallelism", default=64, show_default=True)
-@click.option("--slurm-extra", default=None, help='JSON, e.g. \'{"account": "abc", "qos": "normal"}\'.')
-@click.option("--timeout-min", default=24 * 60, show_default=True, help="Per-job time limit (Slurm).")
-@click.option("--submitit-cluster", default=None,
-              help="submitit: slurm | local | debug (default: Slurm when found, else local).")
-def launch(**kw: object) -> None:
-    """Launch every job that is not done, running or queued; failed and incomplete jobs resume."""
-    from dgmoe.sweep.launchers import LaunchOptions, launch_sweep
-    from dgmoe.sweep.jobs import DEFAULT_TRAIN_COMMAND
+@click.option("--slurm-partition", default=None, help="Slurm partition [the cluster's default].")
+@click.option("--slurm-gpus-per-node", default=1, help="GPUs per job.")
+@click.option("--slurm-cpus-per-task", default=8, help="CPU cores per job.")
+@click.option("--slurm-mem-gb", type=float, default=None, help="Memory per job in GB [the cluster's default].")
+@click.option("--slurm-array-parallelism", default=64, help="Jobs of the array running at once.")
+@click.option("--slurm-extra", default=None, help='More sbatch settings as JSON, e.g. \'{"account": "abc"}\'.')
+@click.option("--timeout-min", default=24 * 60, help="Per-job time limit in minutes (Slurm requeues the job).")
+@click.option("--submitit-cluster", default=None, type=click.Choice(["slurm", "local", "debug"]),
+              help="submitit: the executor [Slurm when found, else local].")
+@click.argument("train_flags", nargs=-1, type=click.UNPROCESSED, metavar="[-- DGMOE_TRAIN_FLAGS...]")
+@click.pass_context
+def launch(ctx: click.Context, train_flags: tuple[str, ...], **kw: Any) -> None:
+    """Launch every job that is not done, running or queued; failed and incomplete jobs resume.
 
+    Any other `dgmoe train` flag goes after `--` and applies to every job, e.g.
+    `-- --n-per-domain 64 --device cuda --model-kwargs '{"depth": 6}'` (or `-- --config base.json` to start
+    from a saved run). Settings that change results are part of each job's id; paths, device and logging are not.
+    """
+    from dgmoe.sweep.launchers import LaunchOptions, launch_sweep
+
+    settings, base = _train_flags(train_flags, (kw["train_args"], kw["exec_args"]))
+    settings.update(given_settings(ctx, kw, only=SWEEP_RUN_KEYS))
     try:
         cfg = SweepConfig(
-            datasets=_split(kw["datasets"]), algorithms=_split(kw["algorithms"]),
-            models=_split(kw["models"]), data_dir=kw["data_dir"], output_dir=kw["output_dir"],
+            datasets=_split(kw["datasets"]), algorithms=_split(kw["algorithms"]), models=_split(kw["models"]),
+            output_dir=kw["output_dir"], base=RunConfig.from_flat(settings, base=base),
             n_hparams=kw["n_hparams"], n_hparams_from=kw["n_hparams_from"], n_trials=kw["n_trials"],
-            steps=kw["steps"], checkpoint_freq=kw["checkpoint_freq"],
-            single_test_envs=kw["single_test_envs"], only_test_envs=tuple(kw["only_test_envs"]), hparams=kw["hparams"], img_size=kw["img_size"],
-            patch_size=kw["patch_size"], holdout_fraction=kw["holdout_fraction"],
-            train_args=tuple(shlex.split(kw["train_args"])), exec_args=tuple(shlex.split(kw["exec_args"])))
+            single_test_envs=kw["single_test_envs"], only_test_envs=tuple(kw["only_test_envs"]))
         gpus = tuple(int(g) for g in str(kw["gpus"]).split(",") if g) if kw["gpus"] else None
         extra = json.loads(kw["slurm_extra"]) if kw["slurm_extra"] else {}
         opts = LaunchOptions(
@@ -100,7 +128,7 @@ def launch(**kw: object) -> None:
             slurm_cpus_per_task=kw["slurm_cpus_per_task"], slurm_mem_gb=kw["slurm_mem_gb"],
             slurm_array_parallelism=kw["slurm_array_parallelism"], timeout_min=kw["timeout_min"],
             slurm_extra=extra, submitit_cluster=kw["submitit_cluster"])
-        check_sweep(cfg, dgmoe_train=not kw["train_command"])
+        check_sweep(cfg)
         jobs = build_jobs(cfg)
         report = launch_sweep(jobs, kw["launcher"], opts, echo=click.echo,
                               relaunch_queued=kw["relaunch_queued"], seed=kw["seed"])
@@ -130,14 +158,22 @@ def status(output_dir: str, verbose: bool) -> None:
 @click.option("--keep-failed", is_flag=True, help="Delete only incomplete jobs, keep failed ones.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 def delete_incomplete_cmd(output_dir: str, keep_failed: bool, yes: bool) -> None:
-    """Delete incomplete (and failed) job directories so they restart from scratch."""
-    from dgmoe.sweep.status import delete_incomplete
+    """Delete incomplete (and failed) job directories so they restart from scratch; lists them first."""
+    from dgmoe.sweep.status import delete_incomplete, unfinished_jobs
 
+    try:
+        doomed = unfinished_jobs(output_dir, include_failed=not keep_failed)
+    except (FileNotFoundError, ValueError) as err:
+        raise UsageError(str(err)) from None
+    if not doomed:
+        click.echo(f"no incomplete{'' if keep_failed else ' or failed'} job in {output_dir}; nothing to delete")
+        return
+    for s in doomed:
+        click.echo(f"{s.state.value:>12}  {s.job_id}  {s.description or '(not in sweep.json)'}")
     if not yes:
-        click.confirm(f"Delete incomplete{'' if keep_failed else ' and failed'} jobs in {output_dir}?",
-                      abort=True)
-    deleted = delete_incomplete(output_dir, include_failed=not keep_failed)
-    click.echo(f"deleted {len(deleted)} job dir(s)")
+        click.confirm(f"Delete these {len(doomed)} job folder(s) (their records and checkpoints)?", abort=True)
+    deleted = delete_incomplete(output_dir, include_failed=not keep_failed, job_ids=[s.job_id for s in doomed])
+    click.echo(f"deleted {len(deleted)} job folder(s)")
 
 
 @command.command("estimate")

@@ -59,7 +59,7 @@ class MultiDomainDataset:
 
     `evaluation`: the WILDS-style group metrics recorded for its held-out domains (None: accuracy only);
     `eval_domains`: domains that are evaluation splits only (WILDS' id_val/id_test/val/test), which every
-    run must hold out.
+    run must hold out; `source`: where the images were read from.
     """
 
     name: str
@@ -72,6 +72,7 @@ class MultiDomainDataset:
     metadata_fields: tuple[str, ...] = field(default_factory=tuple)
     evaluation: GroupEvaluation | None = None
     eval_domains: tuple[str, ...] = ()
+    source: str = ""  # where the images came from, in words
 
     N_STEPS: ClassVar[int] = 5001
 

@@ -253,8 +253,9 @@ def get_dataset(
             raise TypeError(f"{name} takes no options {sorted(options)}")
         envs = synthetic.debug_environments(size, n_per_domain, seed)
         domains, classes, channels = spec.domains, ("0", "1"), 3
-    log.info("%s: %d domains, %d classes, %d px, from %s", name, len(domains), len(classes), size, source)
+    log.debug("%s: %d domains, %d classes, %d px, from %s", name, len(domains), len(classes), size, source)
     return MultiDomainDataset(name=name, domains=list(domains), classes=list(classes), environments=list(envs),
+                              source=str(source),
                               input_shape=(channels, size, size), n_steps=spec.n_steps,
                               checkpoint_freq=spec.checkpoint_freq, evaluation=spec.evaluation,
                               eval_domains=spec.eval_domains)

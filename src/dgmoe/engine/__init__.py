@@ -1,18 +1,19 @@
-"""Training, evaluation, checkpoints: `train(TrainConfig(...))` runs one DomainBed run (loaded on first use)."""
+"""Training, evaluation, checkpoints: `train(RunConfig(...))`, or `train(dataset=..., output_dir=...)`, runs
+one DomainBed run (loaded on first use)."""
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["RunResult", "TrainConfig", "train"]
+__all__ = ["RunConfig", "RunResult", "train"]
 
 
 def __getattr__(name: str) -> Any:
-    if name == "TrainConfig":
-        from dgmoe.engine.config import TrainConfig
+    if name == "RunConfig":
+        from dgmoe.engine.config import RunConfig
 
-        return TrainConfig
+        return RunConfig
     if name in ("RunResult", "train"):
-        import dgmoe.engine.train as module
+        import dgmoe.engine.trainer as module
 
         return getattr(module, name)
     raise AttributeError(f"module 'dgmoe.engine' has no attribute {name!r}")

@@ -1,6 +1,6 @@
 """Run artefacts: weights as safetensors, the resume state, and loading a finished run back.
 
-A run folder holds `config.json` (the TrainConfig plus resolved hparams and dataset facts),
+A run folder holds `config.json` (the RunConfig plus resolved hparams and dataset facts),
 `results.jsonl` (DomainBed records), `model.safetensors` (last), `best.safetensors` (best
 training-domain validation accuracy), `resume.pt` (everything needed to continue: weights, optimiser
 and algorithm state, RNG state, the records so far; tensors and plain types only, loaded with
@@ -16,6 +16,7 @@ import torch
 import torch.nn as nn
 from safetensors.torch import load_file, save_file
 
+from dgmoe.engine.config import RunConfig
 from dgmoe.engine.io import atomic_path
 from dgmoe.errors import UsageError
 
@@ -49,6 +50,11 @@ def read_run_config(run_dir: str | Path) -> dict[str, Any]:
     if not isinstance(config, dict) or not isinstance(config.get("config"), dict):
         raise UsageError(f"{path} is not a dgmoe run config (no 'config' object)")
     return config
+
+
+def saved_run(config: dict[str, Any]) -> RunConfig:
+    """The `RunConfig` a run's config.json holds (either layout; settings this dgmoe no longer knows dropped)."""
+    return RunConfig.from_dict(config["config"], strict=False)
 
 
 def build_network(run_config: dict[str, Any]) -> nn.Module:

@@ -51,6 +51,7 @@ class RunWriter:
     save_best: bool = True
     keep_resume: bool = False
     enabled: bool = True
+    metadata: dict[str, str] = field(default_factory=dict)  # provenance, in every weights file
     last_saved_step: int | None = field(default=None, init=False)
 
     @property
@@ -73,7 +74,7 @@ class RunWriter:
         """Records first (a crash after them resumes from the previous resume state and rewrites them)."""
         if not self.enabled:
             return
-        meta = {"step": str(step)}
+        meta = {**self.metadata, "step": str(step)}
         self._write(lambda: write_jsonl_atomic(self.out / "results.jsonl", records))
         if not self.skip_model_save:
             self._write(lambda: save_weights(network, self.out / "model.safetensors", meta))

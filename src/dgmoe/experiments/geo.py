@@ -1,6 +1,6 @@
 """The GeoMNIST comparison: MoGE vs ERM vs ERM+LE vs MoGE-SE (and per-region models), several seeds.
 
-Every method trains with `dgmoe.engine.train.train` on GeoMNIST (`dgmoe.data.geo.geomnist`) with the same
+Every method trains with `dgmoe.engine.trainer.train` on GeoMNIST (`dgmoe.data.geo.geomnist`) with the same
 small ViT (28 px, patch 7, width 64, depth 6, 2 heads; MoGE blocks at the last-two positions 2 and 4) and
 the same optimiser settings. Test numbers are read from the run's checkpoint records:
 
@@ -64,11 +64,11 @@ def _register() -> None:
 
 def train_config(method: str, seed: int, settings: GeoBenchSettings, output_root: str | Path,
                  test_envs: Sequence[int] | None = None, tag: str | None = None):
-    from dgmoe.engine.config import TrainConfig
+    from dgmoe.engine.config import RunConfig
 
     model, algorithm, extra = METHODS[method]
     _, default_test = geo_domains(settings.held_out)
-    return TrainConfig(
+    return RunConfig.from_flat(
         dataset="GeoMNIST", data_dir=settings.data_dir, test_envs=tuple(test_envs or default_test), model=model,
         algorithm=algorithm, output_dir=str(Path(output_root) / f"{tag or method}_seed{seed}"),
         steps=settings.steps, checkpoint_freq=settings.checkpoint_freq, trial_seed=seed, seed=seed,
@@ -132,13 +132,14 @@ def summarize_run(run_dir: str | Path, held_out: Sequence[str], which: str = "va
 def moge_se_summary(run_dir: str | Path, settings: GeoBenchSettings, seed: int) -> dict[str, float]:
     """MoGE-SE from a finished MoGE run (last weights): shared expert only + a new linear head."""
     from dgmoe.data import domain_splits, get_dataset, get_transforms
-    from dgmoe.engine.checkpoint import load_run
+    from dgmoe.engine.checkpoint import load_run, saved_run
     from dgmoe.models.moge_fallbacks import fit_shared_expert_head
     from dgmoe.metrics import accuracy
 
     network, config = load_run(run_dir, "last")
-    dataset = get_dataset("GeoMNIST", settings.data_dir, n_per_domain=config["config"].get("n_per_domain"))
-    splits = domain_splits(dataset, config["config"]["holdout_fraction"], config["config"]["trial_seed"])
+    run = saved_run(config)
+    dataset = get_dataset("GeoMNIST", settings.data_dir, n_per_domain=run.data.n_per_domain)
+    splits = domain_splits(dataset, run.data.holdout_fraction, run.seeds.trial_seed)
     train_envs, test_envs = config["splits"]["train_envs"], config["splits"]["test_envs"]
     _, eval_tf = get_transforms("GeoMNIST", dataset.input_shape[-1], False)
     fit_shared_expert_head(network, [dataset[i] for i in train_envs], [splits[i][0] for i in train_envs], eval_tf,
@@ -171,7 +172,7 @@ def per_region_summary(seed: int, settings: GeoBenchSettings, output_root: str |
                        which: str = "val_worst") -> dict[str, float]:
     """One ERM model per training region; each test region is predicted by its own (or nearest) model."""
     from dgmoe.engine.checkpoint import read_run_config
-    from dgmoe.engine.train import train
+    from dgmoe.engine.trainer import train
 
     domains, _ = geo_domains(settings.held_out)
     training = [d for d in domains if not d.endswith("/test")]
@@ -193,7 +194,7 @@ def run_geo_benchmark(output_root: str | Path, methods: Sequence[str] = ("ERM", 
                       seeds: Sequence[int] = (0, 1, 2), settings: GeoBenchSettings = GeoBenchSettings(),
                       which: str = "val_worst", log=print) -> list[dict[str, Any]]:
     """Train (or reuse finished) runs and return one summary row per (method, seed)."""
-    from dgmoe.engine.train import train
+    from dgmoe.engine.trainer import train
 
     _register()
     unknown = [m for m in methods if m not in METHODS and m not in DERIVED]
@@ -239,8 +240,8 @@ def run_sentinel_check(data_dir: str, output_root: str | Path, steps: int = 201,
                        methods: Sequence[str] = ("ERM", "ERM+LE", "MoGE"), log=print) -> list[dict[str, Any]]:
     """The real-coordinate path end to end on the Sentinel-2 sample (`dgmoe.data.geo.sentinel`): train on the
     west and central sectors, test on the east one; MoGE's routing map is saved as a PNG."""
-    from dgmoe.engine.config import TrainConfig
-    from dgmoe.engine.train import train
+    from dgmoe.engine.config import RunConfig
+    from dgmoe.engine.trainer import train
     from dgmoe.analysis.geo import analyze_run
     from dgmoe.data.geo.sentinel import LON_SECTORS
 
@@ -250,7 +251,7 @@ def run_sentinel_check(data_dir: str, output_root: str | Path, steps: int = 201,
     rows = []
     for method in methods:
         model, algorithm, extra = METHODS[method]
-        cfg = TrainConfig(dataset="Sentinel2Sample", data_dir=data_dir, test_envs=(2,), model=model,
+        cfg = RunConfig.from_flat(dataset="Sentinel2Sample", data_dir=data_dir, test_envs=(2,), model=model,
                           algorithm=algorithm, output_dir=str(Path(output_root) / f"sentinel_{method}_seed{seed}"),
                           steps=steps, checkpoint_freq=50, trial_seed=seed, seed=seed, img_size=32, patch_size=8,
                           hparams={"lr": 1e-3, "batch_size": 16, "drop_path_rate": 0.0},

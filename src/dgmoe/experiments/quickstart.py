@@ -9,8 +9,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from dgmoe.engine.config import TrainConfig
-from dgmoe.engine.train import train
+from dgmoe.engine.config import RunConfig
+from dgmoe.engine.trainer import train
 
 QUICKSTART_MODELS = ("vit_micro_patch7_28", "gmoe_micro_patch7_28")
 
@@ -21,7 +21,7 @@ def quickstart(output_dir: str | Path = "runs/quickstart", dataset: str = "Rotat
     """Train each model once and return one summary row per model."""
     rows = []
     for model in models:
-        cfg = TrainConfig(dataset=dataset, test_envs=(test_env,), model=model, algorithm="ERM",
+        cfg = RunConfig.from_flat(dataset=dataset, test_envs=(test_env,), model=model, algorithm="ERM",
                           output_dir=str(Path(output_dir) / model), steps=steps, checkpoint_freq=checkpoint_freq,
                           seed=seed, num_threads=num_threads, progress="lines")
         start = time.perf_counter()

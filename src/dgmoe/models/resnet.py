@@ -151,9 +151,10 @@ def load_resnet_checkpoint(model: ResNet, path: str | Path) -> list[str]:
 
 def _build(name: str, layers: tuple[int, int, int, int], num_classes: int = 1000, img_size: int | None = None,
            pretrained: str | None = None, **kwargs: Any) -> ResNet:
-    del img_size  # fully convolutional: any input size works
+    # fully convolutional: any input size works; `img_size` only records the size the model is built for
+    size = img_size or 224
     model = ResNet(layers, num_classes=num_classes, **kwargs)
-    model.info = ModelInfo(architecture=name, family="resnet", input_size=(kwargs.get("in_chans", 3), 224, 224),
+    model.info = ModelInfo(architecture=name, family="resnet", input_size=(kwargs.get("in_chans", 3), size, size),
                            num_features=model.num_features, classifier="fc", hparam_kwargs=dict(RESNET_HPARAMS))
     if pretrained:
         model.load_report = load_resnet_checkpoint(model, pretrained)

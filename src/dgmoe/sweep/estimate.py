@@ -21,6 +21,7 @@ import heapq
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
+from dgmoe.engine.config import RunConfig
 from dgmoe.engine.hparams import run_hparams
 from dgmoe.sweep.jobs import SweepConfig, build_jobs
 
@@ -110,21 +111,21 @@ def estimate_study(step_time_s: Mapping[str, float], *,
     rows: list[dict[str, object]] = []
     durations: list[float] = []
     for ds in datasets:
-        cfg = SweepConfig(datasets=(ds.name,), algorithms=tuple(algorithms), models=models,
-                          data_dir="", output_dir="", n_hparams=n_hparams, n_trials=n_trials,
-                          steps=ds.steps, checkpoint_freq=ds.checkpoint_freq,
-                          single_test_envs=single_test_envs)
+        cfg = SweepConfig(datasets=(ds.name,), algorithms=tuple(algorithms), models=models, output_dir="",
+                          base=RunConfig.from_flat(steps=ds.steps, checkpoint_freq=ds.checkpoint_freq),
+                          n_hparams=n_hparams, n_trials=n_trials, single_test_envs=single_test_envs)
         evals = n_evaluations(ds.steps, ds.checkpoint_freq)
         per_model: dict[str, list[float]] = {m: [] for m in models}
         eval_s = {m: 0.0 for m in models}
         for job in build_jobs(cfg, n_domains={ds.name: ds.n_domains}):
-            a = job.args
-            images = batch_per_domain(ds.name, a["model"], a["hparams_seed"], a["trial_seed"], a["algorithm"]) * (
+            a = job.config.flat()
+            model = a["model"]
+            images = batch_per_domain(ds.name, model, a["hparams_seed"], a["trial_seed"], a["algorithm"]) * (
                 ds.n_domains - len(a["test_envs"]))
-            train = ds.steps * step_time_s[a["model"]] * algorithm_cost[a["algorithm"]] * images / ref_images
-            evaluate = evals * eval_t[a["model"]] * ds.n_images / ref_images
-            per_model[a["model"]].append(job_overhead_s + train + evaluate)
-            eval_s[a["model"]] += evaluate
+            train = ds.steps * step_time_s[model] * algorithm_cost[a["algorithm"]] * images / ref_images
+            evaluate = evals * eval_t[model] * ds.n_images / ref_images
+            per_model[model].append(job_overhead_s + train + evaluate)
+            eval_s[model] += evaluate
         for m in models:
             rows.append({"dataset": ds.name, "model": m, "jobs": len(per_model[m]),
                          "gpu_hours": sum(per_model[m]) / 3600, "eval_share": eval_s[m] / sum(per_model[m]),

@@ -1,21 +1,20 @@
 """The sweep job grid, DomainBed style (`scripts/sweep.py`), with backbones as one more axis.
 
-A sweep is the product trial x dataset x algorithm x model x test-env set x hparams seed. Every job is
-one `dgmoe train` command. Its directory is `output_dir/<md5 of its identity arguments>`, so launching
-the same grid twice finds the same directories and skips what is finished.
+A sweep is the product trial x dataset x algorithm x model x test-env set x hparams seed over one base
+`RunConfig`. Every job is a `RunConfig`; its directory is `output_dir/<job id>`, the job id being the md5 of
+the run's identity (`RunConfig.identity_hash`), so launching the same grid twice finds the same directories
+and skips what is finished.
 
 Two deliberate choices:
 - the run seed is DomainBed's `seed_hash(dataset, algorithm, test_envs, hparams_seed, trial_seed)`, which
   leaves the model out: backbones compared under one (algorithm, hparams seed, trial) share data order
   and split, a paired comparison;
-- the hash covers what changes a run's results (dataset, algorithm, model, test envs, seeds, steps,
-  checkpoint frequency, hparams, image and patch size, holdout fraction, `train_args`) and leaves out
-  where files live (`data_dir`, `output_dir`) and how a run executes (`exec_args`: device, workers),
-  so moving the data or the GPU type does not orphan finished runs.
+- the job id covers what changes a run's results (every section of the run but `execution`) and leaves out
+  where files live and how a run executes (data dir, device, workers, logging), so moving the data or
+  changing the GPU type does not orphan finished runs.
 """
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import os
@@ -25,36 +24,35 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
+from dgmoe.engine.config import RunConfig
+from dgmoe.engine.io import write_json_atomic
 from dgmoe.seeding import seed_hash
 
 DEFAULT_TRAIN_COMMAND: tuple[str, ...] = (sys.executable, "-m", "dgmoe", "train")
 MANIFEST_NAME = "sweep.json"
+MANIFEST_VERSION = 2
+#: the run settings each job takes from the grid; a sweep's base config cannot set them
+GRID_KEYS = ("dataset", "algorithm", "model", "test_envs", "hparams_seed", "trial_seed", "seed", "output_dir")
 
 
 @dataclass(frozen=True)
 class SweepConfig:
-    """What `dgmoe sweep launch` sweeps over (DomainBed's `sweep.py` flags, plus `models`)."""
+    """What `dgmoe sweep launch` sweeps over (DomainBed's `sweep.py` flags, plus `models`).
+
+    `base` holds every other run setting, shared by all jobs (steps, image size, hparams overrides, data dir,
+    device, ...); the grid sets its dataset, algorithm, model, test envs, seeds and output dir per job.
+    """
 
     datasets: tuple[str, ...]
     algorithms: tuple[str, ...]
     models: tuple[str, ...]
     output_dir: str
-    data_dir: str | None = None  # optional for datasets built in memory (MNIST, Debug)
+    base: RunConfig = field(default_factory=RunConfig)
     n_hparams: int = 20
     n_hparams_from: int = 0
     n_trials: int = 3
-    steps: int | None = None  # None: the dataset's default
-    checkpoint_freq: int | None = None
     single_test_envs: bool = False
     only_test_envs: tuple[int, ...] = ()  # keep only held-out sets inside these domains (ablations)
-    hparams: str | None = None  # JSON overrides passed to every run
-    img_size: int | None = None
-    patch_size: int | None = None
-    holdout_fraction: float | None = None
-    # more `dgmoe train` flags, verbatim: `train_args` change results and so are part of a job's
-    # identity (e.g. --n-per-domain 64); `exec_args` only say how to run it (e.g. --device cuda)
-    train_args: tuple[str, ...] = ()
-    exec_args: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("datasets", "algorithms", "models"):
@@ -64,61 +62,40 @@ class SweepConfig:
             raise ValueError(
                 f"--n-hparams ({self.n_hparams}) and --n-trials ({self.n_trials}) must be >= 1 and "
                 f"--n-hparams-from ({self.n_hparams_from}) >= 0")
-        if self.hparams is not None:
-            try:
-                parsed = json.loads(self.hparams)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"--hparams is not valid JSON ({err}): {self.hparams!r}") from None
-            if not isinstance(parsed, dict):
-                raise ValueError(f"--hparams must be a JSON object, got {self.hparams!r}")
+
+    @property
+    def data_dir(self) -> str | None:
+        return self.base.execution.data_dir
 
 
 @dataclass(frozen=True)
 class Job:
-    """One training run of the sweep: its identity arguments and the directory they hash to."""
+    """One training run of the sweep: its config (whose output dir is `dir`) and its id."""
 
-    args: Mapping[str, Any] = field(hash=False)
-    data_dir: str | None
+    config: RunConfig
+    job_id: str
     output_dir: str  # the sweep's directory; the job's own is `self.dir`
-    exec_args: tuple[str, ...] = ()
-
-    @property
-    def job_id(self) -> str:
-        return job_hash(self.args)
 
     @property
     def dir(self) -> Path:
         return Path(self.output_dir) / self.job_id
 
     def command(self, train_command: Sequence[str] = DEFAULT_TRAIN_COMMAND) -> list[str]:
-        """The `dgmoe train` command line of this job (flags left out where the sweep keeps defaults)."""
-        a = self.args
-        cmd = [*train_command, "--dataset", a["dataset"]]
-        if self.data_dir is not None:
-            cmd += ["--data-dir", self.data_dir]
-        for env in a["test_envs"]:
-            cmd += ["--test-envs", str(env)]
-        cmd += ["--model", a["model"], "--algorithm", a["algorithm"],
-                "--trial-seed", str(a["trial_seed"]), "--hparams-seed", str(a["hparams_seed"]),
-                "--seed", str(a["seed"]), "--output-dir", str(self.dir)]
-        optional = (("steps", "--steps"), ("checkpoint_freq", "--checkpoint-freq"),
-                    ("img_size", "--img-size"), ("patch_size", "--patch-size"),
-                    ("holdout_fraction", "--holdout-fraction"), ("hparams", "--hparams"))
-        for key, flag in optional:
-            if a.get(key) is not None:
-                cmd += [flag, str(a[key])]
-        return cmd + list(a.get("train_args", ())) + list(self.exec_args)
+        """The equivalent `dgmoe train` command line, with every setting that differs from the defaults
+        (what the dummy launcher prints; launchers run `train_command --config <job>/job.json`)."""
+        return [*train_command, *self.config.to_argv(always=GRID_KEYS)]
 
     def describe(self) -> str:
-        a = self.args
-        envs = ",".join(str(e) for e in a["test_envs"])
-        return (f"{a['dataset']} {a['algorithm']} {a['model']} test_envs={envs} "
-                f"hparams_seed={a['hparams_seed']} trial={a['trial_seed']}")
+        c = self.config
+        envs = ",".join(str(e) for e in c.data.test_envs)
+        return (f"{c.data.dataset} {c.algorithm.name} {c.model.name} test_envs={envs} "
+                f"hparams_seed={c.seeds.hparams_seed} trial={c.seeds.trial_seed}")
 
 
-def job_hash(args: Mapping[str, Any]) -> str:
-    """md5 of the sorted-key JSON of a job's identity arguments (DomainBed's job naming)."""
-    return hashlib.md5(json.dumps(dict(args), sort_keys=True).encode("utf-8")).hexdigest()
+def make_job(config: RunConfig, output_dir: str | os.PathLike) -> Job:
+    """The job running `config` in the sweep directory `output_dir`, named by the run's identity."""
+    job_id = config.identity_hash()
+    return Job(config.replace(output_dir=str(Path(output_dir) / job_id)), job_id, str(output_dir))
 
 
 def held_out_env_sets(n_domains: int, single_test_envs: bool = False) -> list[list[int]]:
@@ -161,19 +138,15 @@ def count_domains(dataset: str, data_dir: str | os.PathLike | None) -> int:
     return len(domains)
 
 
-def check_sweep(cfg: SweepConfig, dgmoe_train: bool = True) -> None:
-    """Fail before launching anything on an unknown dataset, algorithm, model or hparam override.
-
-    With `dgmoe_train` (the default training command), `exec_args` must also be flags that leave a
-    run's identity unchanged (`TrainConfig.identity`): `dgmoe train` refuses to resume a run whose
-    identity changed, so a flag like `--precision` belongs in `train_args`, where it is hashed.
-    """
+def check_sweep(cfg: SweepConfig) -> None:
+    """Fail before launching anything on an unknown dataset, algorithm or model, or hparam overrides or model
+    kwargs that some cell of the grid rejects."""
     from dgmoe.algorithms import get_algorithm
     from dgmoe.engine.hparams import run_hparams
     from dgmoe.models import MODELS
+    from dgmoe.models.info import describe_model
     from dgmoe.registry import UnknownNameError
 
-    overrides = json.loads(cfg.hparams) if cfg.hparams else None
     for option, names, lookup in (("--algorithms", cfg.algorithms, get_algorithm),
                                   ("--models", cfg.models, MODELS.get)):
         for name in names:
@@ -181,36 +154,21 @@ def check_sweep(cfg: SweepConfig, dgmoe_train: bool = True) -> None:
                 lookup(name)
             except UnknownNameError as err:
                 raise ValueError(f"{option}: {err}") from None
-    for dataset in cfg.datasets:
-        count_domains(dataset, cfg.data_dir)
-        for algorithm in cfg.algorithms:
-            for model in cfg.models:
+    model = cfg.base.model
+    kwargs = {k: v for k, v in {"patch_size": model.patch_size, **model.kwargs}.items() if v is not None}
+    for name in cfg.models:
+        try:
+            info = describe_model(name, **kwargs)
+        except (TypeError, ValueError, ZeroDivisionError, RuntimeError) as err:
+            raise ValueError(f"--models {name} cannot be built with {kwargs}: {err}") from None
+        for dataset in cfg.datasets:
+            for algorithm in cfg.algorithms:
                 try:
-                    run_hparams(algorithm, dataset, model, 0, 0, overrides)
+                    run_hparams(algorithm, dataset, info, 0, 0, cfg.base.algorithm.hparams)
                 except KeyError as err:
                     raise ValueError(str(err.args[0])) from None
-    if dgmoe_train:
-        _check_exec_args(cfg.exec_args)
-
-
-def _check_exec_args(exec_args: Sequence[str]) -> None:
-    import dataclasses
-
-    from dgmoe.engine.config import TrainConfig
-
-    fields = {f.name for f in dataclasses.fields(TrainConfig)}
-    identity = set(TrainConfig().identity())
-    for token in exec_args:
-        if not token.startswith("--"):
-            continue
-        name = token[2:].split("=")[0].replace("-", "_")
-        if name.startswith("no_") and name[3:] in fields:  # the off switch of an on/off flag
-            name = name[3:]
-        if name not in fields:
-            raise ValueError(f"--exec-args: {token} is not a `dgmoe train` flag")
-        if name in identity:
-            raise ValueError(f"--exec-args: {token} changes a run's results (it is part of the run's identity); "
-                             "pass it in --train-args instead")
+    for dataset in cfg.datasets:
+        count_domains(dataset, cfg.data_dir)
 
 
 def build_jobs(cfg: SweepConfig,
@@ -229,9 +187,10 @@ def build_jobs(cfg: SweepConfig,
     else:
         table = dict(n_domains)
         lookup = table.__getitem__
-    hparams = None if cfg.hparams is None else json.dumps(json.loads(cfg.hparams), sort_keys=True)
     # absolute paths: a Slurm job or pool process may start in another working directory
-    data_dir = None if cfg.data_dir is None else os.path.abspath(os.path.expanduser(cfg.data_dir))
+    base = cfg.base
+    if cfg.data_dir is not None:
+        base = base.replace(data_dir=os.path.abspath(os.path.expanduser(cfg.data_dir)))
     output_dir = os.path.abspath(os.path.expanduser(cfg.output_dir))
     domains = {name: lookup(name) for name in cfg.datasets}
     jobs = []
@@ -243,16 +202,10 @@ def build_jobs(cfg: SweepConfig,
             if cfg.only_test_envs and not set(test_envs) <= set(cfg.only_test_envs):
                 continue
             for hp_seed in hparam_seeds:
-                args = {
-                    "dataset": dataset, "algorithm": algorithm, "model": model,
-                    "test_envs": test_envs, "hparams_seed": hp_seed, "trial_seed": trial,
-                    "seed": seed_hash(dataset, algorithm, test_envs, hp_seed, trial),
-                    "steps": cfg.steps, "checkpoint_freq": cfg.checkpoint_freq, "hparams": hparams,
-                    "img_size": cfg.img_size, "patch_size": cfg.patch_size,
-                    "holdout_fraction": cfg.holdout_fraction, "train_args": list(cfg.train_args),
-                }
-                jobs.append(Job(args=args, data_dir=data_dir, output_dir=output_dir,
-                                exec_args=tuple(cfg.exec_args)))
+                run = base.replace(dataset=dataset, algorithm=algorithm, model=model, test_envs=tuple(test_envs),
+                                   hparams_seed=hp_seed, trial_seed=trial,
+                                   seed=seed_hash(dataset, algorithm, test_envs, hp_seed, trial))
+                jobs.append(make_job(run, output_dir))
     return jobs
 
 
@@ -265,39 +218,58 @@ def shuffled(jobs: Sequence[Job], seed: int = 0) -> list[Job]:
 
 # --- the manifest: the grid recorded next to the runs, so `status` needs only the output dir -------------
 
-def write_manifest(jobs: Sequence[Job], output_dir: str | os.PathLike,
-                   train_command: Sequence[str] = DEFAULT_TRAIN_COMMAND) -> Path:
+class LegacySweepError(ValueError):
+    """A sweep directory written by dgmoe < 0.2, whose jobs are named by another hash."""
+
+
+def write_manifest(jobs: Sequence[Job], output_dir: str | os.PathLike) -> Path:
     """Merge `jobs` into `output_dir/sweep.json` (a union over launches), written atomically."""
     path = Path(output_dir) / MANIFEST_NAME
     path.parent.mkdir(parents=True, exist_ok=True)
-    entries = _read_manifest_entries(path)
+    version, entries = _read_manifest_entries(path)
+    if entries and version != MANIFEST_VERSION:
+        raise LegacySweepError(
+            f"{output_dir} is a sweep of dgmoe < 0.2 (sweep.json version {version}), whose job folders are named "
+            "by another hash: launching this grid there would start every job again beside the old ones. Launch "
+            "into a new --output-dir; `dgmoe results`, `dgmoe report` and `dgmoe sweep status` still read this one.")
     for job in jobs:
-        entries[job.job_id] = {"args": dict(job.args), "data_dir": job.data_dir,
-                               "exec_args": list(job.exec_args), "command": job.command(train_command)}
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"version": 1, "jobs": entries}, indent=1, sort_keys=True))
-    os.replace(tmp, path)
+        entries[job.job_id] = {"config": job.config.to_dict()}
+    write_json_atomic(path, {"version": MANIFEST_VERSION, "jobs": entries})
     return path
 
 
 def read_manifest(output_dir: str | os.PathLike) -> list[Job]:
-    """The jobs recorded in `output_dir/sweep.json`, in the order of their ids."""
+    """The jobs recorded in `output_dir/sweep.json`, in the order of their ids (either manifest version)."""
     path = Path(output_dir) / MANIFEST_NAME
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found: {output_dir} is not a sweep directory "
                                 "(run `dgmoe sweep launch --output-dir ...` first)")
-    entries = _read_manifest_entries(path)
-    return [Job(args=e["args"], data_dir=e["data_dir"], output_dir=str(output_dir),
-                exec_args=tuple(e.get("exec_args", ()))) for _, e in sorted(entries.items())]
+    version, entries = _read_manifest_entries(path)
+    jobs = []
+    for job_id, entry in sorted(entries.items()):
+        try:
+            config = RunConfig.from_dict(entry["config"], strict=False) if version == MANIFEST_VERSION \
+                else _legacy_config(entry["args"], entry.get("data_dir"))
+        except (KeyError, TypeError, ValueError) as err:
+            raise ValueError(f"{path}: job {job_id} is not readable ({err})") from None
+        jobs.append(Job(config.replace(output_dir=str(Path(output_dir) / job_id)), job_id, str(output_dir)))
+    return jobs
 
 
-def _read_manifest_entries(path: Path) -> dict[str, dict[str, Any]]:
+def _legacy_config(args: Mapping[str, Any], data_dir: str | None) -> RunConfig:
+    """The run of a version-1 manifest entry (flat identity arguments; extra flags are not recovered)."""
+    keys = RunConfig.keys()
+    flat = {k: v for k, v in args.items() if k in keys and v is not None}
+    return RunConfig.from_flat(flat, data_dir=data_dir)
+
+
+def _read_manifest_entries(path: Path) -> tuple[int, dict[str, dict[str, Any]]]:
     if not path.is_file():
-        return {}
+        return MANIFEST_VERSION, {}
     try:
         data = json.loads(path.read_text())
-        return dict(data["jobs"])
-    except (json.JSONDecodeError, KeyError, TypeError) as err:
+        return int(data.get("version", 1)), dict(data["jobs"])
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as err:
         raise ValueError(f"{path} is not a dgmoe sweep manifest ({err})") from None
 
 

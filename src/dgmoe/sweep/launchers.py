@@ -1,8 +1,8 @@
-"""Launchers: run a list of job commands somewhere (DomainBed's `command_launchers`, plus Slurm).
+"""Launchers: run a list of sweep jobs somewhere (DomainBed's `command_launchers`, plus Slurm).
 
 A launcher is a function `(runners, options, echo) -> list[JobOutcome]` in the `LAUNCHERS` registry:
 
-- `dummy`: prints each command, runs nothing;
+- `dummy`: prints each job's equivalent `dgmoe train` command, runs nothing;
 - `local`: a pool of `max_workers` concurrent job processes on this machine; with `gpus`, one GPU per
   pool slot through `CUDA_VISIBLE_DEVICES` (DomainBed's `multi_gpu`);
 - `submitit`: a Slurm job array through `submitit.AutoExecutor` (which runs locally when no Slurm is
@@ -14,6 +14,7 @@ QUEUED jobs, and relaunches INCOMPLETE and FAILED ones, which resume through `dg
 """
 from __future__ import annotations
 
+import dataclasses
 import queue
 import shlex
 import signal
@@ -25,7 +26,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from dgmoe.registry import Registry
 from dgmoe.sweep import state
-from dgmoe.sweep.jobs import DEFAULT_TRAIN_COMMAND, Job, shuffled, write_manifest
+from dgmoe.sweep.jobs import DEFAULT_TRAIN_COMMAND, GRID_KEYS, Job, shuffled, write_manifest
 from dgmoe.sweep.runner import JobOutcome, JobRunner
 from dgmoe.sweep.state import JobState
 
@@ -64,7 +65,7 @@ LAUNCHERS: Registry[Launcher] = Registry("launcher")
 @LAUNCHERS.register("dummy")
 def dummy_launcher(runners: Sequence[JobRunner], opts: LaunchOptions, echo: Echo) -> list[JobOutcome]:
     for r in runners:
-        echo(f"Dummy launcher: {shlex.join(r.command)}")
+        echo(f"Dummy launcher: {shlex.join([*r.train_command, *r.config.to_argv(always=GRID_KEYS)])}")
     return []
 
 
@@ -90,7 +91,7 @@ def local_launcher(runners: Sequence[JobRunner], opts: LaunchOptions, echo: Echo
             return JobOutcome(r.job_dir, "cancelled")
         env = slots.get()
         try:
-            outcome = JobRunner(r.command, r.job_dir, r.launcher, r.heartbeat_s, env)()
+            outcome = dataclasses.replace(r, env=env)()
         finally:
             slots.put(env)
         if outcome.returncode in INTERRUPTED_RETURNCODES:
@@ -106,7 +107,7 @@ def local_launcher(runners: Sequence[JobRunner], opts: LaunchOptions, echo: Echo
         for i, fut in enumerate(as_completed(futures), 1):
             outcome = fut.result()
             outcomes.append(outcome)
-            echo(f"[{i}/{len(runners)}] {outcome.outcome}: {outcome.job_dir}")
+            echo(f"[{i}/{len(runners)}] {outcome.outcome}: {outcome.title} ({Path(outcome.job_dir).name})")
     finally:
         # on Ctrl-C, start nothing new (running jobs receive the SIGINT themselves and are recorded)
         stopping.set()
@@ -133,7 +134,7 @@ def _submitit_launch(executor: Any, runners: Sequence[JobRunner], opts: LaunchOp
             outcomes.append(job.result())
         except Exception as err:  # the runner itself died (e.g. killed); the job dir shows the state
             echo(f"job {job.job_id} ({r.job_dir}) ended without a result: {type(err).__name__}")
-            outcomes.append(JobOutcome(r.job_dir, "failed"))
+            outcomes.append(JobOutcome(r.job_dir, "failed", title=r.title))
     return outcomes
 
 
@@ -206,7 +207,7 @@ def launch_sweep(jobs: Sequence[Job], launcher: str, opts: LaunchOptions = Launc
     if len(output_dirs) != 1:
         raise ValueError(f"jobs of one sweep must share one output dir, got {sorted(output_dirs)}")
     if launcher != "dummy":
-        write_manifest(jobs, output_dirs.pop(), opts.train_command)
+        write_manifest(jobs, output_dirs.pop())
     relaunch = RELAUNCHABLE + ((JobState.QUEUED,) if relaunch_queued else ())
     states = {j.job_id: state.job_state(j.dir) for j in jobs}
     counts = state.count_states(states.values())
@@ -214,7 +215,7 @@ def launch_sweep(jobs: Sequence[Job], launcher: str, opts: LaunchOptions = Launc
     skipped = ", ".join(f"{counts[s]} {s.value}" for s in JobState if s not in relaunch and counts[s])
     echo(f"{len(jobs)} job(s): launching {len(todo)} with `{launcher}`"
          + (f"; skipping {skipped}" if skipped else ""))
-    runners = [JobRunner(tuple(j.command(opts.train_command)), str(j.dir), launcher, opts.heartbeat_s)
+    runners = [JobRunner(j.config, opts.train_command, launcher, opts.heartbeat_s, title=j.describe())
                for j in todo]
     outcomes = launch_fn(runners, opts, echo) if runners else []
     return LaunchReport(counts, len(runners), outcomes)

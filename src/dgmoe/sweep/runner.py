@@ -1,12 +1,15 @@
-"""Run one sweep job: claim its directory, run its command with a heartbeat, record how it ended.
+"""Run one sweep job: claim its directory, train its config with a heartbeat, record how it ended.
 
 `JobRunner` is what every launcher executes, in a thread of the local pool or as a submitit function
-on a Slurm node. It is a plain picklable object; its `checkpoint` method makes submitit requeue a
-job that hits the Slurm time limit or is preempted, and the requeued job resumes through the training
-command's own resume (re-running `dgmoe train` on the same output dir continues it).
+on a Slurm node. It holds the job's `RunConfig` (submitit pickles it), writes it to `<job>/job.json` and runs
+`<train command> --config <job>/job.json` as a child process: a process of its own, so that a crash or an
+out-of-memory kill of one run never takes the launcher down, and the heartbeat and run lock see it live.
+Its `checkpoint` method makes submitit requeue a job that hits the Slurm time limit or is preempted, and
+the requeued job resumes through the training command's own resume.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import shlex
 import subprocess
@@ -15,7 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dgmoe.engine.config import RunConfig
 from dgmoe.engine.lock import lock_holder
+from dgmoe.engine.io import write_json_atomic
 from dgmoe.errors import RunLockedError
 from dgmoe.sweep import state
 
@@ -29,19 +34,36 @@ class JobOutcome:
     job_dir: str
     outcome: str
     returncode: int | None = None
+    title: str = ""  # what the job runs, in words
+
+
+JOB_CONFIG_NAME = "job.json"
 
 
 @dataclass(frozen=True)
 class JobRunner:
-    """Callable that runs `command` for the job in `job_dir` (see module docstring)."""
+    """Callable that trains `config` in its output dir with `train_command` (see module docstring)."""
 
-    command: tuple[str, ...]
-    job_dir: str
+    config: RunConfig
+    train_command: tuple[str, ...]
     launcher: str = "local"
     heartbeat_s: float = state.HEARTBEAT_S
     env: tuple[tuple[str, str], ...] = ()  # extra environment, e.g. CUDA_VISIBLE_DEVICES of a pool slot
+    title: str = ""
+
+    @property
+    def job_dir(self) -> str:
+        return self.config.execution.output_dir
+
+    @property
+    def command(self) -> tuple[str, ...]:
+        return (*self.train_command, "--config", str(Path(self.job_dir) / JOB_CONFIG_NAME))
 
     def __call__(self) -> JobOutcome:
+        outcome = self._claim_and_run()
+        return dataclasses.replace(outcome, title=self.title)
+
+    def _claim_and_run(self) -> JobOutcome:
         d = Path(self.job_dir)
         d.mkdir(parents=True, exist_ok=True)
         if (d / state.DONE_NAME).exists():
@@ -53,6 +75,7 @@ class JobRunner:
             return JobOutcome(self.job_dir, "skipped_running")
         state.clear_submitted(d)
         state.clear_failed(d)
+        write_json_atomic(d / JOB_CONFIG_NAME, {"config": self.config.to_dict()})
         returncode: int | None = None
         try:
             returncode = self._run(d)

@@ -207,12 +207,17 @@ def _submission_is_live(job_dir: Path) -> bool:
     return not _same_host_dead(_read_json(path))
 
 
+def unfinished_states(include_failed: bool = True) -> set[JobState]:
+    """The states `delete-incomplete` deletes: INCOMPLETE, and FAILED unless kept."""
+    return {JobState.INCOMPLETE} | ({JobState.FAILED} if include_failed else set())
+
+
 def delete_unfinished(job_dirs: Iterable[Path], include_failed: bool = True) -> list[Path]:
-    """Delete INCOMPLETE (and FAILED) job directories; running, queued and done ones are kept."""
-    doomed = {JobState.INCOMPLETE} | ({JobState.FAILED} if include_failed else set())
+    """Delete INCOMPLETE (and FAILED) job directories, each state read just before; running, queued and done
+    ones are kept."""
     deleted = []
     for d in job_dirs:
-        if job_state(d) in doomed:
+        if job_state(d) in unfinished_states(include_failed):
             shutil.rmtree(d)
             deleted.append(d)
     return deleted

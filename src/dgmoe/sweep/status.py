@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
 from dgmoe.sweep import state
 from dgmoe.sweep.jobs import MANIFEST_NAME, iter_job_dirs, read_manifest
@@ -53,6 +54,16 @@ def format_status(statuses: list[JobStatus], verbose: bool = False) -> str:
     return "\n".join(lines)
 
 
-def delete_incomplete(output_dir: str | os.PathLike, include_failed: bool = True) -> list[Path]:
-    """Delete the directories of INCOMPLETE (and FAILED) jobs so they restart from scratch."""
-    return state.delete_unfinished(iter_job_dirs(output_dir), include_failed=include_failed)
+def unfinished_jobs(output_dir: str | os.PathLike, include_failed: bool = True) -> list[JobStatus]:
+    """The jobs `delete_incomplete` would delete now."""
+    doomed = state.unfinished_states(include_failed)
+    return [s for s in sweep_status(output_dir) if s.state in doomed]
+
+
+def delete_incomplete(output_dir: str | os.PathLike, include_failed: bool = True,
+                      job_ids: Iterable[str] | None = None) -> list[Path]:
+    """Delete the directories of INCOMPLETE (and FAILED) jobs, or of those among `job_ids`, so they restart
+    from scratch."""
+    wanted = None if job_ids is None else set(job_ids)
+    dirs = [d for d in iter_job_dirs(output_dir) if wanted is None or d.name in wanted]
+    return state.delete_unfinished(dirs, include_failed=include_failed)

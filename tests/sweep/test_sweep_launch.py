@@ -1,6 +1,6 @@
 """Launching a sweep twice runs each job once; killed jobs resume. Uses a fake training command.
 
-The fake `train` accepts `dgmoe train`'s flags, logs every invocation to $FAKE_LOG, appends one record
+The fake `train` is called as the launchers call `dgmoe train` (`--config <job>/job.json`), logs every invocation to $FAKE_LOG, appends one record
 per step to results.jsonl, keeps its progress in a `progress` file (so a rerun resumes), writes `done`
 at the end, and can SIGKILL itself at step $FAKE_DIE_AT or sleep at step $FAKE_HANG_AT.
 """
@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from dgmoe.engine.config import RunConfig
 from dgmoe.sweep import state
 from dgmoe.sweep.jobs import SweepConfig, build_jobs
 from dgmoe.sweep.launchers import LaunchOptions, launch_sweep
@@ -26,10 +27,11 @@ FAKE_TRAIN = r'''
 import argparse, json, os, signal, sys, time
 from pathlib import Path
 p = argparse.ArgumentParser()
-p.add_argument("--output-dir", required=True)
-p.add_argument("--steps", type=int, default=4)
-args, _ = p.parse_known_args()
-out = Path(args.output_dir)
+p.add_argument("--config", required=True)
+args = p.parse_args()
+config = json.loads(Path(args.config).read_text())["config"]
+out = Path(config["execution"]["output_dir"])
+steps = config["training"]["steps"]
 out.mkdir(parents=True, exist_ok=True)
 with open(os.environ["FAKE_LOG"], "a") as f:
     f.write(json.dumps({"job": out.name, "pid": os.getpid()}) + "\n")
@@ -44,7 +46,7 @@ except RunLockedError:
     sys.exit(RunLockedError.exit_code)
 progress = out / "progress"
 start = int(progress.read_text()) if progress.exists() else 0
-for step in range(start, args.steps):
+for step in range(start, steps):
     time.sleep(float(os.environ.get("FAKE_STEP_S", 0)))
     if step == int(os.environ.get("FAKE_DIE_AT", -1)):
         os.kill(os.getpid(), signal.SIGKILL)
@@ -67,9 +69,9 @@ def fake(tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_LOG", str(log))
     for name in ("FAKE_DIE_AT", "FAKE_HANG_AT", "FAKE_STEP_S"):
         monkeypatch.delenv(name, raising=False)
-    cfg = SweepConfig(datasets=("Fake",), algorithms=("ERM",), models=("tiny",), data_dir=str(tmp_path),
-                      output_dir=str(tmp_path / "sweep"), n_hparams=1, n_trials=1, steps=4,
-                      single_test_envs=True)
+    cfg = SweepConfig(datasets=("Fake",), algorithms=("ERM",), models=("tiny",),
+                      base=RunConfig.from_flat(data_dir=str(tmp_path), steps=4),
+                      output_dir=str(tmp_path / "sweep"), n_hparams=1, n_trials=1, single_test_envs=True)
     jobs = build_jobs(cfg, n_domains={"Fake": N_JOBS})
     opts = LaunchOptions(train_command=(sys.executable, str(script)), max_workers=2, heartbeat_s=0.2)
     return jobs, opts, log
@@ -265,16 +267,23 @@ def test_cli_launch_status_delete(tmp_path, monkeypatch, cli):
     args = ["launch", "--datasets", "ImageFolder", "--algorithms", "ERM", "--models", "vit_micro_patch7_28,gmoe_micro_patch7_28",
             "--data-dir", str(tmp_path / "data"), "--output-dir", str(out), "--n-hparams", "1",
             "--n-trials", "1", "--steps", "3", "--single-test-envs", "--max-workers", "2",
-            "--train-command", f"{sys.executable} {script}"]
+            "--train-command", f"{sys.executable} {script}", "--", "--n-per-domain", "8", "--device", "cpu"]
     result = cli("sweep", *args)
     assert result.exit_code == 1 and "6 job(s) failed" in result.output
+    assert "] failed: ImageFolder ERM gmoe_micro_patch7_28 test_envs=" in result.output  # jobs named in words
+    job = json.loads(next(out.glob("*/job.json")).read_text())["config"]  # what the trainer was given
+    assert job["data"]["n_per_domain"] == 8 and job["training"]["steps"] == 3
+    assert job["execution"]["data_dir"] == str(tmp_path / "data") and job["data"]["dataset"] == "ImageFolder"
     result = cli("sweep", "status", "--output-dir", out, "-v")
     assert result.exit_code == 0, result.output
     assert result.output.splitlines()[0] == (
         "6 job(s): 0 done, 0 running, 6 failed, 0 queued, 0 incomplete, 0 not launched")
     assert result.output.count("ImageFolder ERM vit_micro_patch7_28 test_envs=") == 3
     result = cli("sweep", "delete-incomplete", "--output-dir", out, "--yes")
-    assert "deleted 6 job dir(s)" in result.output
+    assert result.output.count("      failed  ") == 6  # listed before they go
+    assert "deleted 6 job folder(s)" in result.output
+    result = cli("sweep", "delete-incomplete", "--output-dir", out, "--yes")
+    assert "nothing to delete" in result.output
     result = cli("sweep", "status", "--output-dir", out)
     assert "6 not launched" in result.output
     monkeypatch.delenv("FAKE_DIE_AT")
@@ -282,3 +291,27 @@ def test_cli_launch_status_delete(tmp_path, monkeypatch, cli):
     assert result.exit_code == 0, result.output
     result = cli("sweep", "status", "--output-dir", out)
     assert result.output.startswith("6 job(s): 6 done,")
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--", "--seed", "3"], "--seed after `--` is set by the sweep"),
+    (["--", "--stps", "3"], "No such option '--stps'"),
+    (["--", "--n-per-domain", "0"], "--n-per-domain must be >= 1"),
+    (["--train-args", "--test-envs 1"], "--test-envs after `--` is set by the sweep"),
+])
+def test_cli_launch_refuses_bad_train_flags_before_writing(tmp_path, cli, flags, message):
+    out = tmp_path / "sweep"
+    result = cli("sweep", "launch", "--datasets", "RotatedMNIST", "--algorithms", "ERM", "--models",
+                 "vit_micro_patch7_28", "--output-dir", out, "--n-hparams", "1", "--n-trials", "1", *flags)
+    assert result.exit_code == 2 and message in result.output and result.output.count("\n") == 1, result.output
+    assert not out.exists()
+
+
+def test_cli_old_train_and_exec_args_still_work(tmp_path, cli):
+    result = cli("sweep", "launch", "--datasets", "RotatedMNIST", "--algorithms", "ERM", "--models",
+                 "vit_micro_patch7_28", "--output-dir", tmp_path / "s", "--n-hparams", "1", "--n-trials", "1",
+                 "--single-test-envs", "--launcher", "dummy", "--train-args", "--n-per-domain 8",
+                 "--exec-args", "--device cuda")
+    assert result.exit_code == 0, result.output
+    commands = [line for line in result.output.splitlines() if line.startswith("Dummy launcher: ")]
+    assert len(commands) == 6 and all("--n-per-domain 8" in c and "--device cuda" in c for c in commands)

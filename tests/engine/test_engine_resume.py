@@ -57,13 +57,13 @@ def test_sigkill_then_resume_gives_identical_records_and_weights(tmp_path):
 
 
 def test_output_dir_holding_a_different_run_is_refused(tmp_path):
-    from dgmoe.engine.config import TrainConfig
-    from dgmoe.engine.train import RunMismatchError, train
+    from dgmoe.engine.config import RunConfig
+    from dgmoe.engine.trainer import RunMismatchError, train
 
     base = dict(dataset="RotatedMNIST", model="vit_micro_patch7_28", model_kwargs={"depth": 1}, steps=1,
                 checkpoint_freq=1, n_per_domain=20, output_dir=str(tmp_path / "run"), progress="none")
-    train(TrainConfig(**base))
+    train(RunConfig.from_flat(**base))
     before = (tmp_path / "run" / "results.jsonl").read_text()
     with pytest.raises(RunMismatchError, match="differs in: seed"):
-        train(TrainConfig(**{**base, "seed": 5}))
+        train(RunConfig.from_flat(**{**base, "seed": 5}))
     assert (tmp_path / "run" / "results.jsonl").read_text() == before

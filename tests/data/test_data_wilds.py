@@ -1,4 +1,4 @@
-"""The WILDS datasets on tiny fixtures in their real file layouts (`tests/wilds_fixtures.py`): domains,
+"""The WILDS datasets on tiny fixtures in their real file layouts (`tests/helpers/wilds_fixtures.py`): domains,
 items, metadata, WILDS splits, group metrics, and one-line errors that name the file, row and column."""
 from __future__ import annotations
 

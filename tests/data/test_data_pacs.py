@@ -9,7 +9,7 @@ import torch
 
 from dgmoe.data import TrainBatches, domain_splits, eval_loader, get_dataset, get_transforms, prepare_dataset
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 pytestmark = pytest.mark.skipif(not (SHARED / "PACS").is_dir(), reason=f"PACS not found under {SHARED}")
 
 COUNTS = [2048, 2344, 1670, 3929]  # art_painting, cartoon, photo, sketch (PACS README)

@@ -16,7 +16,7 @@ import pytest
 from dgmoe.report.collect import RecordError, load_records
 from dgmoe.report.tables import results_tables
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).parents[1] / "golden"
 PACS = ["art_painting", "cartoon", "photo", "sketch"]
 
 # PACS single-test-env runs: 2 hparams x 2 checkpoints; the test domain's in accuracy sits at four points.

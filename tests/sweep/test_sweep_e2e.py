@@ -12,20 +12,20 @@ import time
 
 import pytest
 
+from dgmoe.engine.config import RunConfig
 from dgmoe.sweep import state
 from dgmoe.sweep.jobs import SweepConfig, build_jobs
 from dgmoe.sweep.launchers import LaunchOptions, launch_sweep
 from dgmoe.sweep.state import JobState, job_state
 
-TINY = ("--n-per-domain", "32", "--model-kwargs", '{"depth": 2, "embed_dim": 32, "num_heads": 2}')
-EXEC = ("--num-threads", "1", "--progress", "lines")
+TINY = dict(n_per_domain=32, model_kwargs={"depth": 2, "embed_dim": 32, "num_heads": 2}, img_size=28, patch_size=7)
+EXEC = dict(num_threads=1, progress="lines")
 
 
 def _jobs(tmp_path, n: int, steps: int, freq: int):
+    base = RunConfig.from_flat(TINY, steps=steps, checkpoint_freq=freq, **EXEC)
     cfg = SweepConfig(datasets=("RotatedMNIST",), algorithms=("ERM",), models=("vit_tiny_patch16_224",),
-                      output_dir=str(tmp_path / "sweep"), n_hparams=1, n_trials=1, steps=steps,
-                      checkpoint_freq=freq, single_test_envs=True, img_size=28, patch_size=7,
-                      train_args=TINY, exec_args=EXEC)
+                      output_dir=str(tmp_path / "sweep"), base=base, n_hparams=1, n_trials=1, single_test_envs=True)
     return build_jobs(cfg)[:n]  # a partial grid: the first n held-out domains
 
 
@@ -58,23 +58,19 @@ def test_real_jobs_launched_twice_run_once(tmp_path, launcher):
     for j in jobs:
         assert _launches(j) == 1
         assert _record_steps(j) == [0, 2, 3]
-        run = json.loads((j.dir / "config.json").read_text())["config"]  # what train received
-        for key in ("dataset", "model", "algorithm", "test_envs", "seed", "trial_seed", "hparams_seed",
-                    "steps", "checkpoint_freq", "img_size", "patch_size"):
-            assert run[key] == j.args[key], key
-        assert run["n_per_domain"] == 32 and run["num_threads"] == 1
+        run = RunConfig.from_file(j.dir / "config.json")  # what train received: the job's config, exactly
+        assert run == j.config and run.data.n_per_domain == 32 and run.execution.num_threads == 1
 
 
 @pytest.mark.slow
 def test_real_job_killed_midway_resumes(tmp_path):
     (job,) = _jobs(tmp_path, n=1, steps=300, freq=20)
     plan = tmp_path / "plan.json"
-    plan.write_text(json.dumps({"args": dict(job.args), "output_dir": job.output_dir,
-                                "exec_args": list(job.exec_args)}))
+    plan.write_text(json.dumps({"config": job.config.to_dict(), "output_dir": job.output_dir}))
     driver = (
-        "import json, sys; from dgmoe.sweep.jobs import Job; from dgmoe.sweep.launchers import launch_sweep; "
-        "p = json.load(open(sys.argv[1])); "
-        "launch_sweep([Job(p['args'], None, p['output_dir'], tuple(p['exec_args']))], 'local')")
+        "import json, sys; from dgmoe.engine.config import RunConfig; from dgmoe.sweep.jobs import make_job; "
+        "from dgmoe.sweep.launchers import launch_sweep; p = json.load(open(sys.argv[1])); "
+        "launch_sweep([make_job(RunConfig.from_dict(p['config']), p['output_dir'])], 'local')")
     proc = subprocess.Popen([sys.executable, "-c", driver, str(plan)], stdout=subprocess.DEVNULL,
                             start_new_session=True)
     try:

@@ -13,7 +13,7 @@ from PIL import Image
 from dgmoe.data.geo.geomnist import (CONCEPTS, GEO_REGIONS, REGION_NAMES, concept_labels, geo_domains,
                                  get_geo_benchmark, sample_around, tint)
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 
 
 def _angle(lat1, lon1, lat2, lon2):

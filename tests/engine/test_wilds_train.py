@@ -89,7 +89,7 @@ def test_sweep_holds_out_the_evaluation_splits():
 
     cfg = SweepConfig(datasets=("FMoW", "iWildCam", "Camelyon17"), algorithms=("ERM",), models=("vit",),
                       output_dir="/tmp/x", n_hparams=1, n_trials=1)
-    sets = {(j.args["dataset"], tuple(j.args["test_envs"])) for j in build_jobs(cfg)}
+    sets = {(j.config.data.dataset, j.config.data.test_envs) for j in build_jobs(cfg)}
     assert {s for d, s in sets if d == "FMoW"} == {(5, 6, 7, 8)}
     assert {s for d, s in sets if d == "iWildCam"} == {(1, 2, 3, 4)}
     assert ("Camelyon17", (1, 2)) in sets and ("Camelyon17", (0,)) in sets  # DomainBed's singles and pairs
@@ -123,10 +123,10 @@ def test_baseline_by_short_name_and_label(tmp_path, cli):
 
 
 def test_label_names_the_run_without_changing_its_identity():
-    from dgmoe.engine.config import TrainConfig
+    from dgmoe.engine.config import RunConfig
 
-    assert TrainConfig(label="mine").identity() == TrainConfig().identity()
-    assert TrainConfig(label="mine").to_dict()["label"] == "mine"  # records carry it as args.label
+    assert RunConfig.from_flat(label="mine").identity() == RunConfig.from_flat().identity()
+    assert RunConfig.from_flat(label="mine").flat()["label"] == "mine"  # records carry it as args.label
 
 
 def test_report_has_the_wilds_tables(wilds_runs, tmp_path, cli):

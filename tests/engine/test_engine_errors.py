@@ -2,8 +2,8 @@
 import pytest
 
 from dgmoe.data.errors import DatasetError
-from dgmoe.engine.config import TrainConfig
-from dgmoe.engine.train import train
+from dgmoe.engine.config import RunConfig
+from dgmoe.engine.trainer import train
 from dgmoe.registry import UnknownNameError
 
 BASE = dict(dataset="RotatedMNIST", model="vit_micro_patch7_28", steps=1, checkpoint_freq=1, n_per_domain=20,
@@ -22,7 +22,7 @@ BASE = dict(dataset="RotatedMNIST", model="vit_micro_patch7_28", steps=1, checkp
 def test_bad_input_is_refused_before_anything_is_written(tmp_path, override, error, match):
     out = tmp_path / "run"
     with pytest.raises(error, match=match):
-        train(TrainConfig(**{**BASE, **override, "output_dir": str(out)}))
+        train(RunConfig.from_flat(**{**BASE, **override, "output_dir": str(out)}))
     assert not out.exists()
 
 
@@ -34,5 +34,5 @@ def test_algorithm_needing_several_domains_with_one_is_refused(tmp_path):
         pytest.skip("no registered algorithm needs several training domains")
     out = tmp_path / "run"
     with pytest.raises(ValueError, match="training domains"):
-        train(TrainConfig(**{**BASE, "algorithm": multi, "test_envs": (0, 1, 2, 3, 4), "output_dir": str(out)}))
+        train(RunConfig.from_flat(**{**BASE, "algorithm": multi, "test_envs": (0, 1, 2, 3, 4), "output_dir": str(out)}))
     assert not out.exists()

@@ -14,9 +14,9 @@ import pytest
 from dgmoe.algorithms import get_algorithm
 from dgmoe.algorithms.registry import ALGORITHMS
 from dgmoe.engine import rundir
-from dgmoe.engine.config import TrainConfig
+from dgmoe.engine.config import RunConfig
 from dgmoe.engine.rundir import RunLock, lock_holder
-from dgmoe.engine.train import train
+from dgmoe.engine.trainer import train
 from dgmoe.errors import DiskFullError, RunLockedError
 from dgmoe.report.collect import RecordError, load_records
 
@@ -55,7 +55,7 @@ def test_a_second_trainer_is_refused_while_the_first_lives_and_no_record_is_lost
         wait_for(lambda: (out / "results.jsonl").exists())
         os.kill(first.pid, signal.SIGSTOP)  # paused, holding the lock, between two checkpoints
         with pytest.raises(RunLockedError, match=f"pid {first.pid} on "):
-            train(TrainConfig(**{**BASE, "steps": 9, "model_kwargs": {"depth": 1}, "output_dir": str(out)}))
+            train(RunConfig.from_flat(**{**BASE, "steps": 9, "model_kwargs": {"depth": 1}, "output_dir": str(out)}))
         assert lock_holder(out)["pid"] == first.pid
     finally:
         os.kill(first.pid, signal.SIGCONT)
@@ -101,7 +101,7 @@ def stopping_algorithm():
 def test_early_stop_then_a_crash_before_done_resumes_to_the_uninterrupted_records(tmp_path, stopping_algorithm,
                                                                                  monkeypatch):
     ref, crashed = tmp_path / "ref", tmp_path / "crashed"
-    train(TrainConfig(**{**BASE, "algorithm": stopping_algorithm, "output_dir": str(ref)}))
+    train(RunConfig.from_flat(**{**BASE, "algorithm": stopping_algorithm, "output_dir": str(ref)}))
     assert [r["step"] for r in records(ref)] == [0, 2]
     finish = rundir.RunWriter.finish
 
@@ -113,10 +113,10 @@ def test_early_stop_then_a_crash_before_done_resumes_to_the_uninterrupted_record
 
     monkeypatch.setattr(rundir.RunWriter, "finish", crash)
     with pytest.raises(Crash):
-        train(TrainConfig(**{**BASE, "algorithm": stopping_algorithm, "output_dir": str(crashed)}))
+        train(RunConfig.from_flat(**{**BASE, "algorithm": stopping_algorithm, "output_dir": str(crashed)}))
     assert not (crashed / "done").exists()
     monkeypatch.setattr(rundir.RunWriter, "finish", finish)
-    train(TrainConfig(**{**BASE, "algorithm": stopping_algorithm, "output_dir": str(crashed)}))
+    train(RunConfig.from_flat(**{**BASE, "algorithm": stopping_algorithm, "output_dir": str(crashed)}))
     assert records(crashed) == records(ref)
     assert json.loads((crashed / "done").read_text())["stopped_early"] is True
     assert len(load_records(crashed)) == 2  # a finished early stop is complete
@@ -129,7 +129,7 @@ def test_files_follow_the_umask_and_stale_temporaries_are_removed(tmp_path):
     stale.write_text("half a record")
     old = os.umask(0o022)
     try:
-        train(TrainConfig(**{**BASE, "output_dir": str(out), "keep_resume": True}))
+        train(RunConfig.from_flat(**{**BASE, "output_dir": str(out), "keep_resume": True}))
     finally:
         os.umask(old)
     assert not list(out.glob(".*.tmp"))
@@ -139,14 +139,14 @@ def test_files_follow_the_umask_and_stale_temporaries_are_removed(tmp_path):
 
 def test_skip_model_save_keeps_records_and_config_only(tmp_path):
     out = tmp_path / "run"
-    train(TrainConfig(**{**BASE, "output_dir": str(out), "skip_model_save": True}))
+    train(RunConfig.from_flat(**{**BASE, "output_dir": str(out), "skip_model_save": True}))
     assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == ["config.json", "done",
-                                                                                 "results.jsonl"]
+                                                                                 "results.jsonl", "train.log"]
 
 
 def test_every_checkpoint_model_and_a_finished_run_drops_its_resume_state(tmp_path):
     out = tmp_path / "run"
-    train(TrainConfig(**{**BASE, "output_dir": str(out), "save_model_every_checkpoint": True}))
+    train(RunConfig.from_flat(**{**BASE, "output_dir": str(out), "save_model_every_checkpoint": True}))
     assert sorted(p.name for p in out.glob("model_step*.safetensors")) == [
         f"model_step{s}.safetensors" for s in (0, 2, 4, 6)]
     assert not (out / "resume.pt").exists()
@@ -168,11 +168,11 @@ def test_a_full_disk_names_the_file_and_the_run_resumes(tmp_path, monkeypatch):
     monkeypatch.setattr(checkpoint, "save_file", fill_up)
     with pytest.raises(DiskFullError, match=r"disk full while writing .*model.safetensors; free space and re-run the "
                                             r"same command to resume from step 1"):
-        train(TrainConfig(**{**BASE, "output_dir": str(out)}))
+        train(RunConfig.from_flat(**{**BASE, "output_dir": str(out)}))
     monkeypatch.setattr(checkpoint, "save_file", real)
-    train(TrainConfig(**{**BASE, "output_dir": str(out)}))
+    train(RunConfig.from_flat(**{**BASE, "output_dir": str(out)}))
     ref = tmp_path / "ref"
-    train(TrainConfig(**{**BASE, "output_dir": str(ref)}))
+    train(RunConfig.from_flat(**{**BASE, "output_dir": str(ref)}))
     assert records(out) == records(ref) and not list(out.glob(".*.tmp"))
 
 
@@ -191,7 +191,7 @@ def test_sigterm_ends_with_one_line_saying_how_to_resume(tmp_path):
 
 def test_results_refuse_a_finished_run_whose_records_have_gaps(tmp_path):
     out = tmp_path / "run"
-    train(TrainConfig(**{**BASE, "output_dir": str(out)}))
+    train(RunConfig.from_flat(**{**BASE, "output_dir": str(out)}))
     lines = (out / "results.jsonl").read_text().splitlines()
     (out / "results.jsonl").write_text("\n".join(lines[:2]) + "\n")  # what a second, stale trainer left
     with pytest.raises(RecordError, match=r"missing steps \[4, 6\]"):

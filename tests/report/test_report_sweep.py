@@ -12,7 +12,7 @@ from report_sweep import GEO, PACS, WEIRD, make_sweep, write_run
 
 from dgmoe.report.html import build_report, index_budget, report_budget, report_size, size_budget
 
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"  # wide tables and long code lines
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md"  # wide tables and long code lines
 
 
 @pytest.fixture(scope="module")
@@ -172,13 +172,13 @@ def test_analyze_gives_moge_runs_the_geo_routing_analysis_and_the_report_shows_i
     """A real (tiny) MoGE run on GeoMNIST: `--analyze` dispatches it to `dgmoe.analysis.geo`."""
     import dgmoe.algorithms.moge  # noqa: F401
     from dgmoe.cli.report import command
-    from dgmoe.engine.config import TrainConfig
-    from dgmoe.engine.train import train
+    from dgmoe.engine.config import RunConfig
+    from dgmoe.engine.trainer import train
     from dgmoe.data.geo.geomnist import geo_domains
 
     _, test_envs = geo_domains()
     run = tmp_path / "runs" / "MoGE_seed0"
-    train(TrainConfig(dataset="GeoMNIST", test_envs=tuple(test_envs), model="moge_tiny_patch16_224", algorithm="MoGE",
+    train(RunConfig.from_flat(dataset="GeoMNIST", test_envs=tuple(test_envs), model="moge_tiny_patch16_224", algorithm="MoGE",
                       output_dir=str(run), steps=2, checkpoint_freq=1, n_per_domain=10, patch_size=7,
                       hparams={"lr": 1e-3, "batch_size": 4, "drop_path_rate": 0.0}, num_threads=1, progress="none",
                       model_kwargs={"embed_dim": 16, "depth": 4, "num_heads": 2}))

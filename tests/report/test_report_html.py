@@ -47,12 +47,12 @@ def _moe_layers(run) -> list[str]:
 def small_run(tmp_path_factory):
     """A real (tiny) GMoE run on Debug28 plus its `dgmoe analyze` outputs."""
     from dgmoe.analysis.pipeline import analyze_attention, analyze_routing, load_run_images
-    from dgmoe.engine.config import TrainConfig
-    from dgmoe.engine.train import train
+    from dgmoe.engine.config import RunConfig
+    from dgmoe.engine.trainer import train
 
     root = tmp_path_factory.mktemp("runs")
     run = root / "gmoe_debug"
-    train(TrainConfig(dataset="Debug28", test_envs=(0,), model=MODEL, patch_size=7, output_dir=str(run),
+    train(RunConfig.from_flat(dataset="Debug28", test_envs=(0,), model=MODEL, patch_size=7, output_dir=str(run),
                       steps=3, checkpoint_freq=1, progress="none", num_threads=1))
     imgs = load_run_images(run, n_per_domain=3)
     analyze_routing(imgs, run / "analysis", show=2)

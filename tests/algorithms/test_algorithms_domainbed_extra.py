@@ -1,7 +1,7 @@
 """Known answers for ANDMask, SANDMask, IGA, SD, SelfReg, MTL, CausIRL_CORAL/MMD, EQRM, IB_ERM and IB_IRM:
 their penalties as pure functions, and one update of each on a tiny linear network against a hand computation.
 (Weights after 3 updates against DomainBed's code: tests/parity; 2 processes against 1:
-tests/test_engine_distributed.py; every backbone: tests/test_algorithms_train.py.)"""
+tests/engine/test_engine_distributed.py; every backbone: tests/algorithms/test_algorithms_train.py.)"""
 import math
 
 import numpy as np

@@ -17,7 +17,7 @@ from dgmoe.report.single_source import (
     improvement, ood_improvement, single_source_accs, single_source_table,
 )
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).parents[1] / "golden"
 DOMAINS = ["clipart", "infograph", "painting", "quickdraw", "real", "sketch"]
 TABLE3 = {  # clipart, infograph, painting (IID), quickdraw, real, sketch
     "resnet50": [37.1, 12.9, 62.7, 2.2, 49.3, 33.3],

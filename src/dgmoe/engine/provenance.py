@@ -1,0 +1,53 @@
+"""What produced a run: library versions, the source commit and the machine, recorded in `config.json`
+and in the metadata of every weights file, so a number in a table can be traced back to its code."""
+from __future__ import annotations
+
+import functools
+import platform
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+
+@functools.lru_cache(maxsize=1)
+def source_commit() -> str | None:
+    """The git commit of the dgmoe source tree (with `+dirty` when it has uncommitted changes), or None
+    for an installed wheel or when git is unavailable."""
+    package_dir = Path(__file__).resolve().parents[1]
+    try:
+        def git(*args: str) -> str:
+            return subprocess.run(["git", "-C", str(package_dir), *args], capture_output=True, text=True,
+                                  timeout=10, check=True).stdout.strip()
+
+        top = Path(git("rev-parse", "--show-toplevel"))
+        if not (top / "pyproject.toml").is_file() or package_dir.parents[1] != top:
+            return None  # dgmoe installed inside someone else's repository: that commit is not dgmoe's
+        commit = git("rev-parse", "HEAD")
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no", "--", str(package_dir)))
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return commit + ("+dirty" if dirty else "")
+
+
+def provenance(device: str = "cpu") -> dict[str, Any]:
+    """Versions of dgmoe, torch, Python, numpy and CUDA, the source commit, the host and the time."""
+    from dgmoe import __version__
+
+    cuda = torch.version.cuda if torch.cuda.is_available() else None
+    info: dict[str, Any] = {
+        "dgmoe": __version__, "torch": torch.__version__, "python": platform.python_version(),
+        "numpy": np.__version__, "cuda": cuda, "git_commit": source_commit(), "host": socket.gethostname(),
+        "platform": platform.platform(), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    if device.startswith("cuda") and torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(torch.device(device))
+    return info
+
+
+def as_metadata(info: dict[str, Any]) -> dict[str, str]:
+    """The provenance as safetensors metadata (string values; absent facts left out)."""
+    return {k: str(v) for k, v in info.items() if v is not None}

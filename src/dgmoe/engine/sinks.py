@@ -1,0 +1,126 @@
+"""Log sinks: where a run's progress goes besides its records.
+
+Records always go to `results.jsonl` (the run writer, `dgmoe.engine.rundir`); a sink is an optional view
+with three hooks, `step` after every training step, `checkpoint` after every evaluation and `close`. dgmoe
+ships the console (a tqdm bar on a terminal, timed lines otherwise, both also in the run's `train.log`) and
+TensorBoard; a new sink is a subclass passed to the loop.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from datetime import timedelta
+from typing import Any, Sequence
+
+from dgmoe.engine.runlog import RunLog
+from dgmoe.errors import UsageError
+
+
+class Sink:
+    """A view of the run's progress; every hook is optional."""
+
+    def step(self, step: int, metrics: dict[str, float], train_seconds: float) -> None:
+        """After training step `step`; `train_seconds` is that step's training time (no evaluation)."""
+
+    def checkpoint(self, record: dict[str, Any]) -> None:
+        """After the evaluation at a checkpoint, with the record just appended to results.jsonl."""
+
+    def close(self) -> None:
+        pass
+
+
+def _duration(seconds: float) -> str:
+    return str(timedelta(seconds=round(seconds)))
+
+
+class ConsoleSink(Sink):
+    """Loss, training throughput (evaluation excluded) and the time left.
+
+    `bar`: a tqdm bar; `lines` (any output that is not a terminal: logs, Slurm, sweep jobs): a line after the
+    first step, then every `every_s` seconds, and a line per checkpoint; `none`: the log file only."""
+
+    def __init__(self, run_log: RunLog, mode: str, start: int, total: int, checkpoint_steps: Sequence[int],
+                 images_per_step: int, test_envs: Sequence[int], every_s: float = 20.0):
+        if mode == "auto":
+            mode = "bar" if sys.stderr.isatty() else "lines"
+        self.run_log, self.mode, self.every_s = run_log, mode, every_s
+        self.start, self.total, self.images_per_step = start, total, images_per_step
+        self.checkpoints_left = [s for s in checkpoint_steps if s >= start]
+        self.test_envs = list(test_envs)
+        self.train_seconds, self.steps_done = 0.0, 0
+        self.eval_seconds, self.evals_done = 0.0, 0
+        self.last_line = time.monotonic()
+        self.bar = None
+        if mode == "bar":
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, initial=start, unit="step", dynamic_ncols=True)
+            run_log.write_console = self.bar.write
+        elif mode == "none":
+            run_log.console = False
+
+    def images_per_second(self) -> float:
+        return self.steps_done * self.images_per_step / self.train_seconds if self.train_seconds else float("nan")
+
+    def seconds_left(self, step: int) -> float:
+        steps_left = self.total - 1 - step
+        per_step = self.train_seconds / max(self.steps_done, 1)
+        per_eval = self.eval_seconds / self.evals_done if self.evals_done else 0.0
+        return steps_left * per_step + len(self.checkpoints_left) * per_eval
+
+    def step(self, step: int, metrics: dict[str, float], train_seconds: float) -> None:
+        self.train_seconds += train_seconds
+        self.steps_done += 1
+        loss = metrics.get("loss", float("nan"))
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.set_postfix(loss=f"{loss:.4f}", img_s=f"{self.images_per_second():.0f}", refresh=False)
+            return
+        now = time.monotonic()
+        if self.steps_done == 1 or (self.every_s and now - self.last_line >= self.every_s):
+            self.last_line = now
+            self.run_log.say(f"step {step + 1}/{self.total}  loss {loss:.4f}  "
+                             f"{self.images_per_second():.1f} img/s training  "
+                             f"{self.train_seconds / self.steps_done:.3f} s/step  "
+                             f"eta {_duration(self.seconds_left(step))}")
+
+    def checkpoint(self, record: dict[str, Any]) -> None:
+        step = record["step"]
+        self.checkpoints_left = [s for s in self.checkpoints_left if s > step]
+        self.eval_seconds += record.get("eval_time", 0.0)
+        self.evals_done += 1
+        domains = record["args"]["domains"]
+        train_out = [record[f"env{i}_out_acc"] for i in range(len(domains)) if i not in self.test_envs]
+        tests = "  ".join(f"test {domains[i]} {record[f'env{i}_in_acc']:.4f}" for i in self.test_envs)
+        self.run_log.say(f"checkpoint step {step}  loss {record.get('loss', float('nan')):.4f}  "
+                         f"val (training domains, out) {sum(train_out) / len(train_out):.4f}  {tests}  "
+                         f"eval {record.get('eval_time', 0.0):.1f} s  eta {_duration(self.seconds_left(step))}")
+        self.last_line = time.monotonic()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.run_log.write_console = self.run_log._print
+
+
+class TensorBoardSink(Sink):
+    """Every numeric field of every record as a scalar under `<run>/tensorboard` (`--tensorboard`)."""
+
+    def __init__(self, log_dir: str):
+        self.writer = tensorboard_writer_class()(log_dir)
+
+    def checkpoint(self, record: dict[str, Any]) -> None:
+        for k, v in record.items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                self.writer.add_scalar(k, v, record["step"])
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def tensorboard_writer_class():
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError as exc:
+        raise UsageError("--tensorboard needs the tensorboard package: pip install 'dgmoe[tensorboard]'") from exc
+    return SummaryWriter

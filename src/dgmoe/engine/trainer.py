@@ -1,0 +1,312 @@
+"""The training run: an importable function, DomainBed's protocol, and runs that are never lost.
+
+`train(cfg)` trains `cfg.algorithm` on the training domains of `cfg.data.dataset` with the `cfg.model`
+backbone, drawing one batch per training domain per step, and at every checkpoint appends a DomainBed
+record (`env{i}_in_acc`, `env{i}_out_acc` for every domain, `step`, `epoch`, update means, `step_time`,
+`mem_gb`, `hparams`, `args`) to `results.jsonl`. It returns the records with the final and the selected
+(training-domain validation) test accuracies.
+
+Resuming is exact: batches and augmentations are a pure function of (seed, step, domain), and the
+resume state holds the weights, optimiser and algorithm state, the torch and numpy RNGs and the records. A
+run killed at any point and started again with the same command continues from its last checkpoint and
+ends with the same records (timing fields aside) and bitwise the same weights on CPU.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import resource
+import signal
+import sys
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+
+from dgmoe.data.loaders import TrainBatches
+from dgmoe.engine.config import RunConfig, identity_differences
+from dgmoe.engine.distributed import (DistInfo, average_metrics, barrier, init_from_env, make_gradient_averager,
+                                     shard)
+from dgmoe.engine.evaluate import evaluate_domains, split_metrics
+from dgmoe.engine.io import read_jsonl
+from dgmoe.engine.provenance import as_metadata, provenance
+from dgmoe.engine.resume import Progress, capture, restore
+from dgmoe.engine.rundir import RunLock, RunWriter, expected_steps
+from dgmoe.engine.runlog import RunLog
+from dgmoe.engine.setup import RunSetup, prepare_run
+from dgmoe.engine.sinks import ConsoleSink, Sink, TensorBoardSink, tensorboard_writer_class
+from dgmoe.errors import Interrupted, UsageError
+from dgmoe.seeding import make_deterministic, seed_hash
+
+TIMING_KEYS = ("step_time", "mem_gb", "eval_time")
+
+
+@dataclass
+class RunResult:
+    """A finished (or already finished) run: its folder and records, with the accuracies users look for."""
+
+    output_dir: Path
+    records: list[dict[str, Any]]
+    resumed_from: int | None
+    already_done: bool
+
+    def _summary(self, record: dict[str, Any]) -> dict[str, Any]:
+        args = record["args"]
+        accs = {args["domains"][i]: record[f"env{i}_in_acc"] for i in args["test_envs"]}
+        return {"step": record["step"], "test_acc": sum(accs.values()) / len(accs), "test_accs": accs}
+
+    @property
+    def final(self) -> dict[str, Any]:
+        """The last checkpoint: `step`, `test_acc` (mean over held-out domains) and `test_accs` per domain."""
+        return self._summary(self.records[-1])
+
+    @property
+    def selected(self) -> dict[str, Any]:
+        """The checkpoint training-domain validation selects (the first with the best mean training-domain
+        `out` accuracy, as DomainBed within a run), with its `val_acc`."""
+        best, best_val = self.records[0], -1.0
+        for record in self.records:
+            val = _train_val_acc(record)
+            if val > best_val:
+                best, best_val = record, val
+        return {**self._summary(best), "val_acc": best_val}
+
+
+class RunMismatchError(UsageError):
+    """The output folder holds a different run."""
+
+
+def train(cfg: RunConfig | None = None, **settings: Any) -> RunResult:
+    """Train one run (or resume it, or return at once if it is finished).
+
+    `cfg` describes the run; flat settings (`dataset=`, `model=`, `steps=`, any `dgmoe train` flag without
+    its dashes) build one or change the given one: `train(dataset="PACS", test_envs=(0,), output_dir=...)`.
+    """
+    cfg = RunConfig.from_flat(settings, base=cfg)
+    out = Path(cfg.execution.output_dir)
+    info = init_from_env(cfg.execution.device)
+    if info.enabled and cfg.execution.device.startswith("cuda"):
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local)
+        cfg = cfg.replace(device=f"cuda:{local}")
+    with RunLog(console=info.is_main and cfg.execution.progress != "none") as run_log:
+        setup = prepare_run(cfg)  # validates data, test envs, model, algorithm before anything is written
+        run_log.say(setup.announcement())
+        run_log.say(setup.summary())
+        if cfg.execution.tensorboard:
+            tensorboard_writer_class()
+        if out.exists() and not out.is_dir():
+            raise UsageError(f"--output-dir {out} is a file, not a folder")
+        if not _check_output_dir(cfg):  # read only: a folder holding another run is refused untouched
+            with RunLock(out) if info.is_main else contextlib.nullcontext():  # one trainer per run folder
+                if not _check_output_dir(cfg):  # (another trainer may have finished it meanwhile)
+                    return _train_locked(cfg, setup, out, info, run_log)
+        run_log.say(f"{out} is finished (its `done` marker is present); nothing to do")
+    records = read_jsonl(out / "results.jsonl")
+    return RunResult(out, records, None, True)
+
+
+def _check_output_dir(cfg: RunConfig) -> bool:
+    """Validate the output folder; True when it already holds this run, finished."""
+    out = Path(cfg.execution.output_dir)
+    config_path = out / "config.json"
+    if not config_path.exists():
+        if out.exists() and (out / "results.jsonl").exists():
+            raise RunMismatchError(f"{out} holds results.jsonl but no config.json; refusing to mix runs")
+        return False
+    from dgmoe.engine.checkpoint import read_run_config, saved_run
+
+    diff = identity_differences(saved_run(read_run_config(out)), cfg)
+    if diff:
+        raise RunMismatchError(f"{out} holds a different run (differs in: {', '.join(diff)}); "
+                               "choose another --output-dir")
+    return (out / "done").exists()
+
+
+def _train_locked(cfg: RunConfig, setup: RunSetup, out: Path, info: DistInfo, run_log: RunLog) -> RunResult:
+    """The run, once this process holds the run folder (or is a non-writing rank under torchrun)."""
+    ex, made_by = cfg.execution, provenance(cfg.execution.device)
+    writer = RunWriter(out, ex.skip_model_save, ex.save_model_every_checkpoint, ex.save_best, ex.keep_resume,
+                       enabled=info.is_main, metadata=as_metadata(made_by))
+    if ex.num_threads:
+        torch.set_num_threads(ex.num_threads)
+    make_deterministic()
+    writer.start(setup.run_config(made_by))
+    if info.is_main:
+        run_log.open(out)
+    barrier(info)
+    with _signals_interrupt():
+        return _run_loop(cfg, setup, writer, run_log, info)
+
+
+@contextlib.contextmanager
+def _signals_interrupt() -> Iterator[None]:
+    """SIGTERM (a scheduler's stop) ends training as Ctrl-C does: through `Interrupted`, after which
+    everything checkpointed so far is intact and the same command resumes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise Interrupted(f"stopped by {signal.Signals(signum).name}")
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run_loop(cfg: RunConfig, setup: RunSetup, writer: RunWriter, run_log: RunLog, info: DistInfo) -> RunResult:
+    """The step loop: one batch per training domain, an update, and at checkpoints an evaluation."""
+    ex, algorithm = cfg.execution, setup.algorithm  # built and seeded by prepare_run
+    algorithm.to(ex.device)
+    if info.enabled:
+        algorithm.gradient_sync = make_gradient_averager(algorithm, info)
+    batch_size = setup.hparams["batch_size"]
+    batches = TrainBatches([setup.dataset[i] for i in setup.train_envs], [setup.splits[i][0] for i in setup.train_envs],
+                           batch_size, seed_hash(cfg.seeds.seed, "batches"), setup.train_transform,
+                           domain_ids=setup.train_envs)
+    torch.manual_seed(seed_hash(cfg.seeds.seed, "train"))
+    np.random.seed(seed_hash(cfg.seeds.seed, "train"))
+    progress = Progress(records=[])
+    if writer.resume_path.exists():
+        progress = restore(writer.resume_path, algorithm)
+        writer.last_saved_step = progress.next_step - 1
+        writer.rewrite_records(progress.records)  # drop any record written after the state
+        run_log.say(f"resuming {writer.out} from step {progress.next_step}")
+        if algorithm.stop_requested:  # it stopped early (SWAD's valley ended) and was killed before `done`
+            writer.finish(progress.records, stopped_early=True)
+            return RunResult(writer.out, progress.records, progress.next_step, False)
+    start, n_steps = progress.next_step, setup.n_steps
+    checkpoints = expected_steps(n_steps, setup.checkpoint_freq)
+    sinks = _sinks(cfg, setup, writer, run_log, info, start, checkpoints)
+    autocast = (torch.autocast(device_type=ex.device.split(":")[0], dtype=torch.bfloat16)
+                if cfg.training.precision == "bf16" else contextlib.nullcontext())
+    sums: dict[str, list[float]] = defaultdict(list)
+    algorithm.train()
+    step, stopped_early, due = start, False, set(checkpoints)
+    try:
+        tic = time.perf_counter()
+        for step, minibatches in zip(range(start, n_steps), batches.iter_from(start, n_steps, ex.num_workers)):
+            minibatches = [b.to(ex.device) for b in shard(minibatches, info)]
+            with autocast:
+                metrics = average_metrics(algorithm.update(minibatches, step), info)
+            seconds = time.perf_counter() - tic
+            for k, v in {**metrics, "step_time": seconds}.items():
+                sums[k].append(v)
+            for sink in sinks:
+                sink.step(step, metrics, seconds)
+            if step in due:
+                record = _checkpoint(step, cfg, setup, writer, progress, sums, info)
+                for sink in sinks if record is not None else ():
+                    sink.checkpoint(record)
+                sums.clear()
+                if algorithm.stop_requested:
+                    run_log.say(f"{cfg.algorithm.name} stops early at step {step}: the evaluated model can no "
+                                "longer change")
+                    stopped_early = True
+                    break
+            tic = time.perf_counter()
+    except (KeyboardInterrupt, Interrupted) as e:
+        how = str(e) if isinstance(e, Interrupted) else "stopped by SIGINT (Ctrl-C)"
+        kept = (f"checkpoints up to step {writer.last_saved_step} are kept; re-run the same command to resume "
+                f"from step {writer.last_saved_step + 1}" if writer.last_saved_step is not None
+                else "no checkpoint was reached; re-run the same command to start again")
+        run_log.record(f"{how} at step {step}; {kept}")
+        raise Interrupted(f"{writer.out}: {how} at step {step}; {kept}") from None
+    finally:
+        for sink in sinks:
+            sink.close()
+    writer.finish(progress.records, stopped_early)
+    result = RunResult(writer.out, progress.records, start or None, False)
+    if progress.records and info.is_main:
+        run_log.say(_finished_line(result))
+    return result
+
+
+def _sinks(cfg: RunConfig, setup: RunSetup, writer: RunWriter, run_log: RunLog, info: DistInfo, start: int,
+           checkpoints: list[int]) -> list[Sink]:
+    if not info.is_main:
+        return []
+    ex = cfg.execution
+    sinks: list[Sink] = [ConsoleSink(run_log, ex.progress, start, setup.n_steps, checkpoints,
+                                     setup.hparams["batch_size"] * len(setup.train_envs), setup.test_envs,
+                                     ex.log_every_s)]
+    if ex.tensorboard:
+        sinks.append(TensorBoardSink(str(writer.out / "tensorboard")))
+    return sinks
+
+
+def _checkpoint(step: int, cfg: RunConfig, setup: RunSetup, writer: RunWriter, progress: Progress,
+                sums: dict[str, list[float]], info: DistInfo) -> dict[str, Any] | None:
+    """Evaluate every domain, append the record, write records, weights and resume state (rank 0 only)."""
+    ex, algorithm = cfg.execution, setup.algorithm
+    eval_start = time.perf_counter()
+    algorithm.on_checkpoint(step, _online_val_loss(algorithm, setup, cfg))
+    record = None
+    if info.is_main:  # only rank 0 evaluates and writes
+        results = evaluate_domains(algorithm, setup.dataset, setup.splits, setup.eval_transform, ex.device,
+                                   ex.eval_batch_size, ex.num_workers, setup.test_envs)
+        steps_per_epoch = min(len(setup.splits[i][0]) / setup.hparams["batch_size"] for i in setup.train_envs)
+        record = {"step": step, "epoch": step / steps_per_epoch, **{k: sum(v) / len(v) for k, v in sums.items()},
+                  **results, "eval_time": time.perf_counter() - eval_start, "mem_gb": _peak_memory_gb(ex.device),
+                  **algorithm.checkpoint_record(), "hparams": setup.hparams, "args": setup.record_args()}
+        progress.records.append(record)
+        val = _train_val_acc(record)
+        best = val > progress.best_val
+        progress.best_val = max(val, progress.best_val)
+        progress.next_step = step + 1
+        writer.checkpoint(step, progress.records, algorithm.inference_network(), best,
+                          capture(step, algorithm, progress))
+    barrier(info)
+    return record
+
+
+def _finished_line(result: RunResult) -> str:
+    final, chosen = result.final, result.selected
+    return (f"finished {result.output_dir}: test accuracy {final['test_acc']:.4f} at the last step "
+            f"({final['step']}), {chosen['test_acc']:.4f} at step {chosen['step']} chosen by training-domain "
+            f"validation ({chosen['val_acc']:.4f})")
+
+
+def _peak_memory_gb(device: str) -> float:
+    if device.startswith("cuda"):
+        return torch.cuda.max_memory_allocated() / 2**30
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB on Linux
+
+
+def _online_val_loss(algorithm, setup: RunSetup, cfg: RunConfig) -> float | None:
+    """Mean cross-entropy of the weights being trained on the training domains' out splits, for
+    algorithms that select on it (SWAD); None for the others, at no cost."""
+    if not getattr(algorithm, "NEEDS_VAL_LOSS", False):
+        return None
+    was_training, ex = algorithm.training, cfg.execution
+    algorithm.eval()
+    total, count = 0.0, 0
+    try:
+        for i in setup.train_envs:
+            out_idx = setup.splits[i][1]
+            _, loss = split_metrics(algorithm.predict_online, setup.dataset[i], out_idx, setup.eval_transform,
+                                    ex.device, ex.eval_batch_size, ex.num_workers)
+            total, count = total + loss * len(out_idx), count + len(out_idx)
+    finally:
+        algorithm.train(was_training)
+    return total / count if count else None
+
+
+def _train_val_acc(record: dict[str, Any]) -> float:
+    """Mean `out` accuracy over the training domains (DomainBed's training-domain validation)."""
+    args = record["args"]
+    train_envs = [i for i in range(len(args["domains"])) if i not in args["test_envs"]]
+    return sum(record[f"env{i}_out_acc"] for i in train_envs) / len(train_envs)
+
+
+def main_log_config() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)

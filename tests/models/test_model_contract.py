@@ -1,0 +1,59 @@
+"""The contract every registered model keeps (a new model is checked by default): built at toy size, it
+describes itself as the meta-device description says, takes its declared input, returns finite logits for its
+classes through its declared classifier, and its sparse layers (and only a sparse model's) return named
+auxiliary losses after a training forward."""
+import pytest
+import torch
+import torch.nn as nn
+
+from dgmoe.models import MODELS, create_model
+from dgmoe.models.info import describe_model, model_info
+from dgmoe.moe.aux import AUX_LOSSES, aux_losses, sparse_layers
+
+NUM_CLASSES = 3
+
+
+def toy_kwargs(name: str) -> dict:
+    """Toy size from the model's own description: ViTs at 32 px and width 32, ResNets at 32 px."""
+    info = describe_model(name)
+    if info.family == "resnet":
+        return {"num_classes": NUM_CLASSES, "img_size": 32}
+    kwargs = {"num_classes": NUM_CLASSES, "img_size": 32, "embed_dim": 32, "num_heads": 2}
+    if "r26" not in info.architecture:  # a hybrid's patch grid comes from its ResNet stem
+        kwargs["patch_size"] = 8
+    return kwargs
+
+
+def inputs(info, batch: int = 2):
+    x = torch.randn(batch, *info.input_size)
+    meta = {"lat": torch.tensor([10.0, -45.0]), "lon": torch.tensor([100.0, -3.0])} if info.uses_metadata else None
+    return x, meta
+
+
+@pytest.mark.parametrize("name", MODELS.names())
+def test_registered_model_keeps_the_contract(name):
+    torch.manual_seed(0)
+    kwargs = toy_kwargs(name)
+    model = create_model(name, **kwargs)
+    info = model_info(model)
+    assert describe_model(name, **kwargs) == info  # what hparams and transforms read before building
+    assert info.input_size[1:] == (32, 32)
+    head = getattr(model, info.classifier)
+    assert isinstance(head, nn.Linear) and head.out_features == NUM_CLASSES and head is model.get_classifier()
+    assert head.in_features == info.num_features
+    x, meta = inputs(info)
+    model.train()
+    features = model.forward_features(x, meta=meta) if info.uses_metadata else model.forward_features(x)
+    logits = model.forward_head(features)
+    assert logits.shape == (2, NUM_CLASSES) and torch.isfinite(logits).all()
+    layers = sparse_layers(model)
+    assert info.is_sparse == bool(layers) and len(info.sparse_blocks) == len(layers)
+    terms = aux_losses(model)
+    if info.is_sparse:
+        assert terms and set(terms) <= set(AUX_LOSSES)
+        assert all(t.ndim == 0 and torch.isfinite(t) for t in terms.values())
+        assert all(layer.config == info.sparse for layer in layers.values())
+    else:
+        assert terms == {}
+    (logits.sum() + sum(terms.values(), torch.zeros(()))).backward()
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in head.parameters())
