@@ -67,3 +67,28 @@ def test_check_test_envs():
         check_test_envs(ds, [1, 1])
     with pytest.raises(TestEnvError, match="no training domain"):
         check_test_envs(ds, [0, 1, 2])
+
+
+def domainbed_uda_split(n: int, holdout: float, uda_fraction: float, seed: int):
+    """DomainBed's train.py for a test env: split_dataset(env), then split_dataset(in_) with the same seed;
+    `_SplitDataset` maps the second split's keys through the first's."""
+    in_keys, out_keys = domainbed_split(n, holdout, seed)
+    kept, held = domainbed_split(len(in_keys), uda_fraction, seed)
+    return [in_keys[k] for k in kept], out_keys, [in_keys[k] for k in held]
+
+
+@pytest.mark.parametrize("uda_fraction", [0.1, 0.5])
+def test_uda_split_matches_domainbed(uda_fraction):
+    from dgmoe.data import uda_splits
+
+    sizes, holdout, trial_seed, test_envs = [50, 37, 64, 21], 0.2, 3, [1, 2]
+    splits = [split_domain(n, holdout, seed_hash(trial_seed, i)) for i, n in enumerate(sizes)]
+    new, uda = uda_splits(splits, test_envs, uda_fraction, trial_seed)
+    assert sorted(uda) == test_envs
+    for i, n in enumerate(sizes):
+        if i in test_envs:
+            ref_in, ref_out, ref_uda = domainbed_uda_split(n, holdout, uda_fraction, seed_hash(trial_seed, i))
+            assert new[i][0].tolist() == ref_in and new[i][1].tolist() == ref_out and uda[i].tolist() == ref_uda
+        else:
+            assert new[i] is splits[i]
+    assert uda_splits(splits, test_envs, 0.0, trial_seed) == (splits, {})

@@ -26,7 +26,7 @@ from dgmoe.data.errors import (
     UnreadableImageError,
 )
 from dgmoe.data.loaders import TrainBatches, class_balanced_weights, eval_loader
-from dgmoe.data.splits import check_test_envs, domain_splits, split_domain
+from dgmoe.data.splits import check_test_envs, domain_splits, split_domain, uda_splits
 from dgmoe.data.transforms import eval_transform, train_transform
 
 __all__ = [
@@ -34,7 +34,7 @@ __all__ = [
     "get_spec", "get_transforms", "list_datasets", "prepare_dataset", "register_folder_dataset", "CacheError",
     "DataDirNotFoundError", "DatasetError", "EmptyDomainError", "LayoutError", "TestEnvError",
     "UnknownDatasetError", "UnreadableImageError", "TrainBatches", "class_balanced_weights", "eval_loader",
-    "check_test_envs", "domain_splits", "split_domain", "eval_transform", "train_transform",
+    "check_test_envs", "domain_splits", "split_domain", "uda_splits", "eval_transform", "train_transform",
 ]
 
 from dgmoe.data.geo import geomnist, sentinel  # noqa: E402,F401  (registers GeoMNIST and Sentinel2Sample)

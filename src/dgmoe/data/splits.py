@@ -35,6 +35,25 @@ def domain_splits(dataset: MultiDomainDataset, holdout_fraction: float = 0.2,
             for i, env in enumerate(dataset.environments)]
 
 
+def uda_splits(splits: Sequence[tuple[np.ndarray, np.ndarray]], test_envs: Sequence[int], uda_holdout_fraction: float,
+               trial_seed: int = 0) -> tuple[list[tuple[np.ndarray, np.ndarray]], dict[int, np.ndarray]]:
+    """DomainBed's unlabeled split: each test domain's `in` split is split again, with the same seed
+    `seed_hash(trial_seed, env_index)`, its first `int(len(in) * uda_holdout_fraction)` shuffled items becoming
+    the `uda` split and the rest staying `in`. Returns the new `(in, out)` splits and `{env: uda indices}` for
+    the test domains whose uda split is not empty. A fraction of 0 leaves the splits as they are (DomainBed
+    re-shuffles the test domains' `in` items then, which no accuracy depends on)."""
+    if not uda_holdout_fraction:
+        return list(splits), {}
+    out, uda = list(splits), {}
+    for i in test_envs:
+        in_idx, out_idx = splits[i]
+        kept, held = split_domain(len(in_idx), uda_holdout_fraction, seed_hash(trial_seed, i))
+        out[i] = (in_idx[kept], out_idx)
+        if len(held):
+            uda[i] = in_idx[held]
+    return out, uda
+
+
 def check_test_envs(dataset: MultiDomainDataset, test_envs: Sequence[int]) -> list[int]:
     """Validate test environment indices; the error lists the dataset's domains with their indices."""
     valid = ", ".join(f"{i}={d}" for i, d in enumerate(dataset.domains))

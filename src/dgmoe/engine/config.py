@@ -37,6 +37,10 @@ class DataConfig(_Section):
     test_envs: tuple[int, ...] = setting((0,), "Held-out domain index; repeat for several.", minimum=0)
     holdout_fraction: float = setting(0.2, "Share of each domain held out as its 'out' split.", minimum=0,
                                       maximum=1, exclusive_min=True, exclusive_max=True)
+    uda_holdout_fraction: float = setting(
+        0.0, "Share of each test domain's 'in' split held out as its unlabeled 'uda' split (DomainBed's "
+             "--uda_holdout_fraction): evaluated as env<k>_uda_acc, never trained on.", minimum=0, maximum=1,
+        exclusive_max=True)
     img_size: int | None = setting(None, "Image size in pixels [dataset default].", minimum=1)
     n_per_domain: int | None = setting(None, "Subsample each domain to this many images (quick runs).", minimum=1)
 
@@ -111,7 +115,9 @@ class ExecutionConfig(_Section):
                                            "--skip_model_save).")
     save_model_every_checkpoint: bool = setting(False, "Also keep model_step<N>.safetensors at every checkpoint "
                                                        "(DomainBed's --save_model_every_checkpoint).")
-    keep_resume: bool = setting(False, "Keep resume.pt after the run finished (to extend it later).")
+    keep_resume: bool = setting(False, "Keep resume.pt after the run finished (to --extend it later).")
+    extend: bool = setting(False, "Continue the run in --output-dir, finished or not, to a larger --steps (all else "
+                                  "equal); a finished run needs the resume.pt that --keep-resume kept.")
     tensorboard: bool = setting(False, "Also log scalars to <output-dir>/tensorboard.")
     progress: str = setting("auto", "Progress display: auto = a bar on a terminal, else lines.",
                             choices=("auto", "bar", "lines", "none"))

@@ -10,7 +10,7 @@ These come from the predictions the accuracies are computed from: no extra forwa
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -50,9 +50,13 @@ def split_metrics(predict: Callable, dataset, indices, transform, device: str, b
 
 def evaluate_domains(algorithm, dataset: MultiDomainDataset, splits: Sequence[tuple[np.ndarray, np.ndarray]],
                      transform, device: str, batch_size: int = 64, num_workers: int = 0,
-                     test_envs: Sequence[int] = ()) -> dict[str, float | int | str]:
+                     test_envs: Sequence[int] = (), uda: Mapping[int, np.ndarray] | None = None
+                     ) -> dict[str, float | int | str]:
     """`env{i}_{in,out}_{acc,loss}` for every domain i, in eval mode, plus the WILDS metrics of the held-out
-    domains `test_envs` when the dataset declares a group evaluation; restores train mode after."""
+    domains `test_envs` when the dataset declares a group evaluation; restores train mode after.
+
+    `uda` (test domain -> its unlabeled split, `dgmoe.data.uda_splits`) adds `env{k}_uda_{acc,loss}` where k
+    counts the uda splits in domain order, as DomainBed names them (its k is not the domain's index)."""
     evaluation = dataset.evaluation
     was_training = algorithm.training
     algorithm.eval()
@@ -71,6 +75,10 @@ def evaluate_domains(algorithm, dataset: MultiDomainDataset, splits: Sequence[tu
                 y, pred, groups = (torch.cat([k[j] for k in kept]) if kept else torch.zeros(0, dtype=torch.long)
                                    for j in range(3))
                 results.update(evaluation.record(f"env{i}_", y, pred, groups))
+        for k, (i, idx) in enumerate(sorted((uda or {}).items())):
+            acc, loss, _ = _predict(algorithm.predict, dataset[i], idx, transform, device, batch_size, num_workers,
+                                    None)
+            results[f"env{k}_uda_acc"], results[f"env{k}_uda_loss"] = acc, loss
     finally:
         algorithm.train(was_training)
     if evaluation is not None and test_envs:

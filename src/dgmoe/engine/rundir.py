@@ -66,6 +66,19 @@ class RunWriter:
         if not (self.out / "config.json").exists():
             self._write(lambda: write_json_atomic(self.out / "config.json", run_config))
 
+    def extend(self, run_config: dict[str, Any]) -> None:
+        """Before `start`, for `--extend`: give config.json the longer schedule (recording the ones it had under
+        "extended_from") and remove `done`, so the run resumes from its last resume state and trains on."""
+        path = self.out / "config.json"
+        if not self.enabled or not path.exists():
+            return
+        old = json.loads(path.read_text())
+        if old.get("n_steps") == run_config["n_steps"]:
+            return
+        history = [*old.get("extended_from", []), {"n_steps": old["n_steps"], "checkpoint_freq": old["checkpoint_freq"]}]
+        self._write(lambda: write_json_atomic(path, {**run_config, "extended_from": history}))
+        (self.out / DONE_NAME).unlink(missing_ok=True)
+
     def records(self) -> list[dict[str, Any]]:
         return read_jsonl(self.out / "results.jsonl")
 

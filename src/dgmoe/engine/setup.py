@@ -1,7 +1,7 @@
 """Everything a run needs, resolved and validated before anything is written to disk."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -9,11 +9,11 @@ import torch.nn as nn
 
 from dgmoe.algorithms import get_algorithm
 from dgmoe.algorithms.base import Algorithm
-from dgmoe.data import check_test_envs, domain_splits, get_dataset, get_spec, get_transforms
+from dgmoe.data import check_test_envs, domain_splits, get_dataset, get_spec, get_transforms, uda_splits
 from dgmoe.data.base import MultiDomainDataset
 from dgmoe.engine.config import RunConfig
-from dgmoe.errors import UsageError
 from dgmoe.engine.hparams import run_hparams
+from dgmoe.errors import UsageError
 from dgmoe.models import MODELS, create_model
 from dgmoe.models.info import describe_model
 from dgmoe.seeding import seed_everything
@@ -35,6 +35,7 @@ class RunSetup:
     model_kwargs: dict[str, Any]
     network: nn.Module  # built once, seeded with cfg.seed, pretrained weights loaded
     algorithm: Algorithm  # built once around the network (its construction validates the hparams)
+    uda: dict[int, np.ndarray] = field(default_factory=dict)  # test domain -> its unlabeled split (evaluated only)
 
     def record_args(self) -> dict[str, Any]:
         """The `args` of every DomainBed record (DomainBed's keys plus dgmoe's model and domains)."""
@@ -66,7 +67,8 @@ class RunSetup:
                             "classes": list(self.dataset.classes), "input_shape": list(self.dataset.input_shape),
                             "sizes": [len(e) for e in self.dataset.environments]},
                 "splits": {"train_envs": self.train_envs, "test_envs": self.test_envs,
-                           "in": [len(s[0]) for s in self.splits], "out": [len(s[1]) for s in self.splits]},
+                           "in": [len(s[0]) for s in self.splits], "out": [len(s[1]) for s in self.splits],
+                           "uda": {str(i): len(idx) for i, idx in self.uda.items()}},
                 "model_build": {"name": self.cfg.model.name, "kwargs": self.model_kwargs,
                                 "pretrained_load": report.summary() if hasattr(report, "summary") else None},
                 "n_steps": self.n_steps, "checkpoint_freq": self.checkpoint_freq}
@@ -115,7 +117,9 @@ def prepare_run(cfg: RunConfig) -> RunSetup:
         raise
     except (TypeError, ValueError, KeyError) as e:
         raise UsageError(f"--algorithm {alg.name} rejects its hyperparameters {alg.hparams or ''}: {e}") from e
-    return RunSetup(cfg, dataset, hparams, domain_splits(dataset, data.holdout_fraction, seeds.trial_seed),
+    splits, uda = uda_splits(domain_splits(dataset, data.holdout_fraction, seeds.trial_seed), test_envs,
+                             data.uda_holdout_fraction, seeds.trial_seed)
+    return RunSetup(cfg, dataset, hparams, splits,
                     test_envs, train_envs, img_size, train_tf, eval_tf,
                     cfg.training.steps or spec.n_steps, cfg.training.checkpoint_freq or spec.checkpoint_freq,
-                    model_kwargs, network, algorithm)
+                    model_kwargs, network, algorithm, uda)

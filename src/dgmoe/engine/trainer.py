@@ -37,7 +37,7 @@ from dgmoe.engine.evaluate import evaluate_domains, split_metrics
 from dgmoe.engine.io import read_jsonl
 from dgmoe.engine.provenance import as_metadata, provenance
 from dgmoe.engine.resume import Progress, capture, restore
-from dgmoe.engine.rundir import RunLock, RunWriter, expected_steps
+from dgmoe.engine.rundir import RunLock, RunWriter, expected_steps, read_done
 from dgmoe.engine.runlog import RunLog
 from dgmoe.engine.setup import RunSetup, prepare_run
 from dgmoe.engine.sinks import ConsoleSink, Sink, TensorBoardSink, tensorboard_writer_class
@@ -122,11 +122,29 @@ def _check_output_dir(cfg: RunConfig) -> bool:
         return False
     from dgmoe.engine.checkpoint import read_run_config, saved_run
 
-    diff = identity_differences(saved_run(read_run_config(out)), cfg)
+    config = read_run_config(out)
+    diff = identity_differences(saved_run(config), cfg)
+    if cfg.execution.extend and diff == ["steps"]:
+        _check_extension(out, config["n_steps"], cfg)
+        return False
     if diff:
-        raise RunMismatchError(f"{out} holds a different run (differs in: {', '.join(diff)}); "
+        hint = " (to continue it to more steps, add --extend)" if diff == ["steps"] else ""
+        raise RunMismatchError(f"{out} holds a different run (differs in: {', '.join(diff)}){hint}; "
                                "choose another --output-dir")
     return (out / "done").exists()
+
+
+def _check_extension(out: Path, old_steps: int, cfg: RunConfig) -> None:
+    """`--extend`: the new schedule must be longer, and a finished run must still have its training state."""
+    new_steps = cfg.training.steps
+    if new_steps is None or new_steps <= old_steps:
+        raise UsageError(f"--extend needs --steps larger than the {old_steps} steps {out} was set to run")
+    done = read_done(out)
+    if done is not None and done.get("stopped_early"):
+        raise UsageError(f"{out} stopped early ({cfg.algorithm.name} ended its own training); it cannot be extended")
+    if done is not None and not (out / "resume.pt").exists():
+        raise UsageError(f"{out} is finished and has no resume.pt (its optimiser state was deleted when it "
+                         "finished): only a run trained with --keep-resume can be extended exactly")
 
 
 def _train_locked(cfg: RunConfig, setup: RunSetup, out: Path, info: DistInfo, run_log: RunLog) -> RunResult:
@@ -137,6 +155,8 @@ def _train_locked(cfg: RunConfig, setup: RunSetup, out: Path, info: DistInfo, ru
     if ex.num_threads:
         torch.set_num_threads(ex.num_threads)
     make_deterministic()
+    if ex.extend:
+        writer.extend(setup.run_config(made_by))  # (a no-op unless the folder holds a shorter schedule)
     writer.start(setup.run_config(made_by))
     if info.is_main:
         run_log.open(out)
@@ -253,7 +273,7 @@ def _checkpoint(step: int, cfg: RunConfig, setup: RunSetup, writer: RunWriter, p
     record = None
     if info.is_main:  # only rank 0 evaluates and writes
         results = evaluate_domains(algorithm, setup.dataset, setup.splits, setup.eval_transform, ex.device,
-                                   ex.eval_batch_size, ex.num_workers, setup.test_envs)
+                                   ex.eval_batch_size, ex.num_workers, setup.test_envs, setup.uda)
         steps_per_epoch = min(len(setup.splits[i][0]) / setup.hparams["batch_size"] for i in setup.train_envs)
         record = {"step": step, "epoch": step / steps_per_epoch, **{k: sum(v) / len(v) for k, v in sums.items()},
                   **results, "eval_time": time.perf_counter() - eval_start, "mem_gb": _peak_memory_gb(ex.device),

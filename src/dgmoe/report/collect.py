@@ -131,11 +131,18 @@ def check_complete(run_dir: Path, records: list[dict], done: dict) -> None:
     """Refuse a finished run whose records do not cover its schedule: every checkpoint step of
     `args.steps`/`args.checkpoint_freq`, up to the last one or to where it stopped early (its `done` says so).
     A gap means records were lost (e.g. two trainers wrote one folder); its numbers cannot be trusted."""
-    args = records[0].get("args", {}) if records else {}
-    steps, freq = args.get("steps"), args.get("checkpoint_freq")
-    if not isinstance(steps, int) or not isinstance(freq, int) or freq < 1:
+    schedules = []  # (steps, freq) in record order: one, or more for a run extended with --extend
+    for record in records:
+        args = record.get("args", {})
+        schedule = (args.get("steps"), args.get("checkpoint_freq"))
+        if not schedules or schedules[-1] != schedule:
+            schedules.append(schedule)
+    if not schedules or not all(isinstance(s, int) and isinstance(f, int) and f >= 1 for s, f in schedules):
         return  # DomainBed's records may leave the schedule at its dataset default (None)
-    expected = expected_steps(steps, freq)
+    expected: list[int] = []
+    for steps, freq in schedules:  # an extension continues after the last step of the schedule before it
+        expected += [s for s in expected_steps(steps, freq) if not expected or s > expected[-1]]
+    steps, freq = schedules[-1]
     found = [r.get("step") for r in records]
     stopped_early = bool(done.get("stopped_early")) and found and done.get("last_step") == found[-1]
     if found == expected or (stopped_early and found == expected[:len(found)]):
