@@ -3,18 +3,15 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
-
 
 def test_moge_trains_on_geomnist_and_is_analysed(tmp_path):
     import dgmoe.algorithms.moge  # noqa: F401
     import dgmoe.data.geo.geomnist  # noqa: F401
     import dgmoe.models.moge  # noqa: F401
-    from dgmoe.engine.config import RunConfig
-    from dgmoe.engine.trainer import train
     from dgmoe.analysis.geo import analyze_run
     from dgmoe.data.geo.geomnist import geo_domains
+    from dgmoe.engine.config import RunConfig
+    from dgmoe.engine.trainer import train
     from dgmoe.experiments.geo import summarize_run
 
     _, test_envs = geo_domains()

@@ -5,7 +5,12 @@ from click.testing import CliRunner
 from dgmoe.cli.sweep import command as sweep_cli
 from dgmoe.engine.hparams import run_hparams
 from dgmoe.sweep.estimate import (
-    GMOE_STUDY, StudyDataset, batch_per_domain, estimate_study, makespan, n_evaluations,
+    GMOE_STUDY,
+    StudyDataset,
+    batch_per_domain,
+    estimate_study,
+    makespan,
+    n_evaluations,
 )
 
 

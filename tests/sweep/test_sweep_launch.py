@@ -1,8 +1,9 @@
 """Launching a sweep twice runs each job once; killed jobs resume. Uses a fake training command.
 
-The fake `train` is called as the launchers call `dgmoe train` (`--config <job>/job.json`), logs every invocation to $FAKE_LOG, appends one record
-per step to results.jsonl, keeps its progress in a `progress` file (so a rerun resumes), writes `done`
-at the end, and can SIGKILL itself at step $FAKE_DIE_AT or sleep at step $FAKE_HANG_AT.
+The fake `train` is called as the launchers call `dgmoe train` (`--config <job>/job.json`), logs every
+invocation to $FAKE_LOG, appends one record per step to results.jsonl, keeps its progress in a `progress`
+file (so a rerun resumes), writes `done` at the end, and can SIGKILL itself at step $FAKE_DIE_AT or sleep
+at step $FAKE_HANG_AT.
 """
 import dataclasses
 import json
@@ -264,13 +265,15 @@ def test_cli_launch_status_delete(tmp_path, monkeypatch, cli):
     for domain in ("d0", "d1", "d2"):
         (tmp_path / "data" / domain).mkdir(parents=True)
     out = tmp_path / "sweep"
-    args = ["launch", "--datasets", "ImageFolder", "--algorithms", "ERM", "--models", "vit_micro_patch7_28,gmoe_micro_patch7_28",
+    args = ["launch", "--datasets", "ImageFolder", "--algorithms", "ERM",
+            "--models", "vit_micro_patch7_28,gmoe_micro_patch7_28",
             "--data-dir", str(tmp_path / "data"), "--output-dir", str(out), "--n-hparams", "1",
             "--n-trials", "1", "--steps", "3", "--single-test-envs", "--max-workers", "2",
             "--train-command", f"{sys.executable} {script}", "--", "--n-per-domain", "8", "--device", "cpu"]
     result = cli("sweep", *args)
     assert result.exit_code == 1 and "6 job(s) failed" in result.output
     assert "] failed: ImageFolder ERM gmoe_micro_patch7_28 test_envs=" in result.output  # jobs named in words
+    assert result.output.count("started: ImageFolder ERM ") == 6
     job = json.loads(next(out.glob("*/job.json")).read_text())["config"]  # what the trainer was given
     assert job["data"]["n_per_domain"] == 8 and job["training"]["steps"] == 3
     assert job["execution"]["data_dir"] == str(tmp_path / "data") and job["data"]["dataset"] == "ImageFolder"

@@ -75,7 +75,8 @@ class RunWriter:
         old = json.loads(path.read_text())
         if old.get("n_steps") == run_config["n_steps"]:
             return
-        history = [*old.get("extended_from", []), {"n_steps": old["n_steps"], "checkpoint_freq": old["checkpoint_freq"]}]
+        before = {"n_steps": old["n_steps"], "checkpoint_freq": old["checkpoint_freq"]}
+        history = [*old.get("extended_from", []), before]
         self._write(lambda: write_json_atomic(path, {**run_config, "extended_from": history}))
         (self.out / DONE_NAME).unlink(missing_ok=True)
 

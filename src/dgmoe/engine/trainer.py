@@ -31,8 +31,7 @@ import torch
 
 from dgmoe.data.loaders import TrainBatches
 from dgmoe.engine.config import RunConfig, identity_differences
-from dgmoe.engine.distributed import (DistInfo, average_metrics, barrier, init_from_env, make_gradient_averager,
-                                     shard)
+from dgmoe.engine.distributed import DistInfo, average_metrics, barrier, init_from_env, make_gradient_averager, shard
 from dgmoe.engine.evaluate import evaluate_domains, split_metrics
 from dgmoe.engine.io import read_jsonl
 from dgmoe.engine.provenance import as_metadata, provenance
@@ -43,8 +42,6 @@ from dgmoe.engine.setup import RunSetup, prepare_run
 from dgmoe.engine.sinks import ConsoleSink, Sink, TensorBoardSink, tensorboard_writer_class
 from dgmoe.errors import Interrupted, UsageError
 from dgmoe.seeding import make_deterministic, seed_hash
-
-TIMING_KEYS = ("step_time", "mem_gb", "eval_time")
 
 
 @dataclass

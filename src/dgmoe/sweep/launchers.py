@@ -90,6 +90,7 @@ def local_launcher(runners: Sequence[JobRunner], opts: LaunchOptions, echo: Echo
         if stopping.is_set():
             return JobOutcome(r.job_dir, "cancelled")
         env = slots.get()
+        echo(f"started: {r.title} ({Path(r.job_dir).name})")
         try:
             outcome = dataclasses.replace(r, env=env)()
         finally:

@@ -16,23 +16,23 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from dgmoe.engine.config import RunConfig
-from dgmoe.engine.lock import lock_holder
 from dgmoe.engine.io import write_json_atomic
+from dgmoe.engine.lock import lock_holder
 from dgmoe.errors import RunLockedError
 from dgmoe.sweep import state
 
 # what a runner reports; `skipped_*` means it found nothing to do, `cancelled` that the launch was stopped
 # before this job started
-OUTCOMES = ("done", "failed", "skipped_done", "skipped_running", "cancelled")
+Outcome = Literal["done", "failed", "skipped_done", "skipped_running", "cancelled"]
 
 
 @dataclass(frozen=True)
 class JobOutcome:
     job_dir: str
-    outcome: str
+    outcome: Outcome
     returncode: int | None = None
     title: str = ""  # what the job runs, in words
 
