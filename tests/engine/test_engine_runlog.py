@@ -94,3 +94,25 @@ def test_lines_mode_prints_progress_every_interval(monkeypatch):
               "env0_in_acc": 0.25, "env1_out_acc": 0.75}
     sink.checkpoint(record)
     assert said[-1].startswith("checkpoint step 50  loss 0.5000  val (training domains, out) 0.7500  test a 0.2500")
+
+
+def test_a_sink_passed_to_train_sees_every_step_and_checkpoint(tmp_path):
+    from dgmoe.engine.sinks import Sink
+
+    class Collect(Sink):
+        def __init__(self):
+            self.steps, self.checkpoints, self.closed = [], [], False
+
+        def step(self, step, metrics, train_seconds):
+            self.steps.append(step)
+
+        def checkpoint(self, record):
+            self.checkpoints.append(record["step"])
+
+        def close(self):
+            self.closed = True
+
+    sink = Collect()
+    result = train(test_envs=(0,), output_dir=str(tmp_path / "run"), sinks=[sink], **{**TINY, "progress": "none"})
+    assert sink.steps == [0, 1, 2, 3] and sink.checkpoints == [r["step"] for r in result.records] == [0, 2, 3]
+    assert sink.closed

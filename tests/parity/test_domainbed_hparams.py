@@ -2,7 +2,7 @@
 hparams_seed, trial_seed), recorded from DomainBed's registry by `record_domainbed_hparams.py`.
 
 The comparison uses a ResNet-50 backbone (DomainBed's), for which dgmoe's shared entries are DomainBed's.
-Names only one side has are listed here, each with its reason (also in docs/benchmarks.md); a new name
+Names only one side has are listed here, each with its reason (also in docs/design.md); a new name
 on either side fails the test until it is listed.
 """
 from __future__ import annotations

@@ -181,3 +181,15 @@ def test_check_sweep_rejects_unknown_names_before_launch(tmp_path, field, value,
     with pytest.raises(ValueError, match=re.escape(message)):
         check_sweep(_cfg(tmp_path, **{field: value}))
     check_sweep(_cfg(tmp_path, device="cuda", num_workers=4))  # a valid grid passes
+
+
+def test_job_id_hashes_only_the_settings_that_differ_from_their_defaults():
+    """So a later dgmoe that adds a setting (at its default) keeps every existing job id."""
+    import hashlib
+
+    def md5(obj):
+        return hashlib.md5(json.dumps(obj, sort_keys=True).encode()).hexdigest()
+
+    assert RunConfig().identity_hash() == md5({})
+    cfg = RunConfig.from_flat(dataset="PACS", steps=5, holdout_fraction=0.2, device="cuda")  # 0.2 is the default
+    assert cfg.identity_hash() == md5({"data": {"dataset": "PACS"}, "training": {"steps": 5}})

@@ -251,8 +251,13 @@ class RunConfig:
         return d
 
     def identity_hash(self) -> str:
-        """md5 of the identity's sorted-key JSON (the job id of a sweep, as DomainBed names its jobs)."""
-        return hashlib.md5(json.dumps(self.identity(), sort_keys=True).encode("utf-8")).hexdigest()
+        """md5 of the sorted-key JSON of the identity settings that differ from their defaults (the job id of a
+        sweep, as DomainBed names a job by the arguments it was given). Leaving defaults out keeps job ids
+        stable when a later dgmoe adds a setting: the new setting sits at its default in every old job."""
+        defaults = RunConfig().identity()
+        given = {section: changed for section, values in self.identity().items()
+                 if (changed := {k: v for k, v in values.items() if v != defaults[section][k]})}
+        return hashlib.md5(json.dumps(given, sort_keys=True).encode("utf-8")).hexdigest()
 
 
 def _plain(value: Any) -> Any:

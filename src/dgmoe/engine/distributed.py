@@ -6,7 +6,7 @@ each optimiser step. Each shard says where its samples sit in the global batch (
 so that per-sample random draws and batch statistics (MoE load balancing, the DG penalties) are those of
 the global batch: N processes train as one, within float rounding (tested for GMoE with stochastic depth
 and gate noise and for CORAL, MMD, VREx, GroupDRO, IRM and Fishr). What stays per process is listed in
-docs/benchmarks.md (BatchNorm statistics, as DDP without SyncBatchNorm; MoE capacity; expert dropout).
+docs/design.md (BatchNorm statistics, as DDP without SyncBatchNorm; MoE capacity; expert dropout).
 gloo on CPU, NCCL on CUDA. Only rank 0 evaluates and writes; the other ranks wait at a barrier.
 """
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Records always go to `results.jsonl` (the run writer, `dgmoe.engine.rundir`); a sink is an optional view
 with three hooks, `step` after every training step, `checkpoint` after every evaluation and `close`. dgmoe
 ships the console (a tqdm bar on a terminal, timed lines otherwise, both also in the run's `train.log`) and
-TensorBoard; a new sink is a subclass passed to the loop.
+TensorBoard; a new sink is a subclass passed to `train(..., sinks=[...])`.
 """
 from __future__ import annotations
 

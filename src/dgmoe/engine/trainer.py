@@ -24,7 +24,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -79,11 +79,12 @@ class RunMismatchError(UsageError):
     """The output folder holds a different run."""
 
 
-def train(cfg: RunConfig | None = None, **settings: Any) -> RunResult:
+def train(cfg: RunConfig | None = None, *, sinks: Sequence[Sink] = (), **settings: Any) -> RunResult:
     """Train one run (or resume it, or return at once if it is finished).
 
     `cfg` describes the run; flat settings (`dataset=`, `model=`, `steps=`, any `dgmoe train` flag without
     its dashes) build one or change the given one: `train(dataset="PACS", test_envs=(0,), output_dir=...)`.
+    `sinks` are more views of the progress (`dgmoe.engine.sinks.Sink`), beside the console and TensorBoard.
     """
     cfg = RunConfig.from_flat(settings, base=cfg)
     out = Path(cfg.execution.output_dir)
@@ -103,7 +104,7 @@ def train(cfg: RunConfig | None = None, **settings: Any) -> RunResult:
         if not _check_output_dir(cfg):  # read only: a folder holding another run is refused untouched
             with RunLock(out) if info.is_main else contextlib.nullcontext():  # one trainer per run folder
                 if not _check_output_dir(cfg):  # (another trainer may have finished it meanwhile)
-                    return _train_locked(cfg, setup, out, info, run_log)
+                    return _train_locked(cfg, setup, out, info, run_log, sinks)
         run_log.say(f"{out} is finished (its `done` marker is present); nothing to do")
     records = read_jsonl(out / "results.jsonl")
     return RunResult(out, records, None, True)
@@ -144,7 +145,8 @@ def _check_extension(out: Path, old_steps: int, cfg: RunConfig) -> None:
                          "finished): only a run trained with --keep-resume can be extended exactly")
 
 
-def _train_locked(cfg: RunConfig, setup: RunSetup, out: Path, info: DistInfo, run_log: RunLog) -> RunResult:
+def _train_locked(cfg: RunConfig, setup: RunSetup, out: Path, info: DistInfo, run_log: RunLog,
+                  extra_sinks: Sequence[Sink]) -> RunResult:
     """The run, once this process holds the run folder (or is a non-writing rank under torchrun)."""
     ex, made_by = cfg.execution, provenance(cfg.execution.device)
     writer = RunWriter(out, ex.skip_model_save, ex.save_model_every_checkpoint, ex.save_best, ex.keep_resume,
@@ -159,7 +161,7 @@ def _train_locked(cfg: RunConfig, setup: RunSetup, out: Path, info: DistInfo, ru
         run_log.open(out)
     barrier(info)
     with _signals_interrupt():
-        return _run_loop(cfg, setup, writer, run_log, info)
+        return _run_loop(cfg, setup, writer, run_log, info, extra_sinks)
 
 
 @contextlib.contextmanager
@@ -180,7 +182,8 @@ def _signals_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _run_loop(cfg: RunConfig, setup: RunSetup, writer: RunWriter, run_log: RunLog, info: DistInfo) -> RunResult:
+def _run_loop(cfg: RunConfig, setup: RunSetup, writer: RunWriter, run_log: RunLog, info: DistInfo,
+              extra_sinks: Sequence[Sink] = ()) -> RunResult:
     """The step loop: one batch per training domain, an update, and at checkpoints an evaluation."""
     ex, algorithm = cfg.execution, setup.algorithm  # built and seeded by prepare_run
     algorithm.to(ex.device)
@@ -203,7 +206,7 @@ def _run_loop(cfg: RunConfig, setup: RunSetup, writer: RunWriter, run_log: RunLo
             return RunResult(writer.out, progress.records, progress.next_step, False)
     start, n_steps = progress.next_step, setup.n_steps
     checkpoints = expected_steps(n_steps, setup.checkpoint_freq)
-    sinks = _sinks(cfg, setup, writer, run_log, info, start, checkpoints)
+    sinks = _sinks(cfg, setup, writer, run_log, info, start, checkpoints) + (list(extra_sinks) if info.is_main else [])
     autocast = (torch.autocast(device_type=ex.device.split(":")[0], dtype=torch.bfloat16)
                 if cfg.training.precision == "bf16" else contextlib.nullcontext())
     sums: dict[str, list[float]] = defaultdict(list)

@@ -5,9 +5,9 @@ ends with the gate multiply and one scatter-add; there is no [T, E] one-hot and 
 - `sorted_dispatch` ("grouped", the default): one matmul pair per expert on its contiguous slice of the
   sorted rows, in the fused `GroupedExpertFFN` (hand-written backward: memory of a dense FFN over the
   T*k assignments, no concatenations). Fastest on a quiet 2-core CPU (docs/benchmarks.md, section 4).
-- `sorted_autograd_dispatch` ("grouped_autograd"): the same through plain autograd; supports double
-  backward and expert dropout (which "grouped" hands to it, as it does every forward inside
-  `twice_differentiable()`: algorithms that differentiate gradients, e.g. IGA).
+- `sorted_autograd_dispatch`: the same through plain autograd (not a layer option of its own); supports
+  double backward and expert dropout, so "grouped" hands it those cases: expert dropout, and every forward
+  inside `twice_differentiable()` (algorithms that differentiate gradients, e.g. IGA).
 `masked_dispatch` ("mask") is the straightforward reference they are tested against. `padded_dispatch`
 places the rows in an [N, C, d] buffer padded to C per expert and runs all experts as one batched matmul
 pair: with C = the capacity it is the Tutel / V-MoE layout, a candidate of `dgmoe bench layer` (slower than

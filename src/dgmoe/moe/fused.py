@@ -12,8 +12,8 @@ Why a hand-written backward instead of autograd over the per-expert ops:
 - time: each expert's rows are gathered just before use, expert outputs and all gradients are written
   into preallocated buffers (no concatenation of expert outputs, no stacking of per-expert weight
   gradients); measured at parity with the autograd path on CPU despite the GELU recompute.
-Double backward is not supported (`once_differentiable` raises); `dispatch="grouped_autograd"` is the
-same computation through plain autograd, for that case and for expert dropout.
+Double backward is not supported (`once_differentiable` raises); `dgmoe.moe.dispatch.sorted_autograd_dispatch`
+is the same computation through plain autograd, which "grouped" uses for that case and for expert dropout.
 """
 from __future__ import annotations
 
