@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
+from wilds_fixtures import write_camelyon, write_fmow, write_iwildcam
 
 from dgmoe.selection import worst_group_checkpoint
-from wilds_fixtures import write_camelyon, write_fmow, write_iwildcam
 
 TINY = ("--model", "vit_micro_patch7_28", "--img-size", "28", "--steps", "3", "--checkpoint-freq", "1",
         "--hparams", '{"batch_size": 4}', "--progress", "none", "--num-threads", "1")

@@ -9,8 +9,16 @@ from dgmoe.engine.config import RunConfig
 from dgmoe.errors import UsageError
 from dgmoe.seeding import seed_hash
 from dgmoe.sweep.jobs import (
-    Job, LegacySweepError, SweepConfig, build_jobs, check_sweep, count_domains, held_out_env_sets, read_manifest,
-    shuffled, write_manifest,
+    Job,
+    LegacySweepError,
+    SweepConfig,
+    build_jobs,
+    check_sweep,
+    count_domains,
+    held_out_env_sets,
+    read_manifest,
+    shuffled,
+    write_manifest,
 )
 
 GRID = ("datasets", "algorithms", "models", "output_dir", "n_hparams", "n_hparams_from", "n_trials",
@@ -54,7 +62,8 @@ def test_seed_is_domainbeds_and_pairs_backbones(tmp_path):
     a = jobs[0].config.flat()
     assert a["seed"] == seed_hash("PACS", "ERM", [0], 0, 0)
     # the same cell under another backbone gets the same seed (paired comparison) but another dir
-    twin = next(j for j in jobs if j.config.flat()["model"] == "gmoe_tiny_patch16_224" and j.config.flat()["test_envs"] == [0])
+    twin = next(j for j in jobs
+                if j.config.flat()["model"] == "gmoe_tiny_patch16_224" and j.config.flat()["test_envs"] == [0])
     assert twin.config.flat()["seed"] == a["seed"] and twin.job_id != jobs[0].job_id
 
 

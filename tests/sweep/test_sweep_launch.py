@@ -1,8 +1,8 @@
 """Launching a sweep twice runs each job once; killed jobs resume. Uses a fake training command.
 
-The fake `train` is called as the launchers call `dgmoe train` (`--config <job>/job.json`), logs every invocation to $FAKE_LOG, appends one record
-per step to results.jsonl, keeps its progress in a `progress` file (so a rerun resumes), writes `done`
-at the end, and can SIGKILL itself at step $FAKE_DIE_AT or sleep at step $FAKE_HANG_AT.
+The fake `train` is called as the launchers call `dgmoe train` (`--config <job>/job.json`), logs every invocation
+to $FAKE_LOG, appends one record per step to results.jsonl, keeps its progress in a `progress` file (so a rerun
+resumes), writes `done` at the end, and can SIGKILL itself at step $FAKE_DIE_AT or sleep at step $FAKE_HANG_AT.
 """
 import dataclasses
 import json
@@ -264,7 +264,8 @@ def test_cli_launch_status_delete(tmp_path, monkeypatch, cli):
     for domain in ("d0", "d1", "d2"):
         (tmp_path / "data" / domain).mkdir(parents=True)
     out = tmp_path / "sweep"
-    args = ["launch", "--datasets", "ImageFolder", "--algorithms", "ERM", "--models", "vit_micro_patch7_28,gmoe_micro_patch7_28",
+    args = ["launch", "--datasets", "ImageFolder", "--algorithms", "ERM",
+            "--models", "vit_micro_patch7_28,gmoe_micro_patch7_28",
             "--data-dir", str(tmp_path / "data"), "--output-dir", str(out), "--n-hparams", "1",
             "--n-trials", "1", "--steps", "3", "--single-test-envs", "--max-workers", "2",
             "--train-command", f"{sys.executable} {script}", "--", "--n-per-domain", "8", "--device", "cpu"]

@@ -14,7 +14,17 @@ from typing import Any, Mapping
 
 from dgmoe.algorithms import get_algorithm
 from dgmoe.errors import UsageError
-from dgmoe.hparams import SMALL_IMAGE_DATASETS, HParam, choice, fixed, log_uniform, non_negative, positive, pow2_int, probability
+from dgmoe.hparams import (
+    SMALL_IMAGE_DATASETS,
+    HParam,
+    choice,
+    fixed,
+    log_uniform,
+    non_negative,
+    positive,
+    pow2_int,
+    probability,
+)
 from dgmoe.models.info import ModelInfo, describe_model
 from dgmoe.moe.aux import AUX_LOSS_WEIGHTS
 from dgmoe.seeding import seed_hash
