@@ -11,8 +11,15 @@ import pytest
 from dgmoe.report.collect import load_records
 from dgmoe.report.tables import format_mean
 from dgmoe.selection import (
-    IIDAccuracySelection, LeaveOneOutSelection, OracleSelection, WorstGroupSelection, get_selection, mean_and_se,
-    python_argmax, resolve_selections, sweep_accs,
+    IIDAccuracySelection,
+    LeaveOneOutSelection,
+    OracleSelection,
+    WorstGroupSelection,
+    get_selection,
+    mean_and_se,
+    python_argmax,
+    resolve_selections,
+    sweep_accs,
 )
 
 N_ENVS = 3

@@ -69,8 +69,8 @@ def worst_group_accuracy(y_true, y_pred, groups, group_names: Sequence[str],
                          exclude_substring: str | None = "Other") -> float:
     """Minimum accuracy over non-empty groups, skipping names containing `exclude_substring` (WILDS)."""
     accs = group_accuracies(y_true, y_pred, groups, group_names)
-    eligible = [acc for name, (acc, n) in accs.items()
-                if n > 0 and not (exclude_substring and exclude_substring in name)]
+    eligible = [acc for name, (acc, _) in accs.items()  # acc is None for an empty group
+                if acc is not None and not (exclude_substring and exclude_substring in name)]
     if not eligible:
         raise ValueError(f"no non-empty group to take the worst of (groups {list(group_names)}, excluding names "
                          f"containing {exclude_substring!r})")

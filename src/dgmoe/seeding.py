@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+from typing import cast
 
 import numpy as np
 import torch
@@ -29,7 +30,9 @@ def make_deterministic() -> None:
 def numpy_rng_state() -> dict:
     """numpy's global generator state as tensors and numbers (storable with `torch.save`, loadable with
     `weights_only=True`). Some algorithms draw from it, as DomainBed's (Mixup's lambda)."""
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    # the default legacy=True returns a tuple (numpy's stubs type the call without `legacy` as a dict)
+    state = cast(tuple[str, np.ndarray, int, int, float], np.random.get_state())
+    kind, keys, pos, has_gauss, cached = state
     return {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
             "has_gauss": int(has_gauss), "cached_gaussian": float(cached)}
 

@@ -36,7 +36,7 @@ class Shard:
 
     size: int
     index: torch.Tensor
-    group: object = None  # torch.distributed process group; None = the default group
+    group: dist.ProcessGroup | None = None  # None = the default group
 
     def to(self, device: torch.device | str) -> "Shard":
         return Shard(self.size, self.index.to(device), self.group)
@@ -48,12 +48,13 @@ def concat_shards(shards: list[Shard | None]) -> Shard | None:
         return None
     if any(s is None for s in shards):
         raise ValueError("cannot concatenate sharded and unsharded batches")
+    sharded = [s for s in shards if s is not None]  # all of them
     offsets, index, total = 0, [], 0
-    for s in shards:
+    for s in sharded:
         index.append(s.index + offsets)
         offsets += s.size
         total += s.size
-    return Shard(total, torch.cat(index), shards[0].group)
+    return Shard(total, torch.cat(index), sharded[0].group)
 
 
 _ACTIVE: ContextVar[Shard | None] = ContextVar("dgmoe_active_shard", default=None)
@@ -114,7 +115,7 @@ def all_reduce_sum(tensor: torch.Tensor, shard: Shard | None = None) -> torch.Te
     """Sum of `tensor` over the processes sharing the batch (differentiable); `tensor` itself without one.
     `shard` defaults to the active one."""
     shard = shard if shard is not None else _ACTIVE.get()
-    if _world(shard) == 1:
+    if shard is None or _world(shard) == 1:
         return tensor
     return _AllReduceSum.apply(tensor, shard.group)
 
@@ -144,14 +145,14 @@ class _GatherSamples(torch.autograd.Function):
 def gather_samples(local: torch.Tensor, shard: Shard | None) -> torch.Tensor:
     """The global batch's rows of a per-sample tensor (features, losses), in global order, differentiable;
     `local` itself without a shard or with one process."""
-    if _world(shard) == 1:
+    if shard is None or _world(shard) == 1:
         return local
     return _GatherSamples.apply(local, shard.index, shard.size, shard.group)
 
 
 def global_mean(per_sample_values: torch.Tensor, shard: Shard | None) -> torch.Tensor:
     """Mean over the global batch of per-sample values `[n, ...]` (over the first dimension)."""
-    if _world(shard) == 1:
+    if shard is None or _world(shard) == 1:
         return per_sample_values.mean(0)
     return all_reduce_sum(per_sample_values.sum(0), shard) / shard.size
 

@@ -22,7 +22,8 @@ from dgmoe.algorithms.selfreg import FEATURE_WEIGHT, in_class_permutations, proj
 from dgmoe.data.base import Batch
 from dgmoe.engine.hparams import default_hparams
 
-MINE = ["ANDMask", "SANDMask", "IGA", "SD", "SelfReg", "MTL", "CausIRL_CORAL", "CausIRL_MMD", "EQRM", "IB_ERM", "IB_IRM"]
+MINE = ["ANDMask", "SANDMask", "IGA", "SD", "SelfReg", "MTL", "CausIRL_CORAL", "CausIRL_MMD", "EQRM", "IB_ERM",
+        "IB_IRM"]
 DIM, CLASSES = 4, 3
 
 
@@ -49,7 +50,8 @@ class TinyNet(nn.Module):
 
 def batches(seed=0, n=3, size=6):
     g = torch.Generator().manual_seed(seed)
-    return [Batch(torch.randn(size, 5, generator=g) + d, torch.randint(0, CLASSES, (size,), generator=g)) for d in range(n)]
+    return [Batch(torch.randn(size, 5, generator=g) + d, torch.randint(0, CLASSES, (size,), generator=g))
+            for d in range(n)]
 
 
 def build(name, num_domains=3, **hp):
@@ -241,7 +243,8 @@ def test_mtl_noise_embedding_reproduces_domainbed_and_sums_the_domain_losses():
     with torch.no_grad():
         for b in mbs:
             f = alg.network.body(b.x)
-            expected += F.cross_entropy(alg.mtl_classifier(torch.cat([f, torch.empty_like(f).normal_()], 1)), b.y).item()
+            logits = alg.mtl_classifier(torch.cat([f, torch.empty_like(f).normal_()], 1))
+            expected += F.cross_entropy(logits, b.y).item()
     torch.manual_seed(5)
     out = alg.update(mbs, 0)
     assert out["loss_task"] == pytest.approx(expected, rel=1e-6)

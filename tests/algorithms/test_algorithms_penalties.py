@@ -206,7 +206,8 @@ def test_dann_class_balanced_weights_and_mlp():
     assert w.tolist() == pytest.approx([0.25, 0.25, 0.5])
     # DomainBed's K is the largest label in the batch plus one, not the number of classes
     assert class_balanced_weights(torch.tensor([0, 0, 1]), 5).tolist() == pytest.approx([0.25, 0.25, 0.5])
-    assert class_balanced_weights(torch.tensor([0, 0, 1]), 5, batch_width=False).tolist() == pytest.approx([0.1, 0.1, 0.2])
+    assert (class_balanced_weights(torch.tensor([0, 0, 1]), 5, batch_width=False).tolist()
+            == pytest.approx([0.1, 0.1, 0.2]))
     mlp = discriminator_mlp(8, 3, width=16, depth=4, dropout=0.0)
     assert sum(isinstance(m, nn.Linear) for m in mlp) == 4 and mlp(torch.zeros(2, 8)).shape == (2, 3)
 

@@ -9,8 +9,16 @@ import pytest
 import torch
 from PIL import Image
 
-from dgmoe.data import (DataDirNotFoundError, DatasetError, EmptyDomainError, LayoutError, UnknownDatasetError,
-                        UnreadableImageError, get_dataset, list_datasets)
+from dgmoe.data import (
+    DataDirNotFoundError,
+    DatasetError,
+    EmptyDomainError,
+    LayoutError,
+    UnknownDatasetError,
+    UnreadableImageError,
+    get_dataset,
+    list_datasets,
+)
 from dgmoe.data.folder import decode_files, scan_folder
 
 PACS_DOMAINS = ("art_painting", "cartoon", "photo", "sketch")

@@ -10,9 +10,23 @@ import torch
 import torch.nn.functional as F
 
 from dgmoe.data import get_transforms
-from dgmoe.data.transforms import (IMAGENET_MEAN, IMAGENET_STD, EvalTransform, ToFloat, TrainTransform,
-                                   adjust_brightness, adjust_contrast, adjust_hue, adjust_saturation, eval_transform,
-                                   hsv_to_rgb, resized_crop, resized_crop_params, rgb_to_hsv, train_transform)
+from dgmoe.data.transforms import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    EvalTransform,
+    ToFloat,
+    TrainTransform,
+    adjust_brightness,
+    adjust_contrast,
+    adjust_hue,
+    adjust_saturation,
+    eval_transform,
+    hsv_to_rgb,
+    resized_crop,
+    resized_crop_params,
+    rgb_to_hsv,
+    train_transform,
+)
 
 MEAN = torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1)
 STD = torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)
@@ -79,8 +93,9 @@ def test_crop_equals_interpolate_of_the_crop():
     x = torch.rand(4, 3, 20, 20)
     params = resized_crop_params(4, 20, 20, (0.3, 1.0), (3 / 4, 4 / 3), gen(5))
     out = resized_crop(x, *params, 20)
-    for b, (t, l, h, w) in enumerate(zip(*params)):
-        ref = F.interpolate(x[b:b + 1, :, t:t + h, l:l + w], size=(20, 20), mode="bilinear", align_corners=False)
+    for b, (top, left, h, w) in enumerate(zip(*params)):
+        crop = x[b:b + 1, :, top:top + h, left:left + w]
+        ref = F.interpolate(crop, size=(20, 20), mode="bilinear", align_corners=False)
         torch.testing.assert_close(out[b:b + 1], ref, atol=1e-5, rtol=0)
     flipped = resized_crop(x, *params, 20, flip=torch.tensor([True, False, True, False]))
     torch.testing.assert_close(flipped[0], out[0].flip(-1), atol=1e-6, rtol=0)

@@ -7,14 +7,13 @@ import math
 import pandas as pd
 import pytest
 import torch
+from wilds_fixtures import camelyon_rows, fmow_rows, iwildcam_rows, write_camelyon, write_fmow, write_iwildcam
 
 from dgmoe.data import get_dataset
 from dgmoe.data.errors import DataDirNotFoundError, MetadataFileError, TestEnvError
 from dgmoe.data.splits import check_test_envs
 from dgmoe.data.wilds.fmow import FMOW_REGIONS, read_fmow
 from dgmoe.metrics import GroupEvaluation
-from wilds_fixtures import (camelyon_rows, fmow_rows, iwildcam_rows, write_camelyon, write_fmow,
-                            write_iwildcam)
 
 
 def test_fmow_metadata_regions_splits_and_coordinates(tmp_path):
@@ -119,7 +118,10 @@ def test_bad_metadata_names_file_row_and_column(tmp_path, case, message):
         load = _write_and_load(tmp_path, write_fmow, rows, "FMoW")
     elif case.startswith("iwildcam"):
         rows = [list(r) for r in iwildcam_rows()]
-        rows[3 if case == "iwildcam_y" else 0][2 if case == "iwildcam_y" else 1] = 182 if case == "iwildcam_y" else "cam7"
+        if case == "iwildcam_y":
+            rows[3][2] = 182
+        else:
+            rows[0][1] = "cam7"
         load = _write_and_load(tmp_path, write_iwildcam, rows, "iWildCam")
     else:
         rows = [list(r) for r in camelyon_rows()]

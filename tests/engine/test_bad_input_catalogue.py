@@ -154,7 +154,8 @@ OTHER_CASES = [
     ("sweep-dataset", ["sweep", "launch", "--datasets", "pacs", "--algorithms", "ERM", "--models",
                        "vit_micro_patch7_28", "--output-dir", "{out}", "--launcher", "dummy"], "Did you mean: PACS", 2),
     ("sweep-algorithm", ["sweep", "launch", "--datasets", "RotatedMNIST", "--algorithms", "Coral", "--models",
-                         "vit_micro_patch7_28", "--output-dir", "{out}", "--launcher", "dummy"], "Did you mean: CORAL", 2),
+                         "vit_micro_patch7_28", "--output-dir", "{out}", "--launcher", "dummy"],
+     "Did you mean: CORAL", 2),
     ("sweep-launcher", ["sweep", "launch", "--datasets", "RotatedMNIST", "--algorithms", "ERM", "--models",
                         "vit_micro_patch7_28", "--output-dir", "{out}", "--launcher", "slurmm"], "Did you mean", 2),
     ("sweep-status-missing", ["sweep", "status", "--output-dir", "/nonexistent/sweep"], "/nonexistent/sweep", 2),
@@ -229,16 +230,19 @@ def test_debug_shows_the_traceback(tmp_path, capsys):
 
 
 PYTHON_API = [
-    ("test_envs as a string", lambda: __import__("dgmoe.engine.config", fromlist=["x"]).RunConfig.from_flat(test_envs="01"),
+    ("test_envs as a string",
+     lambda: __import__("dgmoe.engine.config", fromlist=["x"]).RunConfig.from_flat(test_envs="01"),
      "--test-envs must be a list of integers"),
     ("steps as a bool", lambda: __import__("dgmoe.engine.config", fromlist=["x"]).RunConfig.from_flat(steps=True),
      "--steps must be an integer"),
-    ("hparams as a JSON list", lambda: __import__("dgmoe.engine.config", fromlist=["x"]).RunConfig.from_flat(hparams="[1]"),
+    ("hparams as a JSON list",
+     lambda: __import__("dgmoe.engine.config", fromlist=["x"]).RunConfig.from_flat(hparams="[1]"),
      "--hparams must be a JSON object"),
     ("pretrained=True", lambda: __import__("dgmoe").create_model("vit_tiny_patch16_224", pretrained=True),
      "timm's way to download weights"),
     ("pretrained=True in the config",
-     lambda: __import__("dgmoe.engine.config", fromlist=["x"]).RunConfig.from_flat(pretrained=True), "downloads nothing"),
+     lambda: __import__("dgmoe.engine.config", fromlist=["x"]).RunConfig.from_flat(pretrained=True),
+     "downloads nothing"),
     ("unknown model", lambda: __import__("dgmoe").create_model("vit_tiny"), "Did you mean"),
     ("unknown hparam", lambda: __import__("dgmoe.engine.hparams", fromlist=["x"]).run_hparams(
         "ERM", "PACS", "vit_tiny_patch16_224", 0, 0, {"lrr": 1}), "unknown hyperparameter 'lrr'"),

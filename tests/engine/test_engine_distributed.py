@@ -154,7 +154,8 @@ def test_two_processes_match_one_process_for_gmoe_with_drop_path_and_gate_noise(
         for key in a:
             if key.endswith("_acc"):
                 assert a[key] == pytest.approx(b[key], abs=1e-5), key
-    wa, wb = load_file(str(tmp_path / "one" / "model.safetensors")), load_file(str(tmp_path / "two" / "model.safetensors"))
+    wa = load_file(str(tmp_path / "one" / "model.safetensors"))
+    wb = load_file(str(tmp_path / "two" / "model.safetensors"))
     for k in wa:  # float rounding only: relative to each tensor's scale
         diff = (wa[k] - wb[k]).abs()
         if k.endswith("attn.qkv.bias"):

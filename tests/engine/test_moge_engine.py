@@ -15,10 +15,12 @@ def test_moge_trains_on_geomnist_and_is_analysed(tmp_path):
     from dgmoe.experiments.geo import summarize_run
 
     _, test_envs = geo_domains()
-    cfg = RunConfig.from_flat(dataset="GeoMNIST", test_envs=tuple(test_envs), model="moge_tiny_patch16_224", algorithm="MoGE",
-                      output_dir=str(tmp_path / "run"), steps=3, checkpoint_freq=2, n_per_domain=20, patch_size=7,
-                      hparams={"lr": 1e-3, "batch_size": 8, "drop_path_rate": 0.0},
-                      model_kwargs={"embed_dim": 32, "depth": 4, "num_heads": 2}, num_threads=1, progress="none")
+    cfg = RunConfig.from_flat(dataset="GeoMNIST", test_envs=tuple(test_envs), model="moge_tiny_patch16_224",
+                              algorithm="MoGE", output_dir=str(tmp_path / "run"), steps=3, checkpoint_freq=2,
+                              n_per_domain=20, patch_size=7,
+                              hparams={"lr": 1e-3, "batch_size": 8, "drop_path_rate": 0.0},
+                              model_kwargs={"embed_dim": 32, "depth": 4, "num_heads": 2}, num_threads=1,
+                              progress="none")
     result = train(cfg)
     assert [r["step"] for r in result.records] == [0, 2]
     record = result.records[-1]

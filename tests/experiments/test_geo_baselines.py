@@ -9,8 +9,13 @@ from dgmoe.data.arrays import ArrayDomain
 from dgmoe.data.transforms import ToFloat
 from dgmoe.models.erm_le import LocationConcatViT
 from dgmoe.models.location.encoders import SHSirenEncoder
-from dgmoe.models.moge_fallbacks import collect_features, fit_linear_head, fit_shared_expert_head, replace_location_encoder
 from dgmoe.models.moge import build_moge
+from dgmoe.models.moge_fallbacks import (
+    collect_features,
+    fit_linear_head,
+    fit_shared_expert_head,
+    replace_location_encoder,
+)
 
 SMALL = dict(img_size=16, patch_size=4, embed_dim=32, depth=4, num_heads=2, num_classes=3)
 
@@ -19,7 +24,8 @@ def _domain(n=24, seed=0):
     g = torch.Generator().manual_seed(seed)
     images = torch.randint(0, 256, (n, 3, 16, 16), generator=g, dtype=torch.uint8).numpy()
     labels = torch.randint(0, 3, (n,), generator=g).numpy()
-    meta = {"lat": (torch.rand(n, generator=g) * 120 - 60).numpy(), "lon": (torch.rand(n, generator=g) * 300 - 150).numpy()}
+    meta = {"lat": (torch.rand(n, generator=g) * 120 - 60).numpy(),
+            "lon": (torch.rand(n, generator=g) * 300 - 150).numpy()}
     return ArrayDomain(images, labels, meta)
 
 
@@ -89,8 +95,14 @@ def test_replace_location_encoder_checks_width():
 
 
 def test_routing_analysis_figures(tmp_path):
-    from dgmoe.analysis.geo import (collect_routing, forced_expert_accuracy, routing_frequency, save_forced_matrix,
-                                    save_routing_frequency, save_routing_map)
+    from dgmoe.analysis.geo import (
+        collect_routing,
+        forced_expert_accuracy,
+        routing_frequency,
+        save_forced_matrix,
+        save_routing_frequency,
+        save_routing_map,
+    )
 
     torch.manual_seed(0)
     model = build_moge("t", {}, **SMALL)

@@ -10,8 +10,16 @@ import pytest
 import torch
 from PIL import Image
 
-from dgmoe.data.geo.geomnist import (CONCEPTS, GEO_REGIONS, REGION_NAMES, concept_labels, geo_domains,
-                                 get_geo_benchmark, sample_around, tint)
+from dgmoe.data.geo.geomnist import (
+    CONCEPTS,
+    GEO_REGIONS,
+    REGION_NAMES,
+    concept_labels,
+    geo_domains,
+    get_geo_benchmark,
+    sample_around,
+    tint,
+)
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 
@@ -80,8 +88,9 @@ def _write_sentinel(root: Path, rows):
         root / "occurrences.csv", index=False)
     for pid, *_ in rows:
         s = str(pid)
-        (root / "rgb" / s[-2:] / s[-4:-2]).mkdir(parents=True, exist_ok=True)
-        Image.fromarray(np.full((16, 16, 3), pid % 255, dtype=np.uint8)).save(root / "rgb" / s[-2:] / s[-4:-2] / f"{s}.jpeg")
+        folder = root / "rgb" / s[-2:] / s[-4:-2]
+        folder.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(np.full((16, 16, 3), pid % 255, dtype=np.uint8)).save(folder / f"{s}.jpeg")
 
 
 def test_sentinel_loader_on_fixture(tmp_path):
@@ -102,7 +111,8 @@ def test_sentinel_loader_on_fixture(tmp_path):
         get_sentinel_sample(tmp_path / "bad", img_size=8)
 
 
-@pytest.mark.skipif(not (SHARED / "geolifeclef2023-sample").is_dir(), reason="../shared/data/geolifeclef2023-sample absent")
+@pytest.mark.skipif(not (SHARED / "geolifeclef2023-sample").is_dir(),
+                    reason="../shared/data/geolifeclef2023-sample absent")
 def test_sentinel_real_sample():
     from dgmoe.data.geo.sentinel import get_sentinel_sample
 
@@ -123,6 +133,8 @@ def test_experiment_selection_and_table():
     acc = test_accuracies(records[1], [0, 0, 3], [0, 0, 1], [2])
     assert acc[2] == (pytest.approx(0.45), 4)
     assert nearest_training_region("CentralAmerica", ["NorthAmerica", "SouthAmerica", "Europe"]) == "NorthAmerica"
-    rows = [{"method": "A", "worst_region_acc": 0.5, "overall_acc": 0.6, "held_out_acc": 0.4, "seen_worst_region_acc": 0.5},
-            {"method": "A", "worst_region_acc": 0.7, "overall_acc": 0.8, "held_out_acc": 0.6, "seen_worst_region_acc": 0.7}]
+    rows = [{"method": "A", "worst_region_acc": 0.5, "overall_acc": 0.6, "held_out_acc": 0.4,
+             "seen_worst_region_acc": 0.5},
+            {"method": "A", "worst_region_acc": 0.7, "overall_acc": 0.8, "held_out_acc": 0.6,
+             "seen_worst_region_acc": 0.7}]
     assert "| A | 60.0 ± 14.1 | 70.0 ± 14.1 | 50.0 ± 14.1 | 60.0 ± 14.1 | 2 |" in results_table(rows)

@@ -7,35 +7,43 @@ import numpy as np
 import pytest
 import torch
 
-from dgmoe.models.location.encoders import (FrozenLocationEncoder, LocationIdEmbedding, SHSirenEncoder, build_location_encoder,
-                                list_location_encoders, load_pretrained_location_encoder, save_location_encoder)
 from dgmoe.data.geo.metadata import MetadataError
+from dgmoe.models.location.encoders import (
+    FrozenLocationEncoder,
+    LocationIdEmbedding,
+    SHSirenEncoder,
+    build_location_encoder,
+    list_location_encoders,
+    load_pretrained_location_encoder,
+    save_location_encoder,
+)
 from dgmoe.models.location.siren import SirenNet
 from dgmoe.models.location.spherical_harmonics import SphericalHarmonics, real_spherical_harmonics
 
 
-def _scipy_real_sh(l: int, m: int, theta: np.ndarray, phi: np.ndarray) -> np.ndarray:
+def _scipy_real_sh(degree: int, m: int, theta: np.ndarray, phi: np.ndarray) -> np.ndarray:
     """Real SH without the Condon-Shortley phase from scipy's complex SH (which has it)."""
     special = pytest.importorskip("scipy.special")
     am = abs(m)
     if hasattr(special, "sph_harm_y"):
-        y = special.sph_harm_y(l, am, theta, phi)
+        y = special.sph_harm_y(degree, am, theta, phi)
     else:  # scipy < 1.15: sph_harm(m, n, azimuth, polar)
-        y = special.sph_harm(am, l, phi, theta)
+        y = special.sph_harm(am, degree, phi, theta)
     if m == 0:
         return y.real
     part = y.real if m > 0 else y.imag
     return math.sqrt(2.0) * (-1) ** am * part
 
 
-@pytest.mark.parametrize("l,m", [(0, 0), (1, -1), (1, 0), (1, 1), (2, -2), (3, 2), (5, -3), (7, 7), (9, -9), (9, 0),
-                                 (14, 5), (20, -11)])
-def test_spherical_harmonics_match_scipy(l, m):
-    rng = np.random.default_rng(l * 100 + m)
+@pytest.mark.parametrize("degree,m", [(0, 0), (1, -1), (1, 0), (1, 1), (2, -2), (3, 2), (5, -3), (7, 7), (9, -9),
+                                      (9, 0), (14, 5), (20, -11)])
+def test_spherical_harmonics_match_scipy(degree, m):
+    rng = np.random.default_rng(degree * 100 + m)
     theta = np.concatenate([rng.uniform(0, np.pi, 50), [0.0, np.pi, np.pi / 2]])
     phi = np.concatenate([rng.uniform(0, 2 * np.pi, 50), [0.3, 1.0, 2 * np.pi]])
-    ours = real_spherical_harmonics(torch.from_numpy(theta), torch.from_numpy(phi), l + 1)[:, l * l + l + m]
-    np.testing.assert_allclose(ours.numpy(), _scipy_real_sh(l, m, theta, phi), atol=1e-6, rtol=0)
+    ours = real_spherical_harmonics(torch.from_numpy(theta), torch.from_numpy(phi), degree + 1)
+    ours = ours[:, degree * degree + degree + m]
+    np.testing.assert_allclose(ours.numpy(), _scipy_real_sh(degree, m, theta, phi), atol=1e-6, rtol=0)
 
 
 @pytest.mark.parametrize("num_degrees", [3, 10, 25])

@@ -105,7 +105,7 @@ def test_training_records_losses_for_eq_4():
         assert features.shape == (8, 32) and domains.shape == (8,)
     model.eval()
     model(x, meta)
-    assert all(len(l._records) == 1 for l in model.moge_layers())  # eval adds nothing
+    assert all(len(layer._records) == 1 for layer in model.moge_layers())  # eval adds nothing
 
 
 def test_missing_metadata_errors_and_shared_only_mode():

@@ -26,7 +26,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-import tie_sweep
+import tie_sweep  # noqa: E402  (found through the sys.path entry above)
 
 FIXTURE = HERE / "fixtures" / "domainbed_collect_results.json"
 #: {format: {method name: {table: {"columns": [...], "rows": {algorithm: [cells]}}}}}

@@ -68,7 +68,8 @@ def _write(topic: str, tensors: dict[str, torch.Tensor], meta: dict) -> None:
 
     missing = set(tensors) ^ set(meta["tensors"])
     if missing:
-        raise RuntimeError(f"{topic}: tensors without a description or descriptions without a tensor: {sorted(missing)}")
+        raise RuntimeError(
+            f"{topic}: tensors without a description or descriptions without a tensor: {sorted(missing)}")
     meta = {"peer": "timm", "peer_version": timm.__version__, "torch": torch.__version__, "numpy": np.__version__,
             "python": platform.python_version(), "command": COMMAND, **meta}
     FIXTURES.mkdir(parents=True, exist_ok=True)

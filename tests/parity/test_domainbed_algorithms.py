@@ -97,7 +97,8 @@ def test_every_shared_algorithm_has_a_fixture():
 def test_andmask_to_ib_irm_have_fixtures():
     """DomainBed's ANDMask, SANDMask, IGA, SD, SelfReg, MTL, CausIRL_*, EQRM and IB_* all match (none excluded)."""
     assert {json.loads((FIXTURES / f"{c}.json").read_text())["algorithm"] for c in CASES} >= {
-        "ANDMask", "SANDMask", "IGA", "SD", "SelfReg", "MTL", "CausIRL_CORAL", "CausIRL_MMD", "EQRM", "IB_ERM", "IB_IRM"}
+        "ANDMask", "SANDMask", "IGA", "SD", "SelfReg", "MTL", "CausIRL_CORAL", "CausIRL_MMD", "EQRM", "IB_ERM",
+        "IB_IRM"}
 
 
 @pytest.mark.parametrize("featurizer", sorted(FEATURIZERS))

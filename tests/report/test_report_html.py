@@ -3,11 +3,10 @@ end-to-end render in headless Chromium."""
 import re
 import shutil
 
+import headless
 import pytest
 import torch
 from click.testing import CliRunner
-
-import headless
 
 from dgmoe.report.html import build_report, markdown_to_html
 

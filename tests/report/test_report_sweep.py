@@ -4,10 +4,9 @@ import html
 import re
 from pathlib import Path
 
+import headless
 import pytest
 from click.testing import CliRunner
-
-import headless
 from report_sweep import GEO, PACS, WEIRD, make_sweep, write_run
 
 from dgmoe.report.html import build_report, index_budget, report_budget, report_size, size_budget
@@ -172,16 +171,17 @@ def test_analyze_gives_moge_runs_the_geo_routing_analysis_and_the_report_shows_i
     """A real (tiny) MoGE run on GeoMNIST: `--analyze` dispatches it to `dgmoe.analysis.geo`."""
     import dgmoe.algorithms.moge  # noqa: F401
     from dgmoe.cli.report import command
+    from dgmoe.data.geo.geomnist import geo_domains
     from dgmoe.engine.config import RunConfig
     from dgmoe.engine.trainer import train
-    from dgmoe.data.geo.geomnist import geo_domains
 
     _, test_envs = geo_domains()
     run = tmp_path / "runs" / "MoGE_seed0"
-    train(RunConfig.from_flat(dataset="GeoMNIST", test_envs=tuple(test_envs), model="moge_tiny_patch16_224", algorithm="MoGE",
-                      output_dir=str(run), steps=2, checkpoint_freq=1, n_per_domain=10, patch_size=7,
-                      hparams={"lr": 1e-3, "batch_size": 4, "drop_path_rate": 0.0}, num_threads=1, progress="none",
-                      model_kwargs={"embed_dim": 16, "depth": 4, "num_heads": 2}))
+    train(RunConfig.from_flat(dataset="GeoMNIST", test_envs=tuple(test_envs), model="moge_tiny_patch16_224",
+                              algorithm="MoGE", output_dir=str(run), steps=2, checkpoint_freq=1, n_per_domain=10,
+                              patch_size=7, hparams={"lr": 1e-3, "batch_size": 4, "drop_path_rate": 0.0},
+                              num_threads=1, progress="none",
+                              model_kwargs={"embed_dim": 16, "depth": 4, "num_heads": 2}))
     res = CliRunner().invoke(command, [str(tmp_path / "runs"), "--analyze", "--no-params"])
     assert res.exit_code == 0, res.output
     assert f"analysed {run}" in res.output and not (run / ".analysis.partial").exists()

@@ -14,7 +14,10 @@ import pytest
 
 from dgmoe.report.collect import load_records
 from dgmoe.report.single_source import (
-    improvement, ood_improvement, single_source_accs, single_source_table,
+    improvement,
+    ood_improvement,
+    single_source_accs,
+    single_source_table,
 )
 
 GOLDEN = Path(__file__).parents[1] / "golden"

@@ -39,8 +39,8 @@ def test_batch_per_domain_matches_the_runs_hparams():
 
 def test_hand_computed_study():
     toy = StudyDataset("Toy", n_domains=3, n_images=1000, steps=100, checkpoint_freq=50)
-    est = estimate_study({"vit_tiny_patch16_224": 1.0}, eval_time_s={"vit_tiny_patch16_224": 0.5}, ref_images=32, datasets=[toy],
-                         n_hparams=1, n_trials=1, job_overhead_s=10.0, gpus=(1, 2))
+    est = estimate_study({"vit_tiny_patch16_224": 1.0}, eval_time_s={"vit_tiny_patch16_224": 0.5}, ref_images=32,
+                         datasets=[toy], n_hparams=1, n_trials=1, job_overhead_s=10.0, gpus=(1, 2))
     # per job: 10 + 100 steps * 1.0 s * (32 * 2 domains / 32) + 3 evals * 0.5 s * 1000 / 32
     per_job = 10 + 200 + 46.875
     assert est.total_jobs == 3
@@ -48,8 +48,8 @@ def test_hand_computed_study():
     assert est.longest_job_h == pytest.approx(per_job / 3600)
     assert est.wall_clock_h[2] == pytest.approx(2 * per_job / 3600)
     assert est.rows[0]["eval_share"] == pytest.approx(46.875 / per_job)
-    pairs = estimate_study({"vit_tiny_patch16_224": 1.0}, eval_time_s={"vit_tiny_patch16_224": 0.5}, ref_images=32, datasets=[toy],
-                           n_hparams=1, n_trials=1, job_overhead_s=10.0, single_test_envs=False)
+    pairs = estimate_study({"vit_tiny_patch16_224": 1.0}, eval_time_s={"vit_tiny_patch16_224": 0.5}, ref_images=32,
+                           datasets=[toy], n_hparams=1, n_trials=1, job_overhead_s=10.0, single_test_envs=False)
     # 3 pairs, each training on 1 domain: 10 + 100 + 46.875
     assert pairs.total_gpu_hours == pytest.approx((3 * per_job + 3 * 156.875) / 3600)
 

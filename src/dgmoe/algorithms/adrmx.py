@@ -30,7 +30,7 @@ every process draws the same permutations).
 from __future__ import annotations
 
 import copy
-from typing import Mapping
+from typing import Any, Mapping
 
 import torch
 import torch.nn as nn
@@ -114,6 +114,9 @@ class ADRMX(Algorithm):
             specs["lr"] = HParam(3e-5, choice([2e-5, 3e-5, 4e-5, 5e-5]))
         return specs
 
+    # buffers, registered in __init__
+    update_count: torch.Tensor
+
     def __init__(self, network, num_classes, num_domains, hparams):
         super().__init__(network, num_classes, num_domains, hparams)
         hp = self.hparams
@@ -186,7 +189,8 @@ class ADRMX(Algorithm):
 
 def replace_classifier(network: nn.Module, head: nn.Module) -> None:
     """Put `head` where the network's `get_classifier()` module is (timm API: `head` or `fc`)."""
-    current = network.get_classifier()
+    backbone: Any = network  # timm's API, not declared by nn.Module
+    current = backbone.get_classifier()
     for name, child in network.named_children():
         if child is current:
             setattr(network, name, head)

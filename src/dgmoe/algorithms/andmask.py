@@ -90,8 +90,9 @@ class GradientMasking(Algorithm):
                 continue
             grads = without_rounding_noise(torch.stack([torch.zeros_like(p) if g is None else g for g in found]))
             p.grad = rescaled(self.mask(grads), grads)
-            if aux_grads[i] is not None:
-                p.grad = p.grad + aux_grads[i]
+            aux_grad = aux_grads[i]
+            if aux_grad is not None:
+                p.grad = p.grad + aux_grad
         self.optimizer.step()  # every process holds the same (synchronised) gradients
         mean_loss = torch.stack(losses).mean()
         return {"loss": (mean_loss + aux).item(), "loss_task": mean_loss.item(), "loss_aux": aux.item()}

@@ -45,6 +45,9 @@ class GlobalBatchNorm2d(nn.BatchNorm2d):
         shard = active_shard()
         if not self.training or shard is None:
             return super().forward(x)
+        # built with nn.BatchNorm2d's defaults: running statistics and a momentum
+        assert self.running_mean is not None and self.running_var is not None and self.momentum is not None
+        assert self.num_batches_tracked is not None
         count = shard.size * x.shape[2] * x.shape[3]
         mean = all_reduce_sum(x.sum((0, 2, 3)), shard) / count
         var = all_reduce_sum((x - mean[None, :, None, None]).pow(2).sum((0, 2, 3)), shard) / count
@@ -93,10 +96,13 @@ def widen_input(network: nn.Module, extra: int = 1) -> nn.Conv2d:
     parent, name = input_conv(network)
     old: nn.Conv2d = getattr(parent, name)
     c = old.in_channels
-    new = nn.Conv2d(c + extra, old.out_channels, old.kernel_size, old.stride, old.padding, old.dilation, old.groups,
-                    old.bias is not None, old.padding_mode, device=old.weight.device, dtype=old.weight.dtype)
+    # nn.Conv2d stores its sizes as tuple[int, ...] in torch's stubs; they are the 2-tuples its __init__ takes
+    new = nn.Conv2d(c + extra, old.out_channels, old.kernel_size, old.stride, old.padding, old.dilation,  # type: ignore[arg-type]
+                    old.groups, old.bias is not None, old.padding_mode, device=old.weight.device,
+                    dtype=old.weight.dtype)
     new.weight.copy_(old.weight[:, [i % c for i in range(c + extra)]])
     if old.bias is not None:
+        assert new.bias is not None  # built with a bias above
         new.bias.copy_(old.bias)
     setattr(parent, name, new)
     return new

@@ -33,7 +33,7 @@ submodules, so `state_dict()` / `load_state_dict()` save and resume it; the entr
 """
 from __future__ import annotations
 
-from typing import Any, ClassVar, Iterable, Mapping
+from typing import Any, ClassVar, Iterable, Mapping, cast
 
 import torch
 import torch.nn as nn
@@ -109,8 +109,9 @@ class Algorithm(nn.Module):
         its shard: the forward's per-sample randomness and MoE statistics are then the global batch's)."""
         shard = None
         if isinstance(x, Batch):
-            x, meta, shard = x.x, x.meta, x.shard
-        net = network if network is not None else self.network
+            batch = x
+            x, meta, shard = batch.x, batch.meta, batch.shard
+        net: Any = network if network is not None else self.network  # timm's API, not declared by nn.Module
         with use_shard(shard):
             if getattr(net, "uses_metadata", False):
                 tokens = net.forward_features(x, meta=meta)
@@ -119,7 +120,8 @@ class Algorithm(nn.Module):
             return net.forward_head(tokens, pre_logits=True)
 
     def classifier(self, network: nn.Module | None = None) -> nn.Module:
-        return (network if network is not None else self.network).get_classifier()
+        net: Any = network if network is not None else self.network  # timm's API, not declared by nn.Module
+        return net.get_classifier()
 
     def logits(self, x: torch.Tensor | Batch, meta: dict[str, torch.Tensor] | None = None,
                network: nn.Module | None = None) -> torch.Tensor:
@@ -203,7 +205,9 @@ def has_batch_statistics(network: nn.Module) -> bool:
 def concat_batches(minibatches: list[Batch]) -> Batch:
     meta = None
     if minibatches[0].meta is not None:
-        meta = {k: torch.cat([b.meta[k] for b in minibatches]) for k in minibatches[0].meta}
+        # the minibatches of a step come from one dataset: all carry metadata or none does
+        metas = cast(list[dict[str, torch.Tensor]], [b.meta for b in minibatches])
+        meta = {k: torch.cat([m[k] for m in metas]) for k in metas[0]}
     return Batch(torch.cat([b.x for b in minibatches]), torch.cat([b.y for b in minibatches]), meta,
                  concat_shards([b.shard for b in minibatches]))
 

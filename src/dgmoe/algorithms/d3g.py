@@ -14,10 +14,10 @@ consistency loss: the relation-weighted average of the *other* heads must predic
     L = CE(f_d(x), y) + lambda CE(sum_{k != d} a_dk f_k(x) / sum_{k != d} a_dk, y).
 
 Equation numbers are not cited (they were not verified here); the constructs are named as in the paper
-and in the reference notes. The details follow the public FMoW reimplementation (Crasto & Rolf, `crastoru/wilds-geoshift`; reference notes
-`moge-and-geo.md` §3): heads mix logits; a^g is the indicator of the same domain; a^l is a cosine
-similarity cos(w ⊙ q_i, w ⊙ e_k) with a learned vector w; beta = 0.8 and lambda = 0.5; in training the own
-head's weight is zeroed in the consistency mix, at test all heads are mixed.
+and in the reference notes. The details follow the public FMoW reimplementation (Crasto & Rolf,
+`crastoru/wilds-geoshift`; reference notes `moge-and-geo.md` §3): heads mix logits; a^g is the indicator of the
+same domain; a^l is a cosine similarity cos(w ⊙ q_i, w ⊙ e_k) with a learned vector w; beta = 0.8 and
+lambda = 0.5; in training the own head's weight is zeroed in the consistency mix, at test all heads are mixed.
 
 **Which domains get heads** (`d3g_domain_field`):
 - `""` (default): one head per training environment (DomainBed datasets: environments are the domains).
@@ -52,7 +52,7 @@ multi-process training, and the groups marked as seen are the global batch's.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Any, Mapping, cast
 
 import torch
 import torch.nn as nn
@@ -111,6 +111,9 @@ class D3G(Algorithm):
         "d3g_learned_relation": HParam("shifted", fixed("shifted"), one_of("shifted", "cosine")),
     }
 
+    # buffers, registered in __init__
+    head_seen: torch.Tensor
+
     @classmethod
     def hparam_specs(cls, dataset: str, shared: Mapping[str, HParam]) -> dict[str, HParam]:
         specs = dict(cls.HPARAMS)
@@ -136,7 +139,7 @@ class D3G(Algorithm):
                                  f"training domains, got {num_domains}; give heads per metadata group instead "
                                  "(e.g. --hparams '{\"d3g_domain_field\": \"region\", \"d3g_num_groups\": N}')")
             self.num_heads = num_domains
-        dim, heads = network.num_features, self.num_heads
+        dim, heads = cast(int, network.num_features), self.num_heads  # timm's API
         bound = 1 / math.sqrt(dim)  # nn.Linear's default initialisation, one linear head per domain
         self.head_weight = nn.Parameter(torch.empty(heads, num_classes, dim).uniform_(-bound, bound))
         self.head_bias = nn.Parameter(torch.empty(heads, num_classes).uniform_(-bound, bound))

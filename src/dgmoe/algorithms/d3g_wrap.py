@@ -25,7 +25,7 @@ parameter-free or trainable encoder of the registry ('sh': spherical harmonics, 
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, cast
 
 import torch
 import torch.nn as nn
@@ -55,7 +55,8 @@ class D3G_WRAP(D3G):
     def build_relation(self) -> None:
         rdim = self.hparams["d3g_relation_dim"]
         self.location_encoder = build_location_encoder(self.hparams["d3g_location_encoder"])
-        self.location_mlp = nn.Sequential(nn.Linear(self.location_encoder.out_dim, max(rdim // 2, 1)), nn.ReLU(),
+        out_dim = cast(int, self.location_encoder.out_dim)  # every location encoder has one
+        self.location_mlp = nn.Sequential(nn.Linear(out_dim, max(rdim // 2, 1)), nn.ReLU(),
                                           nn.Linear(max(rdim // 2, 1), rdim))
 
     def location_queries(self, meta: Mapping[str, torch.Tensor] | None) -> torch.Tensor:

@@ -16,7 +16,7 @@ auxiliary loss is added on backbone updates only: discriminator updates do not c
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, cast
 
 import torch
 import torch.nn as nn
@@ -25,7 +25,18 @@ import torch.nn.functional as F
 from dgmoe.algorithms.base import Algorithm, at_least_fp32, concat_batches, cross_entropy
 from dgmoe.algorithms.registry import register_algorithm
 from dgmoe.data.base import Batch
-from dgmoe.hparams import SMALL_IMAGE_DATASETS, HParam, choice, fixed, log_uniform, non_negative, one_of, positive, pow2_int, probability
+from dgmoe.hparams import (
+    SMALL_IMAGE_DATASETS,
+    HParam,
+    choice,
+    fixed,
+    log_uniform,
+    non_negative,
+    one_of,
+    positive,
+    pow2_int,
+    probability,
+)
 from dgmoe.sharding import Shard, all_reduce_sum
 
 
@@ -63,6 +74,9 @@ class AbstractDANN(Algorithm):
         "lr_d": HParam(5e-5, log_uniform(-5, -3.5), positive),
     }
 
+    # buffers, registered in __init__
+    update_count: torch.Tensor
+
     @classmethod
     def hparam_specs(cls, dataset: str, shared: Mapping[str, HParam]) -> dict[str, HParam]:
         specs = dict(cls.HPARAMS)
@@ -76,7 +90,7 @@ class AbstractDANN(Algorithm):
     def __init__(self, network: nn.Module, num_classes: int, num_domains: int, hparams: dict[str, Any]):
         super().__init__(network, num_classes, num_domains, hparams)
         hp = self.hparams
-        dim = network.num_features
+        dim = cast(int, network.num_features)  # timm's API
         self.discriminator = discriminator_mlp(dim, num_domains, hp["mlp_width"], hp["mlp_depth"], hp["mlp_dropout"])
         self.class_embeddings = nn.Embedding(num_classes, dim)
         disc_params = list(self.discriminator.parameters()) + list(self.class_embeddings.parameters())

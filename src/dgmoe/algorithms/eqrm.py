@@ -60,6 +60,9 @@ class EQRM(Algorithm):
         "eqrm_lr": HParam(1e-6, log_uniform(-7, -5)),
     }
 
+    # buffers, registered in __init__
+    update_count: torch.Tensor
+
     def __init__(self, network, num_classes, num_domains, hparams):
         super().__init__(network, num_classes, num_domains, hparams)
         self.register_buffer("update_count", torch.zeros((), dtype=torch.long))
@@ -68,7 +71,8 @@ class EQRM(Algorithm):
         count = int(self.update_count)
         burnin = self.hparams["eqrm_burnin_iters"]
         classifier = self.classifier()
-        risks = torch.stack([domain_risk(classifier(z), b) for z, b in zip(self.domain_features(minibatches), minibatches)])
+        features = self.domain_features(minibatches)
+        risks = torch.stack([domain_risk(classifier(z), b) for z, b in zip(features, minibatches)])
         if count < burnin:
             task = risks.mean()
         else:

@@ -45,6 +45,10 @@ class ERMPlusPlus(Algorithm):
         "ermpp_sma_start_iter": HParam(600, fixed(600)),
     }
 
+    # buffers, registered in __init__
+    update_count: torch.Tensor
+    sma_count: torch.Tensor
+
     def __init__(self, network, num_classes, num_domains, hparams):
         super().__init__(network, num_classes, num_domains, hparams)
         self.linear_optimizer = torch.optim.Adam(self.classifier().parameters(), lr=self.hparams["linear_lr"],

@@ -57,7 +57,8 @@ class Fish(Algorithm):
     def __init__(self, network, num_classes, num_domains, hparams):
         super().__init__(network, num_classes, num_domains, hparams)
         if self.hparams["fish_inner_optimizer"] not in ("adam", "sgd"):
-            raise ValueError(f"fish_inner_optimizer must be 'adam' or 'sgd', got {self.hparams['fish_inner_optimizer']!r}")
+            raise ValueError(
+                f"fish_inner_optimizer must be 'adam' or 'sgd', got {self.hparams['fish_inner_optimizer']!r}")
         self.inner_state = OptimizerState()
 
     def optimizers(self) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from dgmoe.sharding import Shard, global_mean
 def per_sample_grads(classifier: nn.Module, z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """[B, P]: gradient of CE(classifier(z_i), y_i) w.r.t. the classifier's parameters, per sample,
     flattened in `named_parameters` order. Differentiable w.r.t. z and the parameters."""
-    params = {k: v for k, v in classifier.named_parameters()}
+    params: dict[str, torch.Tensor] = {k: v for k, v in classifier.named_parameters()}
 
     def loss(p: dict[str, torch.Tensor], zi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:
         logits = functional_call(classifier, p, (zi.unsqueeze(0),))
@@ -39,7 +39,8 @@ def per_sample_grads(classifier: nn.Module, z: torch.Tensor, y: torch.Tensor) ->
     return torch.cat([g.reshape(len(z), -1) for g in grads.values()], dim=1)
 
 
-def domain_grad_variances(grads: torch.Tensor, sizes: list[int], shards: list[Shard | None] | None = None) -> torch.Tensor:
+def domain_grad_variances(grads: torch.Tensor, sizes: list[int],
+                          shards: list[Shard | None] | None = None) -> torch.Tensor:
     """[num_domains, P]: per-domain variance (ddof 0) of the per-sample gradients, over each domain's whole
     minibatch (with shards, all processes' samples: global mean, then global variance)."""
     out = []
@@ -76,6 +77,10 @@ class Fishr(Algorithm):
         "ema": HParam(0.95, uniform(0.90, 0.99), probability),
         "fishr_ema_correction": HParam(True, fixed(True)),
     }
+
+    # buffers, registered in __init__
+    update_count: torch.Tensor
+    ema_variances: torch.Tensor
 
     def __init__(self, network, num_classes, num_domains, hparams):
         super().__init__(network, num_classes, num_domains, hparams)

@@ -26,13 +26,17 @@ class GroupDRO(Algorithm):
     MIN_TRAIN_DOMAINS = 2
     HPARAMS = {"groupdro_eta": HParam(1e-2, log_uniform(-3, -1), non_negative)}
 
+    # buffers, registered in __init__
+    q: torch.Tensor
+
     def __init__(self, network, num_classes, num_domains, hparams):
         super().__init__(network, num_classes, num_domains, hparams)
         self.register_buffer("q", torch.full((num_domains,), 1.0 / num_domains))
 
     def _update(self, minibatches: list[Batch], step: int) -> dict[str, float]:
         classifier = self.classifier()
-        risks = torch.stack([domain_risk(classifier(z), b) for z, b in zip(self.domain_features(minibatches), minibatches)])
+        features = self.domain_features(minibatches)
+        risks = torch.stack([domain_risk(classifier(z), b) for z, b in zip(features, minibatches)])
         self.q.copy_(group_dro_weights(self.q, risks, self.hparams["groupdro_eta"]))
         task = torch.dot(risks, self.q)
         aux = self.moe_aux_loss()

@@ -14,7 +14,15 @@ from __future__ import annotations
 
 import torch
 
-from dgmoe.algorithms.base import Algorithm, as_int, at_least_fp32, concat_batches, domain_risk, penalty_weight, split_sizes
+from dgmoe.algorithms.base import (
+    Algorithm,
+    as_int,
+    at_least_fp32,
+    concat_batches,
+    domain_risk,
+    penalty_weight,
+    split_sizes,
+)
 from dgmoe.algorithms.irm import irm_penalty
 from dgmoe.algorithms.registry import register_algorithm
 from dgmoe.data.base import Batch
@@ -41,6 +49,9 @@ class InformationBottleneck(Algorithm):
     """ERM (or IRM, `USE_IRM`) plus the feature-variance penalty."""
 
     USE_IRM = False
+
+    # buffers, registered in __init__
+    update_count: torch.Tensor
 
     def __init__(self, network, num_classes, num_domains, hparams):
         super().__init__(network, num_classes, num_domains, hparams)
@@ -76,7 +87,8 @@ class InformationBottleneck(Algorithm):
 @register_algorithm
 class IB_ERM(InformationBottleneck):
     DESCRIPTION = "Information-bottleneck ERM: penalise the variance of each domain's features"
-    REFERENCE = "Ahuja et al., Invariance Principle Meets Information Bottleneck for Out-of-Distribution Generalization, NeurIPS 2021"
+    REFERENCE = ("Ahuja et al., Invariance Principle Meets Information Bottleneck for Out-of-Distribution "
+                 "Generalization, NeurIPS 2021")
     HPARAMS = dict(IB_HPARAMS)
 
 

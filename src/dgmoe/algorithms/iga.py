@@ -13,6 +13,8 @@ expert path (`twice_differentiable`), because the fused kernels have no second d
 """
 from __future__ import annotations
 
+from typing import Sequence
+
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -25,7 +27,7 @@ from dgmoe.moe.dispatch import twice_differentiable
 from dgmoe.sharding import all_reduce_sum
 
 
-def flat_gradient(loss: torch.Tensor, params: list[torch.Tensor]) -> torch.Tensor:
+def flat_gradient(loss: torch.Tensor, params: Sequence[torch.Tensor]) -> torch.Tensor:
     """d loss / d params, flattened, with a graph (zeros for weights the loss does not reach)."""
     grads = torch.autograd.grad(loss, params, create_graph=True, allow_unused=True)
     return torch.cat([(torch.zeros_like(p) if g is None else g).reshape(-1) for g, p in zip(grads, params)])

@@ -10,15 +10,23 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from dgmoe.algorithms.base import (Algorithm, as_int, at_least_fp32, concat_batches, domain_risk, penalty_weight,
-                                   split_sizes)
+from dgmoe.algorithms.base import (
+    Algorithm,
+    as_int,
+    at_least_fp32,
+    concat_batches,
+    domain_risk,
+    penalty_weight,
+    split_sizes,
+)
 from dgmoe.algorithms.registry import register_algorithm
 from dgmoe.data.base import Batch
 from dgmoe.hparams import HParam, log_uniform, non_negative
 from dgmoe.sharding import Shard, all_reduce_sum
 
 
-def irm_penalty(logits: torch.Tensor, y: torch.Tensor, unbiased: bool = True, shard: Shard | None = None) -> torch.Tensor:
+def irm_penalty(logits: torch.Tensor, y: torch.Tensor, unbiased: bool = True,
+                shard: Shard | None = None) -> torch.Tensor:
     """||grad_w CE(w * logits, y)||^2 at w = 1 (unbiased: halves' gradient product). The halves are the even
     and odd positions of the domain's minibatch (the whole minibatch's, under multi-process training)."""
     scale = torch.ones((), device=logits.device, dtype=at_least_fp32(logits).dtype, requires_grad=True)
@@ -42,13 +50,17 @@ def irm_penalty(logits: torch.Tensor, y: torch.Tensor, unbiased: bool = True, sh
 
 @register_algorithm
 class IRM(Algorithm):
-    DESCRIPTION = "Invariant risk minimisation (IRMv1): penalise the gradient of each domain's risk w.r.t. a dummy scale"
+    DESCRIPTION = ("Invariant risk minimisation (IRMv1): penalise the gradient of each domain's risk "
+                   "w.r.t. a dummy scale")
     REFERENCE = "Arjovsky et al., Invariant Risk Minimization, arXiv:1907.02893, 2019"
     MIN_TRAIN_DOMAINS = 2
     HPARAMS = {
         "irm_lambda": HParam(1e2, log_uniform(-1, 5), non_negative),
         "irm_penalty_anneal_iters": HParam(500, as_int(log_uniform(0, 4)), non_negative),
     }
+
+    # buffers, registered in __init__
+    update_count: torch.Tensor
 
     def __init__(self, network, num_classes, num_domains, hparams):
         super().__init__(network, num_classes, num_domains, hparams)

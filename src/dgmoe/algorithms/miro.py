@@ -45,7 +45,8 @@ def miro_penalty(mean: torch.Tensor, var: torch.Tensor, target: torch.Tensor) ->
 @register_algorithm
 class MIRO(Algorithm):
     DESCRIPTION = "MIRO: keep features close to a frozen copy of the initial model via a learned-variance Gaussian"
-    REFERENCE = "Cha et al., Domain Generalization by Mutual-Information Regularization with Pre-trained Models, ECCV 2022"
+    REFERENCE = ("Cha et al., Domain Generalization by Mutual-Information Regularization with Pre-trained Models, "
+                 "ECCV 2022")
     HPARAMS = {
         "ld": HParam(0.1, choice([0.001, 0.01, 0.1, 1.0])),
         "lr_mult": HParam(10.0, fixed(10.0), positive),

@@ -61,7 +61,8 @@ class MLDG(Algorithm):
         elif self.hparams["mldg_inner_optimizer"] == "adam":
             torch.optim.Adam(inner.parameters(), lr=lr, weight_decay=self.hparams["weight_decay"]).step()
         else:
-            raise ValueError(f"mldg_inner_optimizer must be 'adam' or 'sgd', got {self.hparams['mldg_inner_optimizer']!r}")
+            raise ValueError(
+                f"mldg_inner_optimizer must be 'adam' or 'sgd', got {self.hparams['mldg_inner_optimizer']!r}")
 
     def _update(self, minibatches: list[Batch], step: int) -> dict[str, float]:
         beta = self.hparams["mldg_beta"]

@@ -5,7 +5,7 @@ of Gaussian kernels k(a, b) = sum_g exp(-g ||a - b||^2), averaged over the pairs
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable, Sequence, cast
 
 import torch
 
@@ -32,7 +32,7 @@ def squared_distances(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 def gaussian_kernel(a: torch.Tensor, b: torch.Tensor, gammas: Sequence[float] = KERNEL_GAMMAS) -> torch.Tensor:
     d = squared_distances(a, b)
-    return sum(torch.exp(-g * d) for g in gammas)
+    return cast(torch.Tensor, sum(torch.exp(-g * d) for g in gammas))  # gammas is not empty
 
 
 def mmd_penalty(a: torch.Tensor, b: torch.Tensor, gammas: Sequence[float] = KERNEL_GAMMAS) -> torch.Tensor:
@@ -42,7 +42,8 @@ def mmd_penalty(a: torch.Tensor, b: torch.Tensor, gammas: Sequence[float] = KERN
             - 2 * gaussian_kernel(a, b, gammas).mean())
 
 
-def pairwise_penalty(features: list[torch.Tensor], fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> torch.Tensor:
+def pairwise_penalty(features: list[torch.Tensor],
+                     fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> torch.Tensor:
     """Mean of fn over all unordered pairs of domains."""
     terms = [fn(features[i], features[j]) for i in range(len(features)) for j in range(i + 1, len(features))]
     return torch.stack(terms).mean()

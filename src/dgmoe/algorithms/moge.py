@@ -88,6 +88,7 @@ class MoGE(Algorithm):
         supcon = self.supcon_loss(batch.y)
         loss = task + aux + self.hparams["moge_supcon_weight"] * supcon
         self.step(loss)
-        gammas = [float(layer.gamma.detach()) for layer in sparse_layers(self.network).values() if layer.gamma is not None]
+        gammas = [float(layer.gamma.detach()) for layer in sparse_layers(self.network).values()
+                  if layer.gamma is not None]
         return {"loss": loss.item(), "loss_task": task.item(), "loss_aux": aux.item(), "loss_cka": cka.item(),
                 "loss_supcon": supcon.item(), "gamma": sum(gammas) / len(gammas)}

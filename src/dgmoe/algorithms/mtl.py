@@ -17,6 +17,8 @@ inputs, saved with the algorithm's state (the run's model file holds the backbon
 """
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 import torch.nn as nn
 
@@ -29,12 +31,16 @@ from dgmoe.sharding import Shard, global_mean, per_sample, use_shard
 
 @register_algorithm
 class MTL(Algorithm):
-    DESCRIPTION = "Marginal transfer learning: the classifier also reads an embedding of the domain's feature distribution"
+    DESCRIPTION = ("Marginal transfer learning: the classifier also reads an embedding of the domain's feature "
+                   "distribution")
     REFERENCE = "Blanchard et al., Domain Generalization by Marginal Transfer Learning, JMLR 2021"
     HPARAMS = {
         "mtl_ema": HParam(0.99, choice([0.5, 0.9, 0.99, 1.0])),
         "mtl_embedding": HParam("features", fixed("features")),
     }
+
+    # buffers, registered in __init__
+    embeddings: torch.Tensor
 
     def __init__(self, network, num_classes, num_domains, hparams):
         super().__init__(network, num_classes, num_domains, hparams)
@@ -65,8 +71,8 @@ class MTL(Algorithm):
 
     def _update(self, minibatches: list[Batch], step: int) -> dict[str, float]:
         features = self.domain_features(minibatches)
-        task = sum(cross_entropy(self.mtl_logits(z, e, b.shard), b.y)
-                   for e, (z, b) in enumerate(zip(features, minibatches)))
+        task = cast(torch.Tensor, sum(cross_entropy(self.mtl_logits(z, e, b.shard), b.y)
+                                      for e, (z, b) in enumerate(zip(features, minibatches))))
         aux = self.moe_aux_loss()
         self.step(task + aux)
         return {"loss": (task + aux).item(), "loss_task": task.item(), "loss_aux": aux.item()}

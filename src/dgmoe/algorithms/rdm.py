@@ -52,7 +52,8 @@ class RDM(Algorithm):
         specs = dict(cls.HPARAMS)
         if dataset not in SMALL_IMAGE_DATASETS:
             large = dataset in ("DomainNet", "TerraIncognita")
-            specs["batch_size"] = (HParam(40, as_int(uniform(30, 60)), positive) if large else HParam(88, as_int(uniform(70, 100)), positive))
+            specs["batch_size"] = (HParam(40, as_int(uniform(30, 60)), positive) if large
+                                   else HParam(88, as_int(uniform(70, 100)), positive))
         if dataset == "DomainNet":
             specs["rdm_lambda"] = HParam(0.5, uniform(0.1, 1.0))
             specs["rdm_penalty_anneal_iters"] = HParam(2400, as_int(uniform(1500, 3000)))
@@ -61,6 +62,9 @@ class RDM(Algorithm):
         if dataset in ("TerraIncognita", "OfficeHome", "DomainNet"):
             specs["variance_weight"] = HParam(0.0, fixed(0.0))
         return specs
+
+    # buffers, registered in __init__
+    update_count: torch.Tensor
 
     def __init__(self, network, num_classes, num_domains, hparams):
         super().__init__(network, num_classes, num_domains, hparams)

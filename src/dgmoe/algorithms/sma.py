@@ -8,7 +8,7 @@ DomainBed calls it ERM_SMA. EoA ensembles several independently trained SMA mode
 """
 from __future__ import annotations
 
-from typing import Literal, Sequence
+from typing import Literal, Sequence, cast
 
 import torch
 import torch.nn as nn
@@ -24,8 +24,13 @@ from dgmoe.hparams import HParam, fixed, non_negative
 @register_algorithm
 class SMA(ERM):
     DESCRIPTION = "ERM evaluated with a simple moving average of the weights (ERM_SMA; combine runs with EoA)"
-    REFERENCE = "Arpit et al., Ensemble of Averages: Improving Model Selection and Boosting Performance in DG, NeurIPS 2022"
+    REFERENCE = ("Arpit et al., Ensemble of Averages: Improving Model Selection and Boosting Performance in DG, "
+                 "NeurIPS 2022")
     HPARAMS = {"sma_start_iter": HParam(100, fixed(100), non_negative)}
+
+    # buffers, registered in __init__
+    update_count: torch.Tensor
+    sma_count: torch.Tensor
 
     def __init__(self, network, num_classes, num_domains, hparams):
         super().__init__(network, num_classes, num_domains, hparams)
@@ -77,7 +82,7 @@ class EnsembleOfAverages(nn.Module):
 
     @torch.no_grad()
     def predict(self, x: torch.Tensor, meta: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
-        outs = [m.predict(x, meta) for m in self.members]
+        outs = [cast(Algorithm, m).predict(x, meta) for m in self.members]
         if self.combine == "probs":
             outs = [o.float().softmax(-1) for o in outs]
         return torch.stack(outs).mean(0)

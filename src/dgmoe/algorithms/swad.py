@@ -39,6 +39,25 @@ SEARCH, AVERAGING, ENDED = 0, 1, 2
 class LossValley(nn.Module):
     """Algorithm 1 of SWAD on flat weight vectors, one segment per checkpoint."""
 
+    # buffers, registered in __init__
+    segment: torch.Tensor
+    segment_count: torch.Tensor
+    segment_first: torch.Tensor
+    slots: torch.Tensor
+    slot_count: torch.Tensor
+    slot_loss: torch.Tensor
+    slot_first: torch.Tensor
+    slot_last: torch.Tensor
+    n_pending: torch.Tensor
+    losses: torch.Tensor
+    n_checkpoints: torch.Tensor
+    committed: torch.Tensor
+    committed_count: torch.Tensor
+    phase: torch.Tensor
+    threshold: torch.Tensor
+    start_step: torch.Tensor
+    end_step: torch.Tensor
+
     def __init__(self, size: int, n_converge: int = 3, n_tolerance: int = 6, tolerance_ratio: float = 0.3):
         super().__init__()
         if n_converge < 1 or n_tolerance < 1:
@@ -155,6 +174,7 @@ class SWAD(ERM):
         "swad_n_tolerance": HParam(6, fixed(6), positive),
         "swad_tolerance_ratio": HParam(0.3, fixed(0.3), non_negative),
     }
+    has_average: torch.Tensor  # buffer, registered in __init__
 
     def __init__(self, network, num_classes, num_domains, hparams):
         super().__init__(network, num_classes, num_domains, hparams)

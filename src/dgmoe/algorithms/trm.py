@@ -26,12 +26,21 @@ summed over processes), so alpha and the penalty are the same on every process.
 """
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from dgmoe.algorithms.base import (Algorithm, as_int, at_least_fp32, concat_batches, cross_entropy, domain_risk,
-                                   split_sizes)
+from dgmoe.algorithms.base import (
+    Algorithm,
+    as_int,
+    at_least_fp32,
+    concat_batches,
+    cross_entropy,
+    domain_risk,
+    split_sizes,
+)
 from dgmoe.algorithms.registry import register_algorithm
 from dgmoe.data.base import Batch
 from dgmoe.hparams import HParam, fixed, log_uniform
@@ -79,6 +88,10 @@ class TRM(Algorithm):
         "trm_variant": HParam("domainbed", fixed("domainbed")),
     }
 
+    # buffers, registered in __init__
+    alpha: torch.Tensor
+    update_count: torch.Tensor
+
     def __init__(self, network, num_classes, num_domains, hparams):
         super().__init__(network, num_classes, num_domains, hparams)
         if self.hparams["trm_variant"] not in ("domainbed", "paper"):
@@ -94,7 +107,8 @@ class TRM(Algorithm):
     def fit_heads(self, features: list[torch.Tensor], minibatches: list[Batch]) -> None:
         """30 SGD steps of every head on its own domain's (detached) features."""
         for _ in range(HEAD_STEPS):
-            loss = sum(cross_entropy(head(z), b.y) for head, z, b in zip(self.domain_heads, features, minibatches))
+            loss = cast(torch.Tensor, sum(cross_entropy(head(z), b.y)
+                                          for head, z, b in zip(self.domain_heads, features, minibatches)))
             self.step(loss, self.head_optimizer)
 
     def transfer_penalty(self, q: int, features: list[torch.Tensor], minibatches: list[Batch]) -> torch.Tensor:
@@ -105,7 +119,7 @@ class TRM(Algorithm):
         before = self.alpha[q].clone()
         logits = {i: head(features[i]) for i in others}
         risks = {i: domain_risk(logits[i], minibatches[i]) for i in others}
-        shares = sum(before[i] * risk_share(logits[i], minibatches[i]) for i in others)
+        shares = cast(torch.Tensor, sum(before[i] * risk_share(logits[i], minibatches[i]) for i in others))
         grad_p = global_grad(shares, head.weight, minibatches[others[0]]).detach()
         fixed_z = features[q].detach()
 
@@ -133,7 +147,8 @@ class TRM(Algorithm):
             self.alpha /= self.alpha.sum(1, keepdim=True)
             features = list(at_least_fp32(z).split(split_sizes(minibatches)))
             self.fit_heads([f.detach() for f in features], minibatches)
-            penalty = sum(self.transfer_penalty(q, features, minibatches) for q in range(len(minibatches)))
+            penalty = cast(torch.Tensor, sum(self.transfer_penalty(q, features, minibatches)
+                                             for q in range(len(minibatches))))
             penalty = penalty / len(minibatches)
         aux = self.moe_aux_loss()
         loss = task + penalty + aux

@@ -19,7 +19,7 @@ multi-process training draws what one process draws.
 """
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Mapping, cast
 
 import torch
 import torch.nn as nn
@@ -104,7 +104,7 @@ class URM(Algorithm):
     def _update(self, minibatches: list[Batch], step: int) -> dict[str, float]:
         lam = self.hparams["urm_adv_lambda"]
         batch = concat_batches(minibatches)
-        activation, head = self.classifier()
+        activation, head = cast(nn.Sequential, self.classifier())  # set in __init__
         z = activation(self.features(batch))
         task = cross_entropy(head(z), batch.y)
         ones = torch.ones(len(z), dtype=at_least_fp32(z).dtype, device=z.device)

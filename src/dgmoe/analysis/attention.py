@@ -16,7 +16,7 @@ Higher means more redundant heads.
 """
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import torch.nn as nn
@@ -25,11 +25,12 @@ Metric = Literal["cosine", "js"]
 
 
 def _softmax_attention(attn: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    if hasattr(attn, "attention_weights"):
-        return attn.attention_weights(x)
+    timm_attn: Any = attn  # duck-typed: `attention_weights`, or `num_heads` and `qkv` (module docstring)
+    if hasattr(timm_attn, "attention_weights"):
+        return timm_attn.attention_weights(x)
     b, n, c = x.shape
-    h = attn.num_heads
-    qkv = attn.qkv(x).reshape(b, n, 3, h, c // h).permute(2, 0, 3, 1, 4)
+    h = timm_attn.num_heads
+    qkv = timm_attn.qkv(x).reshape(b, n, 3, h, c // h).permute(2, 0, 3, 1, 4)
     q, k = qkv[0], qkv[1]
     q = getattr(attn, "q_norm", nn.Identity())(q)
     k = getattr(attn, "k_norm", nn.Identity())(k)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -91,10 +91,11 @@ def forced_expert_accuracy(network: nn.Module, environments: Sequence[Dataset], 
     table = collect_routing(network, environments, transform, indices, batch_size, device)
     domain = table.top_expert(layer)
     matrix = np.full((num_experts, num_experts), np.nan)
-    mode = network.routing_mode
+    moge: Any = network  # a MoGE network: routing_mode, set_routing_mode
+    mode = moge.routing_mode
     try:
         for k in range(num_experts):
-            network.set_routing_mode("forced", expert=k)
+            moge.set_routing_mode("forced", expert=k)
             forced = collect_routing(network, environments, transform, indices, batch_size, device)
             correct = forced.predictions == forced.labels
             for d in range(num_experts):
@@ -102,7 +103,7 @@ def forced_expert_accuracy(network: nn.Module, environments: Sequence[Dataset], 
                 if mask.any():
                     matrix[d, k] = correct[mask].mean()
     finally:
-        network.set_routing_mode(mode)
+        moge.set_routing_mode(mode)
     return matrix, np.bincount(domain, minlength=num_experts)
 
 
@@ -194,9 +195,9 @@ def analyze_run(run_dir: str | Path, output_dir: str | Path, which: str = "last"
 
     Uses every domain of the run's dataset (or `envs`), all items, with the run's evaluation transform.
     """
+    from dgmoe.analysis.style import checkpoint_text
     from dgmoe.data import get_dataset, get_transforms
     from dgmoe.engine.checkpoint import checkpoint_step, load_run, saved_run, weights_file
-    from dgmoe.analysis.style import checkpoint_text
 
     network, config = load_run(run_dir, which)
     weights, which = weights_file(run_dir, which)

@@ -8,11 +8,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sized, cast
 
 import torch
 import torch.nn as nn
 
+from dgmoe.analysis import plots
 from dgmoe.analysis.attention import attention_weights, cls_attention_maps, head_redundancy
 from dgmoe.analysis.patches import (
     attribute_expert_matrix,
@@ -22,7 +23,6 @@ from dgmoe.analysis.patches import (
     sum_by_group,
 )
 from dgmoe.analysis.routing import RoutingMaps, grid_size_of, routing_maps, usage_markdown, usage_table
-from dgmoe.analysis import plots
 from dgmoe.analysis.style import block_name, checkpoint_text, domain_colors, domain_label
 
 
@@ -91,7 +91,7 @@ def load_run_images(run_dir: str | Path, n_per_domain: int = 16, data_dir: str |
     ds = get_dataset(name, data_dir, size, n_per_domain=n_per_domain, seed=seed)
     images, inputs = {}, {}
     for domain, env in zip(ds.domains, ds.environments):
-        idx = list(range(min(n_per_domain, len(env))))
+        idx = list(range(min(n_per_domain, len(cast(Sized, env)))))
         x = env.gather(idx)[0] if hasattr(env, "gather") else torch.stack([env[i][0] for i in idx])
         images[domain] = x
         inputs[domain] = eval_inputs(name, x, size)

@@ -35,7 +35,8 @@ def _palette(n: int) -> np.ndarray:
 def domain_colors(domains: Sequence[str]) -> dict[str, tuple[float, float, float, float]]:
     """{domain: RGBA}: colour i of tab10 (tab20 beyond 10 domains) for the i-th domain of the dataset."""
     colors = _palette(len(domains))
-    return {str(d): tuple(float(v) for v in colors[i]) for i, d in enumerate(domains)}
+    rgba = [(float(r), float(g), float(b), float(a)) for r, g, b, a in colors]
+    return {str(d): rgba[i] for i, d in enumerate(domains)}
 
 
 def expert_colors(num_experts: int) -> np.ndarray:

@@ -124,7 +124,8 @@ def _worker(conn, config: BenchmarkConfig, name: str) -> None:
     device = torch.device(config.device)
     g = torch.Generator().manual_seed(config.seed)
     shape = (config.batch_per_domain, 3, config.img_size, config.img_size)
-    batches = [Batch(torch.randn(shape, generator=g), torch.randint(0, config.num_classes, shape[:1], generator=g)).to(device)
+    batches = [Batch(torch.randn(shape, generator=g),
+                     torch.randint(0, config.num_classes, shape[:1], generator=g)).to(device)
                for _ in range(config.domains)]
     _warm_up(config, name, batches)
     baseline = _rss_bytes()

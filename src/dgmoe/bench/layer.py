@@ -22,13 +22,22 @@ import statistics
 import sys
 from dataclasses import asdict, dataclass
 from functools import partial
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 import torch.nn as nn
 
-from dgmoe.bench.timing import (MAX_SPREAD, Spread, interleaved_times, round_ratios, run_in_fresh_process,
-                                size_warning, summarize_repeats, timing_warnings, tune_malloc)
+from dgmoe.bench.timing import (
+    MAX_SPREAD,
+    Spread,
+    interleaved_times,
+    round_ratios,
+    run_in_fresh_process,
+    size_warning,
+    summarize_repeats,
+    timing_warnings,
+    tune_malloc,
+)
 from dgmoe.models.layers import Mlp
 from dgmoe.moe import MoEConfig, MoEMlp
 from dgmoe.moe import dispatch as dispatch_module
@@ -37,8 +46,10 @@ from dgmoe.moe.layer import ForwardRecord
 
 LIMIT = "limit (k dense FFNs)"
 ROUTER = "router alone"
-MOE_PATHS = {"moe grouped (default)": {}, "moe mask": {"dispatch": "mask"},
-             "moe grouped + capacity 1.5": {"capacity_factor": 1.5}, "moe Tutel-style capacity 1.5": None}
+#: MoEConfig overrides of each MoE path (None: TutelStyleMoE)
+MOE_PATHS: dict[str, dict[str, Any] | None] = {
+    "moe grouped (default)": {}, "moe mask": {"dispatch": "mask"},
+    "moe grouped + capacity 1.5": {"capacity_factor": 1.5}, "moe Tutel-style capacity 1.5": None}
 CANDIDATES = (*MOE_PATHS, ROUTER)
 
 
@@ -61,6 +72,7 @@ class TutelStyleMoE(MoEMlp):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         routing = self.route(x)
         self._records.append(ForwardRecord({"balance": self.balance_loss(routing)}, None, None))
+        assert self.config.capacity_factor is not None  # always built with one (_moe_layer)
         slots = expert_capacity(x.shape[0], self.config.num_experts, self.config.top_k, self.config.capacity_factor)
         return dispatch_module.padded_dispatch(x, routing.expert_idx, routing.gates, self.experts, routing.keep,
                                                slots=slots)
@@ -73,10 +85,11 @@ def limit_flops(cfg: LayerBenchConfig) -> float:
 
 
 def _moe_layer(name: str, cfg: LayerBenchConfig) -> MoEMlp:
-    base = dict(num_experts=cfg.experts, top_k=cfg.top_k, router=cfg.router)
-    if MOE_PATHS[name] is None:
+    base: dict[str, Any] = dict(num_experts=cfg.experts, top_k=cfg.top_k, router=cfg.router)
+    overrides = MOE_PATHS[name]
+    if overrides is None:
         return TutelStyleMoE(cfg.dim, 4 * cfg.dim, MoEConfig(**base, capacity_factor=1.5))
-    return MoEMlp(cfg.dim, 4 * cfg.dim, MoEConfig(**base, **MOE_PATHS[name]))
+    return MoEMlp(cfg.dim, 4 * cfg.dim, MoEConfig(**base, **overrides))
 
 
 def _fwd_bwd(module: nn.Module, x: torch.Tensor, sync: Callable[[], None], amp) -> Callable[[], None]:

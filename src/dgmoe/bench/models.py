@@ -16,17 +16,26 @@ import json
 import statistics
 import sys
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from dgmoe.bench.timing import (Spread, interleaved_times, round_ratios, run_in_fresh_process, size_warning,
-                                summarize_repeats, timing_warnings, tune_malloc)
+from dgmoe.bench.timing import (
+    Spread,
+    interleaved_times,
+    round_ratios,
+    run_in_fresh_process,
+    size_warning,
+    summarize_repeats,
+    timing_warnings,
+    tune_malloc,
+)
 from dgmoe.models import count_parameters, create_model
 
-DEFAULT_MODELS = ("vit_small_patch16_224", "gmoe_small_patch16_224", "sfmoe_small_patch16_224", "moge_small_patch16_224",
-                  "resnet50")
+DEFAULT_MODELS = ("vit_small_patch16_224", "gmoe_small_patch16_224", "sfmoe_small_patch16_224",
+                  "moge_small_patch16_224", "resnet50")
 
 
 @dataclass(frozen=True)
@@ -73,7 +82,8 @@ def _steps(model, cfg: ModelBenchConfig):
         opt.step()
         sync()
 
-    train_step.optimizer, train_step.inputs = opt, (x, y)
+    # read by _measure_memory_child
+    train_step.optimizer, train_step.inputs = opt, (x, y)  # type: ignore[attr-defined]
 
     @torch.no_grad()
     def infer() -> None:
@@ -87,7 +97,7 @@ def _steps(model, cfg: ModelBenchConfig):
 
 def training_flops(name: str, cfg: ModelBenchConfig) -> tuple[int, int]:
     """(parameters, forward FLOPs per image) of a model, counted by torch's FlopCounterMode."""
-    model = create_model(name, num_classes=cfg.num_classes, img_size=cfg.img_size).eval()
+    model: Any = create_model(name, num_classes=cfg.num_classes, img_size=cfg.img_size).eval()  # timm's API
     one = ModelBenchConfig(**{**asdict(cfg), "batch_size": 1, "device": "cpu"})
     x, _, kw = _inputs(model, one)
     with FlopCounterMode(display=False) as counter, torch.no_grad():
@@ -169,7 +179,8 @@ def bench_models(cfg: ModelBenchConfig, repeats: int = 1) -> tuple[list[dict], l
                          [x for r in runs for x in r[ref][f"{kind}_times"]]) for kind in ("train", "infer")}
         rows.append({"model": n, "params (M)": counts[n][0] / 1e6, "GFLOPs/img (fwd)": counts[n][1] / 1e9,
                      "GMACs/img (fwd)": counts[n][1] / 2e9,
-                     "train step (s)": summary["train"][n]["median"], "train vs ref": summary["train_ratio"][n]["median"],
+                     "train step (s)": summary["train"][n]["median"],
+                     "train vs ref": summary["train_ratio"][n]["median"],
                      "train IQR": Spread.of(pooled["train"][0]).text(),
                      "train vs compute floor": floor["median"], "floor min": floor["min"], "floor max": floor["max"],
                      "inference (s)": summary["infer"][n]["median"],

@@ -17,7 +17,8 @@ import click
 
 from dgmoe.errors import DgmoeError
 
-SUBCOMMANDS = ("models", "train", "data", "results", "quickstart", "sweep", "bench", "analyze", "synthetic", "report", "algorithms", "geo")
+SUBCOMMANDS = ("models", "train", "data", "results", "quickstart", "sweep", "bench", "analyze", "synthetic", "report",
+               "algorithms", "geo")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -46,7 +47,8 @@ def run(argv: Sequence[str] | None = None) -> int:
     except click.exceptions.Exit as e:
         return e.exit_code
     except click.ClickException as e:  # a flag click itself rejected: unknown option, bad type, missing value
-        where = f" (see '{e.ctx.command_path} --help')" if getattr(e, "ctx", None) is not None else ""
+        ctx = getattr(e, "ctx", None)  # only click's UsageError has one
+        where = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
         click.echo(f"dgmoe: error: {_one_line(e.format_message())}{where}", err=True)
         return e.exit_code
     except (KeyboardInterrupt, click.Abort):

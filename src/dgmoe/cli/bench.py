@@ -28,7 +28,10 @@ def _print_machine(threads: int | None, device: str) -> None:
 
     import torch
 
-    where = torch.cuda.get_device_name(device) if device.startswith("cuda") else platform.processor() or platform.machine()
+    if device.startswith("cuda"):
+        where = torch.cuda.get_device_name(device)
+    else:
+        where = platform.processor() or platform.machine()
     click.echo(f"torch {torch.__version__}, {threads or torch.get_num_threads()} threads, {where}")
 
 
@@ -63,8 +66,8 @@ def layer(repeats, paths, **kw) -> None:
         raise click.BadParameter(f"unknown {unknown}; valid: {', '.join(CANDIDATES)}", param_hint="--paths")
     cfg = LayerBenchConfig(**kw)
     _print_machine(cfg.threads, cfg.device)
-    click.echo(f"{repeats} fresh processes per path x {cfg.rounds} rounds; T={cfg.tokens}, d={cfg.dim}, N={cfg.experts}, "
-               f"k={cfg.top_k}, {cfg.router} router, {cfg.precision}")
+    click.echo(f"{repeats} fresh processes per path x {cfg.rounds} rounds; "
+               f"T={cfg.tokens}, d={cfg.dim}, N={cfg.experts}, k={cfg.top_k}, {cfg.router} router, {cfg.precision}")
     _print_table(bench_moe_layer_repeated(cfg, repeats, chosen))
 
 

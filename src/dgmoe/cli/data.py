@@ -3,12 +3,21 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any, cast
 
 import click
 
 from dgmoe.data import cache as cache_mod
-from dgmoe.data.catalogue import (DATASETS, DEFAULT_IMG_SIZE, cache_name, get_dataset, get_spec, list_datasets,
-                                  prepare_dataset, scan)
+from dgmoe.data.catalogue import (
+    DATASETS,
+    DEFAULT_IMG_SIZE,
+    cache_name,
+    get_dataset,
+    get_spec,
+    list_datasets,
+    prepare_dataset,
+    scan,
+)
 from dgmoe.data.errors import CacheError, DatasetError
 from dgmoe.errors import UsageError
 
@@ -54,7 +63,8 @@ def info_cmd(dataset: str, data_dir: str | None, img_size: int | None, cache_dir
         else:
             ds = get_dataset(dataset, data_dir, img_size)
             domains, classes = tuple(ds.domains), tuple(ds.classes)
-            per_class = [[int((env.labels == c).sum()) for c in range(len(classes))] for env in ds.environments]
+            labels = [cast(Any, env).labels for env in ds.environments]  # every non-folder domain keeps them
+            per_class = [[int((y == c).sum()) for c in range(len(classes))] for y in labels]
             how = "WILDS files, decoded per item" if spec.kind == "wilds" else "built in memory"
             source = f"{how}, {ds.input_shape[0]}x{ds.input_shape[1]}x{ds.input_shape[2]}"
     except (DatasetError, KeyError) as e:

@@ -29,7 +29,11 @@ def _names(key: str, base: Any) -> list[str]:
 def _option(f: dataclasses.Field, hint: Any, section: str) -> Callable:
     base, _ = kind_of(hint)
     key, meta = key_of(f), f.metadata
-    default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+    if f.default is not dataclasses.MISSING:
+        default = f.default
+    else:  # every field has a default or a default factory
+        assert f.default_factory is not dataclasses.MISSING
+        default = f.default_factory()
     names = [*_names(key, base), key]
     help_text = f"{meta.get('help', '')}"
     if base is bool:

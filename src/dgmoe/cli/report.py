@@ -31,7 +31,7 @@ def command(runs_dir: Path, out: Path | None, selection: str, include: tuple[Pat
     RUN` first, or pass --analyze, to add routing maps."""
     from dgmoe.report.html import build_report, report_budget, report_size
 
-    notes: dict[Path, str] = {}
+    notes: dict[str | Path, str] = {}
     if analyze:
         from dgmoe.analysis.pipeline import analyze_runs
 

@@ -6,7 +6,7 @@ loaders use to fetch a whole minibatch with one fancy-index instead of B Python 
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import torch
@@ -32,7 +32,7 @@ class ArrayDomain(Dataset):
         self,
         images: np.ndarray | torch.Tensor,
         labels: np.ndarray | torch.Tensor | Sequence[int],
-        meta: dict[str, np.ndarray | torch.Tensor] | None = None,
+        meta: Mapping[str, np.ndarray | torch.Tensor] | None = None,
     ):
         images_np = images.numpy() if isinstance(images, torch.Tensor) else images
         if images_np.dtype != np.uint8 or images_np.ndim != 4:

@@ -65,7 +65,7 @@ class MultiDomainDataset:
     name: str
     domains: list[str]
     classes: list[str]
-    environments: list[Dataset]
+    environments: Sequence[Dataset]
     input_shape: tuple[int, int, int]
     n_steps: int = 5001
     checkpoint_freq: int = 300

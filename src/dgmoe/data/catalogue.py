@@ -239,6 +239,7 @@ def get_dataset(
                                                               decode, workers)
         channels = 3
     elif spec.kind == "mnist":
+        assert spec.builder is not None and spec.num_classes is not None  # every "mnist" spec has both
         envs, source = spec.builder(data_dir, img_size=img_size, n_per_domain=n_per_domain, seed=seed, **options)
         domains = spec.domains
         classes = tuple(str(c) for c in range(spec.num_classes))
@@ -246,6 +247,7 @@ def get_dataset(
     elif spec.kind == "wilds":
         if options:
             raise TypeError(f"{name} takes no options {sorted(options)}")
+        assert spec.builder is not None  # every "wilds" spec has one
         envs, classes, source = spec.builder(data_dir, size, n_per_domain, seed)
         domains, channels = spec.domains, 3
     else:

@@ -40,7 +40,7 @@ def read_rgb(path: str | Path, img_size: int | None) -> np.ndarray:
             with Image.open(path) as im:
                 im = _to_rgb(im, path)
                 if img_size is not None and im.size != (img_size, img_size):
-                    im = im.resize((img_size, img_size), Image.BILINEAR)
+                    im = im.resize((img_size, img_size), Image.Resampling.BILINEAR)
                 arr = np.asarray(im, dtype=np.uint8)
     except UnreadableImageError:
         raise

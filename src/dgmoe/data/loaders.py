@@ -9,7 +9,7 @@ uninterrupted run would, whatever the number of loader workers.
 from __future__ import annotations
 
 import itertools
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator, Sequence, Sized, cast
 
 import numpy as np
 import torch
@@ -94,7 +94,11 @@ class TrainBatches:
         self.seed = seed
         self.device = None if device is None else torch.device(device)
         n = len(self.environments)
-        self.transforms = list(transform) if isinstance(transform, (list, tuple)) else [transform] * n
+        self.transforms: list[Transform | None]
+        if isinstance(transform, (list, tuple)):
+            self.transforms = list(transform)
+        else:  # one transform (or None) for every domain
+            self.transforms = [cast("Transform | None", transform)] * n
         self.weights = [None] * n if weights is None else [None if w is None else torch.as_tensor(w, dtype=torch.double)
                                                            for w in weights]
         for d, w in enumerate(self.weights):
@@ -113,10 +117,11 @@ class TrainBatches:
         out = []
         for d, env in enumerate(self.environments):
             g = self.generator(step, d)
-            if self.weights[d] is None:
+            weights = self.weights[d]
+            if weights is None:
                 pos = torch.randint(len(self.indices[d]), (self.batch_size,), generator=g)
             else:
-                pos = torch.multinomial(self.weights[d], self.batch_size, replacement=True, generator=g)
+                pos = torch.multinomial(weights, self.batch_size, replacement=True, generator=g)
             out.append((*gather_items(env, self.indices[d][pos]), g))
         return out
 
@@ -124,8 +129,9 @@ class TrainBatches:
         if self.device is not None:
             x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
             meta = None if meta is None else {k: v.to(self.device, non_blocking=True) for k, v in meta.items()}
-        if self.transforms[d] is not None:
-            x = self.transforms[d](x, generator=g)
+        transform = self.transforms[d]
+        if transform is not None:
+            x = transform(x, generator=g)
         return Batch(x, y, meta)
 
     def batch_at(self, step: int) -> list[Batch]:
@@ -177,7 +183,10 @@ class _Chunks(Dataset):
 def eval_loader(dataset: Dataset, indices: Sequence[int] | np.ndarray | torch.Tensor | None,
                 transform: Transform | None, batch_size: int = 64, num_workers: int = 0) -> Iterator[Batch]:
     """`Batch`es over `indices` (all items when None) in order, `batch_size` at a time (DomainBed uses 64)."""
-    idx = torch.arange(len(dataset)) if indices is None else torch.as_tensor(np.asarray(indices), dtype=torch.long)
+    if indices is None:
+        idx = torch.arange(len(cast(Sized, dataset)))  # torch's Dataset declares no __len__
+    else:
+        idx = torch.as_tensor(np.asarray(indices), dtype=torch.long)
     chunks = _Chunks(dataset, idx, transform, batch_size)
     if num_workers <= 0:
         return (chunks[k] for k in range(len(chunks)))

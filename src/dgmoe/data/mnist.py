@@ -126,7 +126,7 @@ def split_environments(images: np.ndarray, labels: np.ndarray, n_envs: int, seed
 
 def rotate_images(images: np.ndarray, angle: float) -> np.ndarray:
     """Rotate each uint8 `[H, W]` image counter-clockwise by `angle` degrees (PIL bilinear, fill 0)."""
-    return np.stack([np.asarray(Image.fromarray(im).rotate(angle, resample=Image.BILINEAR, fillcolor=0))
+    return np.stack([np.asarray(Image.fromarray(im).rotate(angle, resample=Image.Resampling.BILINEAR, fillcolor=0))
                      for im in images]) if len(images) else images.copy()
 
 

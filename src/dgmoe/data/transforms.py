@@ -60,7 +60,8 @@ def grayscale(x: torch.Tensor) -> torch.Tensor:
     return (x * w).sum(1, keepdim=True)
 
 
-def resized_crop_params(b: int, height: int, width: int, scale, ratio, generator) -> tuple[torch.Tensor, ...]:
+def resized_crop_params(b: int, height: int, width: int, scale, ratio,
+                        generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """torchvision's RandomResizedCrop.get_params for `b` images at once: `(top, left, h, w)` long `[b]`.
 
     Ten attempts of area fraction ~U(scale) and log aspect ~U(log ratio); the first that fits is kept,

@@ -74,16 +74,18 @@ def make_gradient_averager(module: torch.nn.Module, info: DistInfo):
         params = [p for p, n in zip(params, has.tolist()) if n]
         if not params:
             return
+        grads = []
         for p in params:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
-        flat = torch.cat([p.grad.reshape(-1) for p in params])
+            grads.append(p.grad)
+        flat = torch.cat([g.reshape(-1) for g in grads])
         dist.all_reduce(flat)
         flat /= info.world_size
         offset = 0
-        for p in params:
-            p.grad.copy_(flat[offset:offset + p.numel()].view_as(p.grad))
-            offset += p.numel()
+        for g in grads:
+            g.copy_(flat[offset:offset + g.numel()].view_as(g))
+            offset += g.numel()
     return average
 
 

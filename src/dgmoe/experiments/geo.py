@@ -133,8 +133,8 @@ def moge_se_summary(run_dir: str | Path, settings: GeoBenchSettings, seed: int) 
     """MoGE-SE from a finished MoGE run (last weights): shared expert only + a new linear head."""
     from dgmoe.data import domain_splits, get_dataset, get_transforms
     from dgmoe.engine.checkpoint import load_run, saved_run
-    from dgmoe.models.moge_fallbacks import fit_shared_expert_head
     from dgmoe.metrics import accuracy
+    from dgmoe.models.moge_fallbacks import fit_shared_expert_head
 
     network, config = load_run(run_dir, "last")
     run = saved_run(config)
@@ -240,10 +240,10 @@ def run_sentinel_check(data_dir: str, output_root: str | Path, steps: int = 201,
                        methods: Sequence[str] = ("ERM", "ERM+LE", "MoGE"), log=print) -> list[dict[str, Any]]:
     """The real-coordinate path end to end on the Sentinel-2 sample (`dgmoe.data.geo.sentinel`): train on the
     west and central sectors, test on the east one; MoGE's routing map is saved as a PNG."""
-    from dgmoe.engine.config import RunConfig
-    from dgmoe.engine.trainer import train
     from dgmoe.analysis.geo import analyze_run
     from dgmoe.data.geo.sentinel import LON_SECTORS
+    from dgmoe.engine.config import RunConfig
+    from dgmoe.engine.trainer import train
 
     _register()
     import dgmoe.data.geo.sentinel  # noqa: F401  (registers the dataset)
@@ -259,8 +259,9 @@ def run_sentinel_check(data_dir: str, output_root: str | Path, steps: int = 201,
                           progress="none")
         result = train(cfg)
         last = result.records[-1]
-        row = {"method": method, "seed": seed, "steps": steps,
-               **{f"acc:{s}": (last[f"env{i}_in_acc"], last[f"env{i}_out_acc"]) for i, s in enumerate(LON_SECTORS)}}
+        row: dict[str, Any] = {
+            "method": method, "seed": seed, "steps": steps,
+            **{f"acc:{s}": (last[f"env{i}_in_acc"], last[f"env{i}_out_acc"]) for i, s in enumerate(LON_SECTORS)}}
         if method == "MoGE":
             row["figures"] = {k: str(v) for k, v in analyze_run(result.output_dir, Path(output_root) / "figures",
                                                                 data_dir=data_dir).items()}

@@ -5,8 +5,14 @@ from typing import Any
 
 import torch.nn as nn
 
-from dgmoe.models import moge, resnet, sfmoe, zoo  # noqa: F401  (explicit imports make registration visible)
-from dgmoe.models import erm_le  # noqa: F401,E402  (ERM+LE backbone)
+# explicit imports make registration visible
+from dgmoe.models import (  # noqa: F401
+    erm_le,  # ERM+LE backbone
+    moge,
+    resnet,
+    sfmoe,
+    zoo,
+)
 from dgmoe.models.registry import MODELS, list_models, register_model
 
 
@@ -26,7 +32,8 @@ def create_model(name: str, num_classes: int | None = None, img_size: int | None
     kwargs = {k: v for k, v in dict(overrides, num_classes=num_classes, img_size=img_size).items() if v is not None}
     model = MODELS.get(name)(**kwargs)
     if pretrained:
-        model.load_report = load_pretrained(model, pretrained, antialias=pretrained_antialias)
+        # torch's stubs type Module.__setattr__ for tensors and modules only; a plain attribute is fine
+        model.load_report = load_pretrained(model, pretrained, antialias=pretrained_antialias)  # type: ignore[assignment]
     return model
 
 

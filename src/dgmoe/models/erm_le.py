@@ -9,13 +9,13 @@ MLP"), concatenated with the pooled image features and passed to one linear head
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn as nn
 
-from dgmoe.models.location.encoders import build_location_encoder
 from dgmoe.models.builder import build_vit
+from dgmoe.models.location.encoders import build_location_encoder
 from dgmoe.models.registry import register_model
 from dgmoe.models.vit import VisionTransformer
 
@@ -29,7 +29,8 @@ class LocationConcatViT(VisionTransformer):
                  le_hidden: int = 256, le_dim: int = 256, **vit_kwargs: Any):
         super().__init__(**vit_kwargs)
         self.location_encoder = build_location_encoder(location_encoder, **(location_encoder_kwargs or {}))
-        self.location_mlp = nn.Sequential(nn.Linear(self.location_encoder.out_dim, le_hidden), nn.ReLU(),
+        out_dim = cast(int, self.location_encoder.out_dim)  # every location encoder has one
+        self.location_mlp = nn.Sequential(nn.Linear(out_dim, le_hidden), nn.ReLU(),
                                           nn.Linear(le_hidden, le_dim))
         self.le_dim = le_dim
         self.num_features = self.embed_dim + le_dim

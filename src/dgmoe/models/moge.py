@@ -23,6 +23,7 @@ import torch
 import torch.nn as nn
 
 from dgmoe.models.builder import build_vit
+from dgmoe.models.info import ModelInfo
 from dgmoe.models.location.encoders import build_location_encoder
 from dgmoe.models.registry import register_model
 from dgmoe.models.vit import VisionTransformer
@@ -46,6 +47,7 @@ class MoGEVisionTransformer(VisionTransformer):
     """A ViT whose image-routed sparse blocks route on r = phi(meta); `forward_features(x, meta=...)`."""
 
     uses_metadata = True
+    info: ModelInfo  # set by build_vit
 
     def __init__(self, location_encoder: nn.Module, **vit_kwargs: Any):
         super().__init__(**vit_kwargs)
@@ -60,6 +62,7 @@ class MoGEVisionTransformer(VisionTransformer):
         (every image through specialist `expert` with alpha = 1, App. A / Fig. 3)."""
         if mode not in ("routed", "shared_only", "forced"):
             raise ValueError(f"routing mode must be 'routed', 'shared_only' or 'forced', got {mode!r}")
+        assert self.info.sparse is not None  # MoGE's blocks are sparse
         experts = self.info.sparse.num_experts
         if mode == "forced" and (expert is None or not 0 <= expert < experts):
             raise ValueError(f"forced routing needs expert in [0, {experts}), got {expert}")

@@ -9,7 +9,7 @@
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -25,15 +25,16 @@ def collect_features(network: nn.Module, environments: Sequence[Dataset], indice
                      transform, batch_size: int = 256, device: str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
     """Pre-logit features and labels of the given items (eval mode; metadata passed when the net uses it)."""
     network.eval()
+    net: Any = network  # timm's API, not declared by nn.Module
     feats, labels = [], []
     for env, idx in zip(environments, indices):
         for batch in eval_loader(env, idx, transform, batch_size):
             batch = batch.to(device)
-            if getattr(network, "uses_metadata", False):
-                tokens = network.forward_features(batch.x, meta=batch.meta)
+            if getattr(net, "uses_metadata", False):
+                tokens = net.forward_features(batch.x, meta=batch.meta)
             else:
-                tokens = network.forward_features(batch.x)
-            feats.append(network.forward_head(tokens, pre_logits=True).float().cpu())
+                tokens = net.forward_features(batch.x)
+            feats.append(net.forward_head(tokens, pre_logits=True).float().cpu())
             labels.append(batch.y.cpu())
     return torch.cat(feats), torch.cat(labels)
 
@@ -70,7 +71,8 @@ def fit_shared_expert_head(network: nn.Module, environments: Sequence[Dataset], 
     training items (`environments[i]` restricted to `indices[i]`). Returns the network, modified in place."""
     if not hasattr(network, "set_routing_mode"):
         raise ValueError(f"MoGE-SE needs a MoGE network, got {type(network).__name__}")
-    network.set_routing_mode("shared_only")
+    moge: Any = network  # checked above
+    moge.set_routing_mode("shared_only")
     for p in network.parameters():
         p.requires_grad_(False)
     feats, labels = collect_features(network, environments, indices, transform, device=device)

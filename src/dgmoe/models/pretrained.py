@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -79,6 +80,7 @@ def load_checkpoint_file(path: str | Path) -> dict[str, torch.Tensor]:
     path = Path(path)
     if not path.is_file():
         raise missing_checkpoint(path)
+    state: Any  # a state dict, or a checkpoint holding one under a key (checked below)
     try:
         if path.suffix == ".safetensors":
             from safetensors.torch import load_file
@@ -112,12 +114,13 @@ def adapt_state_dict(model: nn.Module, state: dict[str, torch.Tensor], report: L
             report.expanded.append(name)
     own = model.state_dict()
     _resample_embeddings(model, state, own, report, antialias)
-    classifier = model.info.classifier if hasattr(model, "info") else "head"
+    net: Any = model  # duck-typed: dgmoe's `info`, timm's `get_classifier`
+    classifier = net.info.classifier if hasattr(net, "info") else "head"
     for key in (f"{classifier}.weight", f"{classifier}.bias"):
         if key in state and key in own and state[key].shape != own[key].shape:
             state.pop(key)
             report.reinitialized.append(key)
-    head = model.get_classifier() if hasattr(model, "get_classifier") else None
+    head = net.get_classifier() if hasattr(net, "get_classifier") else None
     if report.reinitialized and isinstance(head, nn.Linear):
         nn.init.trunc_normal_(head.weight, std=0.02)
         nn.init.zeros_(head.bias)
@@ -137,9 +140,10 @@ def _resample_embeddings(model: nn.Module, state: dict[str, torch.Tensor], own: 
         state[key] = resample_patch_embed(state[key], tuple(own[key].shape[2:]), antialias)
         report.resized.append(key)
     if "pos_embed" in state and "pos_embed" in own and state["pos_embed"].shape != own["pos_embed"].shape:
+        vit: Any = model  # a ViT: patch_embed.grid_size, num_prefix_tokens
         try:
-            state["pos_embed"] = resize_pos_embed(state["pos_embed"], model.patch_embed.grid_size,
-                                                  model.num_prefix_tokens, antialias)
+            state["pos_embed"] = resize_pos_embed(state["pos_embed"], vit.patch_embed.grid_size,
+                                                  vit.num_prefix_tokens, antialias)
         except ValueError as err:
             raise CheckpointMismatchError(f"{report.path}: pos_embed: {err}") from None
         report.resized.append("pos_embed")
@@ -156,7 +160,8 @@ def resolve_checkpoint(source: str | Path) -> Path:
     try:
         from huggingface_hub import hf_hub_download
     except ImportError as exc:
-        raise CheckpointError(f"{source}: hf-hub checkpoints need the optional extra: pip install 'dgmoe[hub]'") from exc
+        raise CheckpointError(
+            f"{source}: hf-hub checkpoints need the optional extra: pip install 'dgmoe[hub]'") from exc
     repo, _, filename = source[len("hf-hub:"):].partition("@")
     parts = repo.split("/")
     if len(parts) > 2:

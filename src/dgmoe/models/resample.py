@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -27,8 +28,8 @@ def _square_grid(num_tokens: int) -> tuple[int, int]:
     return side, side
 
 
-def resize_pos_embed(pos_embed: torch.Tensor, new_grid: tuple[int, int], num_prefix_tokens: int = 1,
-                     antialias: bool = True, old_grid: tuple[int, int] | None = None) -> torch.Tensor:
+def resize_pos_embed(pos_embed: torch.Tensor, new_grid: Sequence[int], num_prefix_tokens: int = 1,
+                     antialias: bool = True, old_grid: Sequence[int] | None = None) -> torch.Tensor:
     """Bicubically resample the grid part of a position embedding `[1, prefix + H*W, D]` to `new_grid`
     (height, width); the `num_prefix_tokens` leading tokens (class token) are kept as they are.
 
@@ -59,7 +60,7 @@ def resize_matrix(old: int, new: int, antialias: bool = True, dtype: torch.dtype
     return resized.reshape(old, new).T
 
 
-def resample_patch_embed(weight: torch.Tensor, new_size: tuple[int, int], antialias: bool = True) -> torch.Tensor:
+def resample_patch_embed(weight: torch.Tensor, new_size: Sequence[int], antialias: bool = True) -> torch.Tensor:
     """Resize a patch embedding kernel `[D, C, h, w]` to `[D, C, *new_size]` (FlexiViT §3.4, PI-resize).
 
     A patch x resized to the new patch size is B x, and the new kernel ŵ should give the same token:

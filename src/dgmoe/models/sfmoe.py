@@ -7,7 +7,6 @@ stem of timm's `vit_small_r26_s32_224`, whose checkpoints load strictly.
 """
 from __future__ import annotations
 
-
 from dgmoe.models.builder import build_vit
 from dgmoe.models.hybrid import HybridEmbed
 from dgmoe.models.registry import register_model

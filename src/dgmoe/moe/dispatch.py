@@ -28,7 +28,6 @@ import torch.nn.functional as F
 from dgmoe.moe.experts import Experts
 from dgmoe.moe.fused import GroupedExpertFFN
 
-
 _TWICE_DIFFERENTIABLE: ContextVar[bool] = ContextVar("dgmoe_twice_differentiable", default=False)
 
 

@@ -95,10 +95,13 @@ class MoEMlp(nn.Module):
 
     def __init__(self, dim: int, hidden: int, config: MoEConfig = MoEConfig(), context_dim: int | None = None):
         super().__init__()
-        if config.routing == "image" and context_dim is None:
+        if config.routing != "image":
+            router_in = dim
+        elif context_dim is None:
             raise ValueError("image routing needs the routing context's width (context_dim)")
+        else:
+            router_in = context_dim
         self.config = config
-        router_in = context_dim if config.routing == "image" else dim
         self.router = build_router(config.router, router_in, config.num_experts, config.router_dim,
                                    config.temperature_init, config.temperature_min)
         self.experts = Experts(config.num_experts, dim, hidden, config.expert_dropout)
@@ -186,7 +189,9 @@ class MoEMlp(nn.Module):
             self._routing_sink(routing, x.shape[:-1] if cfg.routing == "token" else x.shape[:1])
         if shared is None:
             return out
-        gamma = self.gamma.to(x.dtype)
+        gate = self.gamma
+        assert gate is not None  # built together with the shared expert
+        gamma = gate.to(x.dtype)
         return gamma * shared + (1.0 - gamma) * out
 
     def _record(self, x: torch.Tensor, routing: Routing, shared: torch.Tensor | None) -> ForwardRecord:

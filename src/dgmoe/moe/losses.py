@@ -62,7 +62,8 @@ def linear_cka(x: torch.Tensor, y: torch.Tensor, eps: float = _EPS) -> torch.Ten
     n > d and the (cheaper, identical) Gram form <X~X~^T, Y~Y~^T>_F otherwise.
     """
     if x.ndim != 2 or y.ndim != 2 or x.shape[0] != y.shape[0]:
-        raise ValueError(f"linear_cka needs [n, d1] and [n, d2] with the same n, got {tuple(x.shape)}, {tuple(y.shape)}")
+        raise ValueError(
+            f"linear_cka needs [n, d1] and [n, d2] with the same n, got {tuple(x.shape)}, {tuple(y.shape)}")
     xc, yc = _centered(x), _centered(y)
     n = x.shape[0]
     if n > max(x.shape[1], y.shape[1]):

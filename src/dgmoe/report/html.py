@@ -132,7 +132,7 @@ def compact_png(data: bytes, max_width: int = MAX_FIGURE_WIDTH, max_bytes: int =
     from PIL import Image
 
     try:
-        img = Image.open(io.BytesIO(data))
+        img: Image.Image = Image.open(io.BytesIO(data))
         img.load()
     except Exception:  # not an image PIL reads: keep the file as it is
         return data

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from dgmoe.report.collect import RecordError, count_envs, model_label, read_records
 from dgmoe.analysis.style import block_name
+from dgmoe.report.collect import RecordError, count_envs, model_label, read_records
 from dgmoe.selection import python_argmax
 
 #: run-local folders whose figures and tables belong to the run.

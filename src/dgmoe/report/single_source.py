@@ -23,7 +23,15 @@ from typing import Literal, Mapping, Sequence
 import pandas as pd
 
 from dgmoe.report.tables import (
-    MISSING, RowKey, dataset_domains, format_avg, format_mean, heading, row_labels, table_block, user_labels,
+    MISSING,
+    RowKey,
+    dataset_domains,
+    format_avg,
+    format_mean,
+    heading,
+    row_labels,
+    table_block,
+    user_labels,
 )
 from dgmoe.selection import check_unique_runs
 

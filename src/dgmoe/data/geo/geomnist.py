@@ -122,22 +122,24 @@ def geo_mnist_environments(data_dir=None, img_size: int | None = None, n_per_dom
     rng = np.random.RandomState(seed_hash("GeoMNIST", seed) % 2**32)
     order = rng.permutation(len(digits))
     shares = np.array_split(order, len(GEO_REGIONS))
-    train_parts, test_parts = {}, {}
+    train_parts: dict[str, tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]] = {}
+    test_parts: dict[str, tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]] = {}
     for region, idx in zip(GEO_REGIONS, shares):
         r_rng = np.random.RandomState(seed_hash("GeoMNIST", seed, region.name) % 2**32)
         coords = sample_around(region.lat, region.lon, spread_deg, len(idx), r_rng)
         x = tint(images[idx], region.palette, r_rng)
         y = concept_labels(digits[idx], region.concept)
-        meta = {"lat": coords[:, 0].astype(np.float32), "lon": coords[:, 1].astype(np.float32),
-                "region": np.full(len(idx), REGION_NAMES.index(region.name), dtype=np.int64)}
+        meta: dict[str, np.ndarray] = {
+            "lat": coords[:, 0].astype(np.float32), "lon": coords[:, 1].astype(np.float32),
+            "region": np.full(len(idx), REGION_NAMES.index(region.name), dtype=np.int64)}
         n_test = len(idx) if region.name in held_out else int(round(test_fraction * len(idx)))
         cut = len(idx) - n_test
         for part, sl in ((train_parts, slice(0, cut)), (test_parts, slice(cut, None))):
             part[region.name] = (x[sl], y[sl], {k: v[sl] for k, v in meta.items()})
     envs = []
     for name in domains:
-        region, is_test = (name[:-5], True) if name.endswith("/test") else (name, False)
-        x, y, meta = (test_parts if is_test else train_parts)[region]
+        region_name, is_test = (name[:-5], True) if name.endswith("/test") else (name, False)
+        x, y, meta = (test_parts if is_test else train_parts)[region_name]
         if n_per_domain is not None:
             x, y, meta = x[:n_per_domain], y[:n_per_domain], {k: v[:n_per_domain] for k, v in meta.items()}
         envs.append(ArrayDomain(np.ascontiguousarray(_resize(x, img_size)), y, meta))

@@ -24,7 +24,9 @@ class MetadataError(UsageError):
     """Missing, malformed or out-of-range metadata."""
 
 
-def require_fields(meta: Mapping[str, torch.Tensor] | None, fields: tuple[str, ...], owner: str) -> None:
+def require_fields(meta: Mapping[str, torch.Tensor] | None, fields: tuple[str, ...],
+                   owner: str) -> Mapping[str, torch.Tensor]:
+    """`meta`, checked to hold `fields` (raises MetadataError otherwise)."""
     if meta is None:
         raise MetadataError(
             f"{owner} routes on metadata fields {list(fields)} but got meta=None; use a dataset that returns "
@@ -32,6 +34,7 @@ def require_fields(meta: Mapping[str, torch.Tensor] | None, fields: tuple[str, .
     missing = [f for f in fields if f not in meta]
     if missing:
         raise MetadataError(f"{owner} needs metadata fields {list(fields)}; missing {missing}, got {sorted(meta)}")
+    return meta
 
 
 def _first_bad(mask: torch.Tensor, values: torch.Tensor) -> str:
@@ -46,7 +49,7 @@ def coordinates(meta: Mapping[str, torch.Tensor] | None, owner: str,
     Missing (NaN/inf) coordinates raise unless `allow_missing`; out-of-range ones always raise. Missing rows
     are returned as (0, 0) and flagged in the mask, so the caller substitutes its explicit unknown path.
     """
-    require_fields(meta, (LAT, LON), owner)
+    meta = require_fields(meta, (LAT, LON), owner)
     lat, lon = meta[LAT].reshape(-1).double(), meta[LON].reshape(-1).double()
     if lat.shape != lon.shape:
         raise MetadataError(f"{owner}: meta['lat'] has {lat.numel()} values but meta['lon'] has {lon.numel()}")
@@ -73,7 +76,7 @@ def coordinates(meta: Mapping[str, torch.Tensor] | None, owner: str,
 def location_ids(meta: Mapping[str, torch.Tensor] | None, num_ids: int, owner: str,
                  key: str = LOCATION_ID) -> torch.Tensor:
     """Validated location ids [B] (long); -1 marks an explicitly unknown place."""
-    require_fields(meta, (key,), owner)
+    meta = require_fields(meta, (key,), owner)
     ids = meta[key].reshape(-1)
     if ids.is_floating_point():
         if not bool(torch.isfinite(ids).all()) or not bool((ids == ids.round()).all()):

@@ -111,6 +111,7 @@ class SHSirenEncoder(nn.Module):
         t = meta[TIME].reshape(-1).double()
         if not bool(torch.isfinite(t).all()):
             raise MetadataError("location encoder 'sh_siren': meta['time'] has missing (NaN/inf) values")
+        assert self.time_years is not None  # only encoders built with time_years read the time
         lo, hi = self.time_years
         phase = 2 * torch.pi * (t - torch.floor(t))
         year = (t.clamp(lo, hi) - lo) / (hi - lo) * 2 - 1
@@ -126,6 +127,8 @@ class LocationIdEmbedding(nn.Module):
     were never seen in training use the unknown row. During training each id is replaced by the unknown slot
     with probability `id_dropout`, so that row is trained for the OOD cameras (reference notes §2.5).
     """
+
+    seen: torch.Tensor  # buffer, registered in __init__
 
     def __init__(self, num_ids: int, dim: int = 256, id_dropout: float = 0.1, key: str = LOCATION_ID,
                  known_ids: list[int] | None = None):
@@ -252,5 +255,6 @@ def load_pretrained_location_encoder(path: str | Path, satclip_pi_quirk: bool | 
                              time_years=tuple(time_years) if time_years else None)
     encoder.nnet.load_state_dict(nnet, strict=True)
     if missing == "unknown" and "unknown" in state:
+        assert encoder.unknown is not None  # built with missing="unknown"
         encoder.unknown.data.copy_(state["unknown"])
     return FrozenLocationEncoder(encoder) if frozen else encoder
