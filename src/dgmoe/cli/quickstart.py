@@ -15,8 +15,8 @@ def command(output_dir: str, dataset: str, test_env: int, steps: int, seed: int)
     """Train a small ViT and a small GMoE offline and print their in- and out-of-domain accuracy."""
     import pandas as pd
 
-    from dgmoe.experiments.quickstart import quickstart
     from dgmoe.engine.trainer import main_log_config
+    from dgmoe.experiments.quickstart import quickstart
 
     main_log_config()
     rows = quickstart(output_dir, dataset, test_env, steps, seed=seed)

@@ -6,9 +6,8 @@ from pathlib import Path
 
 import click
 
-from dgmoe.errors import UsageError
-
 from dgmoe.engine.io import write_text_atomic
+from dgmoe.errors import UsageError
 from dgmoe.report.collect import load_records
 from dgmoe.report.single_source import single_source_table
 from dgmoe.report.tables import results_tables
@@ -45,7 +44,8 @@ def command(runs_dir: Path, latex: bool, selection: str | None, single_source: b
     Cells are mean +/- standard error over trial seeds of the accuracy each selection method picks,
     computed as DomainBed does; X marks a missing cell. Rows are algorithms, "algorithm / model" when a
     table holds several backbones, or the runs' --label. WILDS datasets (FMoW, iWildCam, ...) get accuracy,
-    worst-group accuracy and macro-F1 of each held-out split under worst-group validation. With --single-source the tables are saved as
+    worst-group accuracy and macro-F1 of each held-out split under worst-group validation. With
+    --single-source the tables are saved as
     RUNS_DIR/results_single_source.md (.tex).
     """
     if not single_source and (baseline or absolute or ood_split != "in"):

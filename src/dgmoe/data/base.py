@@ -8,7 +8,7 @@ dataset returns `(image, label)` or `(image, label, meta)` where `image` is a ui
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar, Sequence
+from typing import ClassVar, Sequence, Sized, cast
 
 import torch
 from torch.utils.data import Dataset
@@ -82,6 +82,10 @@ class MultiDomainDataset:
 
     def __len__(self) -> int:
         return len(self.environments)
+
+    def sizes(self) -> list[int]:
+        """The number of items of each domain."""
+        return [len(cast(Sized, env)) for env in self.environments]
 
     def __getitem__(self, index: int) -> Dataset:
         return self.environments[index]

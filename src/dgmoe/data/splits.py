@@ -31,8 +31,7 @@ def split_domain(n: int, holdout_fraction: float, seed: int) -> tuple[np.ndarray
 def domain_splits(dataset: MultiDomainDataset, holdout_fraction: float = 0.2,
                   trial_seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
     """`(in, out)` indices for every domain, seeded by `seed_hash(trial_seed, env_index)` as DomainBed."""
-    return [split_domain(len(env), holdout_fraction, seed_hash(trial_seed, i))
-            for i, env in enumerate(dataset.environments)]
+    return [split_domain(n, holdout_fraction, seed_hash(trial_seed, i)) for i, n in enumerate(dataset.sizes())]
 
 
 def uda_splits(splits: Sequence[tuple[np.ndarray, np.ndarray]], test_envs: Sequence[int], uda_holdout_fraction: float,

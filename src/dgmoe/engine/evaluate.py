@@ -35,7 +35,7 @@ def _predict(predict: Callable, dataset, indices, transform, device: str, batch_
         pred = logits.argmax(1)
         correct += (pred == batch.y).sum().item()
         total += len(batch.y)
-        if group_field is not None:
+        if group_field is not None and batch.meta is not None:
             kept.append((batch.y.cpu(), pred.cpu(), batch.meta[group_field].reshape(-1).cpu()))
     if total == 0:
         return float("nan"), float("nan"), kept
@@ -84,6 +84,6 @@ def evaluate_domains(algorithm, dataset: MultiDomainDataset, splits: Sequence[tu
     if evaluation is not None and test_envs:
         results[GROUPS_KEY] = evaluation.field
         val = dataset.domains.index(evaluation.val_domain) if evaluation.val_domain in dataset.domains else None
-        if val in test_envs:
+        if val is not None and val in test_envs:
             results[VAL_ENV_KEY] = val
     return results

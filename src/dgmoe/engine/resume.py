@@ -2,7 +2,7 @@
 (weights, optimiser and algorithm state, torch and numpy RNG, records so far, best validation)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ class Progress:
     validation accuracy seen (the `best.safetensors` criterion)."""
 
     next_step: int = 0
-    records: list[dict[str, Any]] | None = None
+    records: list[dict[str, Any]] = field(default_factory=list)
     best_val: float = -1.0
 
 

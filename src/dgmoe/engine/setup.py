@@ -65,12 +65,12 @@ class RunSetup:
         return {"config": self.cfg.to_dict(), "provenance": made_by, "hparams": self.hparams,
                 "dataset": {"name": self.dataset.name, "domains": list(self.dataset.domains),
                             "classes": list(self.dataset.classes), "input_shape": list(self.dataset.input_shape),
-                            "sizes": [len(e) for e in self.dataset.environments]},
+                            "sizes": self.dataset.sizes()},
                 "splits": {"train_envs": self.train_envs, "test_envs": self.test_envs,
                            "in": [len(s[0]) for s in self.splits], "out": [len(s[1]) for s in self.splits],
                            "uda": {str(i): len(idx) for i, idx in self.uda.items()}},
                 "model_build": {"name": self.cfg.model.name, "kwargs": self.model_kwargs,
-                                "pretrained_load": report.summary() if hasattr(report, "summary") else None},
+                                "pretrained_load": report.summary() if report is not None else None},
                 "n_steps": self.n_steps, "checkpoint_freq": self.checkpoint_freq}
 
 

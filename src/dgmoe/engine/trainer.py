@@ -225,8 +225,9 @@ def _run_loop(cfg: RunConfig, setup: RunSetup, writer: RunWriter, run_log: RunLo
                 sink.step(step, metrics, seconds)
             if step in due:
                 record = _checkpoint(step, cfg, setup, writer, progress, sums, info)
-                for sink in sinks if record is not None else ():
-                    sink.checkpoint(record)
+                if record is not None:  # (rank 0's)
+                    for sink in sinks:
+                        sink.checkpoint(record)
                 sums.clear()
                 if algorithm.stop_requested:
                     run_log.say(f"{cfg.algorithm.name} stops early at step {step}: the evaluated model can no "

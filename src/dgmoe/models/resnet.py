@@ -24,7 +24,6 @@ from dgmoe.models.layers import Dropout
 from dgmoe.models.registry import register_model
 
 
-
 class Bottleneck(nn.Module):
     expansion = 4
 

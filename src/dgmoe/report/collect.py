@@ -10,6 +10,7 @@ import json
 import os
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -131,7 +132,8 @@ def check_complete(run_dir: Path, records: list[dict], done: dict) -> None:
     """Refuse a finished run whose records do not cover its schedule: every checkpoint step of
     `args.steps`/`args.checkpoint_freq`, up to the last one or to where it stopped early (its `done` says so).
     A gap means records were lost (e.g. two trainers wrote one folder); its numbers cannot be trusted."""
-    schedules = []  # (steps, freq) in record order: one, or more for a run extended with --extend
+    # (steps, freq) in record order: one, or more for a run extended with --extend
+    schedules: list[tuple[Any, Any]] = []
     for record in records:
         args = record.get("args", {})
         schedule = (args.get("steps"), args.get("checkpoint_freq"))

@@ -115,7 +115,7 @@ def held_out_env_sets(n_domains: int, single_test_envs: bool = False) -> list[li
     return sets
 
 
-def count_domains(dataset: str, data_dir: str | os.PathLike | None) -> int:
+def count_domains(dataset: str, data_dir: str | Path | None) -> int:
     """Number of domains of `dataset`: the catalogue's list, else the domain folders on disk.
 
     Catalogue entries without a fixed domain list (`ImageFolder`, custom folders) count the
