@@ -76,7 +76,7 @@ def test_lines_mode_prints_progress_every_interval(monkeypatch):
     """Outside a terminal: a line after the first step, then one whenever `every_s` of wall time passed
     (a fake clock, so the verdict never depends on the machine's speed), and one per checkpoint."""
     clock = [0.0]
-    monkeypatch.setattr("dgmoe.engine.sinks.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("dgmoe.engine.progress.time.monotonic", lambda: clock[0])
     said: list[str] = []
     log = RunLog(console=True)
     log._print = said.append

@@ -1,4 +1,5 @@
-"""`dgmoe models`: list registered models with their parameter counts."""
+"""`dgmoe models`: the registered models with their parameter counts, input size and a description (family,
+sparse layout, paper), read from meta-device builds, so listing all of them takes well under a second."""
 from __future__ import annotations
 
 import click
@@ -6,15 +7,25 @@ import click
 
 @click.command("models")
 @click.argument("pattern", required=False)
-@click.option("--params/--no-params", default=False, help="Build each model to print its parameter count.")
-def command(pattern: str | None, params: bool) -> None:
-    """List registered model names (optionally matching a glob PATTERN such as 'gmoe*')."""
-    from dgmoe.models import count_parameters, create_model, list_models
+@click.option("--names", "names_only", is_flag=True, help="Print the bare names only (one per line, for scripts).")
+@click.option("--params/--no-params", default=True, hidden=True, help="Kept for old scripts: counts are always shown.")
+def command(pattern: str | None, names_only: bool, params: bool) -> None:
+    """List registered models (optionally matching a glob PATTERN such as 'gmoe*') with their parameter count
+    at the default 1000 classes, input size and a description."""
+    from dgmoe.models import list_models
+    from dgmoe.models.catalogue import summarize_model
 
-    for name in list_models(pattern):
-        if params:
-            model = create_model(name)
-            layout = "".join(getattr(model, "layout", ())) or "-"
-            click.echo(f"{name:40s} {count_parameters(model) / 1e6:8.2f}M  layout {layout}")
-        else:
-            click.echo(name)
+    names = list_models(pattern)
+    if not names:
+        click.echo(f"no registered model matches {pattern!r}; `dgmoe models` lists them all", err=True)
+        return
+    if names_only:
+        click.echo("\n".join(names))
+        return
+    rows = [summarize_model(name) for name in names]
+    width = max(len(n) for n in names)
+    click.echo(f"{'model':{width}s}  {'params':>8s}  {'input':>7s}  description")
+    for row in rows:
+        c, h, w = row.info.input_size
+        size = f"{h} px" if h == w else f"{h}x{w}"
+        click.echo(f"{row.name:{width}s}  {row.num_params / 1e6:7.2f}M  {size:>7s}  {row.description}")

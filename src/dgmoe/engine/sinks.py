@@ -2,16 +2,14 @@
 
 Records always go to `results.jsonl` (the run writer, `dgmoe.engine.rundir`); a sink is an optional view
 with three hooks, `step` after every training step, `checkpoint` after every evaluation and `close`. dgmoe
-ships the console (a tqdm bar on a terminal, timed lines otherwise, both also in the run's `train.log`) and
-TensorBoard; a new sink is a subclass passed to `train(..., sinks=[...])`.
+ships the console (a tqdm bar on a terminal, timed lines otherwise, both from `dgmoe.engine.progress` and
+also in the run's `train.log`) and TensorBoard; a new sink is a subclass passed to `train(..., sinks=[...])`.
 """
 from __future__ import annotations
 
-import sys
-import time
-from datetime import timedelta
 from typing import Any, Sequence
 
+from dgmoe.engine.progress import Progress, duration, resolve_mode
 from dgmoe.engine.runlog import RunLog
 from dgmoe.errors import UsageError
 
@@ -29,35 +27,28 @@ class Sink:
         pass
 
 
-def _duration(seconds: float) -> str:
-    return str(timedelta(seconds=round(seconds)))
-
-
 class ConsoleSink(Sink):
-    """Loss, training throughput (evaluation excluded) and the time left.
+    """Loss, training throughput (evaluation excluded) and the time left, through `Progress`.
 
     `bar`: a tqdm bar; `lines` (any output that is not a terminal: logs, Slurm, sweep jobs): a line after the
-    first step, then every `every_s` seconds, and a line per checkpoint; `none`: the log file only."""
+    first step, then every `every_s` seconds, and a line per checkpoint; `none`: the log file only (the lines
+    still go to train.log)."""
 
     def __init__(self, run_log: RunLog, mode: str, start: int, total: int, checkpoint_steps: Sequence[int],
                  images_per_step: int, test_envs: Sequence[int], every_s: float = 20.0):
-        if mode == "auto":
-            mode = "bar" if sys.stderr.isatty() else "lines"
-        self.run_log, self.mode, self.every_s = run_log, mode, every_s
+        self.run_log, self.mode = run_log, resolve_mode(mode)  # type: ignore[arg-type]
         self.start, self.total, self.images_per_step = start, total, images_per_step
         self.checkpoints_left = [s for s in checkpoint_steps if s >= start]
         self.test_envs = list(test_envs)
         self.train_seconds, self.steps_done = 0.0, 0
         self.eval_seconds, self.evals_done = 0.0, 0
-        self.last_line = time.monotonic()
-        self.bar = None
-        if mode == "bar":
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=total, initial=start, unit="step", dynamic_ncols=True)
-            run_log.write_console = self.bar.write
-        elif mode == "none":
+        if self.mode == "none":
             run_log.console = False
+        self.progress = Progress(total, mode="bar" if self.mode == "bar" else "lines", every_s=every_s,
+                                 initial=start, unit="step", write=run_log.say)
+        self.bar = self.progress.bar
+        if self.bar is not None:
+            run_log.write_console = self.bar.write
 
     def images_per_second(self) -> float:
         return self.steps_done * self.images_per_step / self.train_seconds if self.train_seconds else float("nan")
@@ -72,17 +63,13 @@ class ConsoleSink(Sink):
         self.train_seconds += train_seconds
         self.steps_done += 1
         loss = metrics.get("loss", float("nan"))
-        if self.bar is not None:
-            self.bar.update(1)
-            self.bar.set_postfix(loss=f"{loss:.4f}", img_s=f"{self.images_per_second():.0f}", refresh=False)
-            return
-        now = time.monotonic()
-        if self.steps_done == 1 or (self.every_s and now - self.last_line >= self.every_s):
-            self.last_line = now
-            self.run_log.say(f"step {step + 1}/{self.total}  loss {loss:.4f}  "
-                             f"{self.images_per_second():.1f} img/s training  "
-                             f"{self.train_seconds / self.steps_done:.3f} s/step  "
-                             f"eta {_duration(self.seconds_left(step))}")
+
+        def line() -> str:
+            return (f"step {step + 1}/{self.total}  loss {loss:.4f}  {self.images_per_second():.1f} img/s training  "
+                    f"{self.train_seconds / self.steps_done:.3f} s/step  eta {duration(self.seconds_left(step))}")
+
+        postfix = {"loss": f"{loss:.4f}", "img_s": f"{self.images_per_second():.0f}"} if self.bar is not None else {}
+        self.progress.update(1, line, **postfix)
 
     def checkpoint(self, record: dict[str, Any]) -> None:
         step = record["step"]
@@ -94,12 +81,12 @@ class ConsoleSink(Sink):
         tests = "  ".join(f"test {domains[i]} {record[f'env{i}_in_acc']:.4f}" for i in self.test_envs)
         self.run_log.say(f"checkpoint step {step}  loss {record.get('loss', float('nan')):.4f}  "
                          f"val (training domains, out) {sum(train_out) / len(train_out):.4f}  {tests}  "
-                         f"eval {record.get('eval_time', 0.0):.1f} s  eta {_duration(self.seconds_left(step))}")
-        self.last_line = time.monotonic()
+                         f"eval {record.get('eval_time', 0.0):.1f} s  eta {duration(self.seconds_left(step))}")
+        self.progress.mark()
 
     def close(self) -> None:
         if self.bar is not None:
-            self.bar.close()
+            self.progress.close()
             self.run_log.write_console = self.run_log._print
 
 

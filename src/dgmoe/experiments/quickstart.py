@@ -3,24 +3,42 @@
 Both runs leave a domain out, are normal run folders (results.jsonl, config.json, weights, done) and
 are reported side by side: in-domain accuracy (the held-out 20% of the training domains) and
 out-of-domain accuracy (the left-out domain), each at the checkpoint chosen by training-domain validation.
+Before each run trains, a line says which of the models it is, in what order, and what that model is
+(`[1/2] ViT (vit_micro_patch7_28): ...`); the run's own first line then names its data and held-out domain.
 """
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
+from typing import Callable, Sequence
 
 from dgmoe.engine.config import RunConfig
 from dgmoe.engine.trainer import train
+from dgmoe.models.catalogue import summarize_model
 
 QUICKSTART_MODELS = ("vit_micro_patch7_28", "gmoe_micro_patch7_28")
 
 
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)  # where the runs' own lines go
+
+
+def announcement(index: int, count: int, model: str) -> str:
+    """`[i/n] <family> (<model>): <structure>`, e.g. `[2/2] GMoE (gmoe_micro_patch7_28): 6 blocks, width 96,
+    MoE in last-two blocks (2, 4 of 6), 6 experts top-2 cosine`."""
+    summary = summarize_model(model)
+    return f"[{index}/{count}] {summary.family} ({model}): {summary.structure}"
+
+
 def quickstart(output_dir: str | Path = "runs/quickstart", dataset: str = "RotatedMNIST", test_env: int = 0,
-               steps: int = 300, checkpoint_freq: int = 50, seed: int = 0, models=QUICKSTART_MODELS,
-               num_threads: int | None = None) -> list[dict]:
-    """Train each model once and return one summary row per model."""
+               steps: int = 300, checkpoint_freq: int = 50, seed: int = 0, models: Sequence[str] = QUICKSTART_MODELS,
+               num_threads: int | None = None, say: Callable[[str], None] = _stderr) -> list[dict]:
+    """Train each model once, announcing each with `say` (default: stderr) before it trains, and return one
+    summary row per model."""
     rows = []
-    for model in models:
+    for index, model in enumerate(models, 1):
+        say(announcement(index, len(models), model))
         cfg = RunConfig.from_flat(dataset=dataset, test_envs=(test_env,), model=model, algorithm="ERM",
                           output_dir=str(Path(output_dir) / model), steps=steps, checkpoint_freq=checkpoint_freq,
                           seed=seed, num_threads=num_threads, progress="lines")

@@ -21,6 +21,7 @@ not give the optimiser: we train with Adam (lr 3e-3, batch 256) and cross-entrop
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Literal
@@ -30,6 +31,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from dgmoe.engine.progress import Progress
 from dgmoe.seeding import seed_hash
 
 Arch = Literal["mlp", "fcn"]
@@ -175,10 +177,18 @@ class TrainResult:
         return self.history[-1]
 
 
+def steps_per_network(cfg: SyntheticConfig) -> int:
+    """Optimiser steps one `train_network` takes: `epochs` passes over `n_train` in batches."""
+    return cfg.epochs * math.ceil(cfg.n_train / cfg.batch_size)
+
+
 def train_network(arch: Arch, cfg: SyntheticConfig, seed: int,
-                  data: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None) -> TrainResult:
-    """ERM (cross-entropy, Adam) on the training set; evaluates val/test1/test2 after every epoch."""
+                  data: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None,
+                  progress: Progress | None = None) -> TrainResult:
+    """ERM (cross-entropy, Adam) on the training set; evaluates val/test1/test2 after every epoch.
+    `progress` is advanced by one per optimiser step (`steps_per_network` in all)."""
     data = data if data is not None else make_datasets(cfg, seed)
+    name = f"{arch.upper()} seed {seed}" + ("" if cfg.p1 == cfg.p2 == 1.0 else f" p1={cfg.p1:g} p2={cfg.p2:g}")
     torch.manual_seed(seed_hash("synthetic", arch, "init", seed))
     model = build_network(arch, cfg)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
@@ -186,7 +196,9 @@ def train_network(arch: Arch, cfg: SyntheticConfig, seed: int,
     x_tr, y_tr = data["train"]
     result = TrainResult(arch, seed, cfg.p1, cfg.p2)
     start = time.perf_counter()
-    for _ in range(cfg.epochs):
+    for epoch in range(cfg.epochs):
+        if progress is not None:
+            progress.describe(f"{name}, epoch {epoch + 1}/{cfg.epochs}")
         perm = torch.randperm(len(y_tr), generator=shuffle)
         for i in range(0, len(perm), cfg.batch_size):
             idx = perm[i:i + cfg.batch_size]
@@ -194,26 +206,29 @@ def train_network(arch: Arch, cfg: SyntheticConfig, seed: int,
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
+            if progress is not None:
+                progress.update(1)
         result.history.append({s: accuracy(model, *data[s]) for s in SPLITS})
     result.seconds = time.perf_counter() - start
     return result
 
 
 def run_noiseless(cfg: SyntheticConfig, seeds: tuple[int, ...] = (0, 1, 2),
-                  archs: tuple[Arch, ...] = ("mlp", "fcn")) -> list[TrainResult]:
-    """App. B.2.1 / Fig. 4: every architecture on the same seeded data, per seed."""
+                  archs: tuple[Arch, ...] = ("mlp", "fcn"), progress: Progress | None = None) -> list[TrainResult]:
+    """App. B.2.1 / Fig. 4: every architecture on the same seeded data, per seed (`len(seeds) * len(archs)`
+    networks, each advancing `progress` by `steps_per_network`)."""
     cfg = replace(cfg, p1=1.0, p2=1.0)
     out = []
     for seed in seeds:
         data = make_datasets(cfg, seed)
-        out += [train_network(a, cfg, seed, data) for a in archs]
+        out += [train_network(a, cfg, seed, data, progress) for a in archs]
     return out
 
 
 def run_noisy(cfg: SyntheticConfig, grid: tuple[float, ...] = DEFAULT_GRID, seed: int = 0,
-              arch: Arch = "mlp") -> list[TrainResult]:
-    """App. B.2.2 / Fig. 5: one network per (p1, p2) in grid x grid."""
-    return [train_network(arch, replace(cfg, p1=p1, p2=p2), seed) for p1 in grid for p2 in grid]
+              arch: Arch = "mlp", progress: Progress | None = None) -> list[TrainResult]:
+    """App. B.2.2 / Fig. 5: one network per (p1, p2) in grid x grid (`len(grid) ** 2` networks)."""
+    return [train_network(arch, replace(cfg, p1=p1, p2=p2), seed, progress=progress) for p1 in grid for p2 in grid]
 
 
 def _pct(values: list[float]) -> str:

@@ -9,7 +9,7 @@ MLP"), concatenated with the pooled image features and passed to one linear head
 """
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any, Sequence, cast
 
 import torch
 import torch.nn as nn
@@ -35,7 +35,7 @@ class LocationConcatViT(VisionTransformer):
         self.le_dim = le_dim
         self.num_features = self.embed_dim + le_dim
         self.reset_classifier(self.num_classes)
-        self.fresh_prefixes = ("location_encoder.", "location_mlp.")
+        self.fresh_prefixes: tuple[str, ...] = ("location_encoder.", "location_mlp.")
         self._location: torch.Tensor | None = None
 
     def reset_classifier(self, num_classes: int) -> None:
@@ -45,6 +45,16 @@ class LocationConcatViT(VisionTransformer):
         if isinstance(self.head, nn.Linear):
             nn.init.trunc_normal_(self.head.weight, std=0.02)
             nn.init.zeros_(self.head.bias)
+
+    def prune_intermediate_layers(self, indices: int | Sequence[int] = 1, prune_norm: bool = False,
+                                  prune_head: bool = True) -> list[int]:
+        """timm's API; pruning the head also drops the location embedding, which only the head reads."""
+        kept = super().prune_intermediate_layers(indices, prune_norm, prune_head)
+        if prune_head:
+            del self.location_encoder, self.location_mlp
+            self.le_dim, self.fresh_prefixes = 0, ()
+            self.num_features = self.embed_dim
+        return kept
 
     def forward_features(self, x: torch.Tensor, meta: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
         self._location = self.location_mlp(self.location_encoder(meta).to(x.dtype))

@@ -143,6 +143,7 @@ class HybridEmbed(nn.Module):
         if feat[0] % self.patch_size[0] or feat[1] % self.patch_size[1]:
             raise ValueError(f"feature map {feat} is not divisible by patch_size {self.patch_size}")
         self.grid_size = (feat[0] // self.patch_size[0], feat[1] // self.patch_size[1])
+        self.reduction = stride * self.patch_size[0]  # input pixels per token (timm's `feat_ratio`)
         self.num_patches = self.grid_size[0] * self.grid_size[1]
         self.proj = nn.Conv2d(self.backbone.num_features, embed_dim, kernel_size=self.patch_size,
                               stride=self.patch_size)

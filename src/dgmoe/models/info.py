@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 import torch
 import torch.nn as nn
+from torch.overrides import TorchFunctionMode
 
 from dgmoe.data.transforms import IMAGENET_MEAN, IMAGENET_STD
 from dgmoe.moe.config import MoEConfig
@@ -52,10 +53,37 @@ def model_info(model: nn.Module) -> ModelInfo:
     return info
 
 
-def describe_model(name: str, **kwargs: Any) -> ModelInfo:
-    """The `ModelInfo` of `create_model(name, **kwargs)` without building its weights."""
+#: `create_model` arguments about weights and wrappers, not about the architecture a description reads.
+FACTORY_ONLY = ("pretrained", "pretrained_antialias", "checkpoint_path", "features_only", "out_indices")
+
+
+class _SkipRandomInit(TorchFunctionMode):
+    """Random initialisers of meta tensors return at once: there are no values to draw, and torch's meta
+    `normal_` imports torch._dynamo (about 1 s) the first time."""
+
+    SKIPPED = (nn.init.normal_, nn.init.kaiming_normal_, nn.init.trunc_normal_, nn.init.uniform_,
+               nn.init.kaiming_uniform_, nn.init.xavier_uniform_, nn.init.xavier_normal_, torch.Tensor.normal_,
+               torch.Tensor.uniform_)
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if func in self.SKIPPED:
+            target = args[0] if args else kwargs.get("tensor")
+            if isinstance(target, torch.Tensor) and target.is_meta:
+                return target
+        return func(*args, **kwargs)
+
+
+def build_on_meta(name: str, **kwargs: Any) -> nn.Module:
+    """`create_model(name, **kwargs)`'s architecture on the meta device: shapes and structure, no memory,
+    no initialisation cost (weights, `features_only` and the like are ignored)."""
     from dgmoe.models.registry import MODELS
 
-    kwargs = {k: v for k, v in kwargs.items() if v is not None and k not in ("pretrained", "pretrained_antialias")}
-    with torch.device("meta"):
-        return model_info(MODELS.get(name)(**kwargs))
+    kwargs = {k: v for k, v in kwargs.items() if v is not None and k not in FACTORY_ONLY}
+    with torch.device("meta"), _SkipRandomInit():
+        return MODELS.get(name)(**kwargs)
+
+
+def describe_model(name: str, **kwargs: Any) -> ModelInfo:
+    """The `ModelInfo` of `create_model(name, **kwargs)` without building its weights."""
+    return model_info(build_on_meta(name, **kwargs))

@@ -82,6 +82,13 @@ class MoGEVisionTransformer(VisionTransformer):
         with routing_context(r):
             return super().forward_features(x)
 
+    def forward_intermediates(self, x: torch.Tensor, *args: Any, meta: dict[str, torch.Tensor] | None = None,
+                              **kwargs: Any) -> Any:
+        """timm's `forward_intermediates`, the MoGE blocks routed on r = phi(meta) as in `forward_features`."""
+        r = self.context(meta) if self.routing_mode == "routed" else None
+        with routing_context(r):
+            return super().forward_intermediates(x, *args, **kwargs)
+
     def forward(self, x: torch.Tensor, meta: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
         return self.forward_head(self.forward_features(x, meta=meta))
 

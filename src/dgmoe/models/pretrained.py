@@ -11,13 +11,16 @@ must be accounted for. The only tolerated differences are reported in a `LoadRep
   timm >= 0.9 by default, `antialias=False` for timm 0.5-0.6's plain bicubic (`dgmoe.models.resample`).
 Anything else (an unexpected key, a missing key, a shape mismatch) raises `CheckpointMismatchError`
 naming the first offending key.
+
+`load_checkpoint` is timm's `create_model(checkpoint_path=...)`: the file is the model's own state dict
+(e.g. a fine-tuned run's weights) and loads as-is, with no adaptation and the same strict checks and errors.
 """
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Collection
 
 import torch
 import torch.nn as nn
@@ -74,9 +77,23 @@ def missing_checkpoint(source: object) -> CheckpointError:
     return CheckpointError(f"checkpoint file not found: {source}")
 
 
-def load_checkpoint_file(path: str | Path) -> dict[str, torch.Tensor]:
-    """Read a state dict from `.safetensors`, `.pth`/`.pt`/`.bin` (optionally under a 'model' or
-    'state_dict' key) or raise `CheckpointError` naming the file."""
+#: where a `.pth` holds its state dict, first found wins: `pretrained` (DeiT's 'model' first) and, as timm's
+#: `load_checkpoint(use_ema=True)` for `checkpoint_path`, the EMA weights first.
+STATE_KEYS = ("model", "state_dict", "model_ema")
+EMA_FIRST_KEYS = ("state_dict_ema", "model_ema", "state_dict", "model")
+#: wrapper prefixes timm strips from keys (DDP, torch.compile)
+WRAPPER_PREFIXES = ("_orig_mod.", "module.", "_orig_mod.")
+
+
+def _unwrapped(key: str) -> str:
+    for prefix in WRAPPER_PREFIXES:
+        key = key.removeprefix(prefix)
+    return key
+
+
+def load_checkpoint_file(path: str | Path, keys: tuple[str, ...] = STATE_KEYS) -> dict[str, torch.Tensor]:
+    """Read a state dict from `.safetensors`, `.pth`/`.pt`/`.bin` (optionally under one of `keys`), with
+    DDP/torch.compile key prefixes removed as timm does, or raise `CheckpointError` naming the file."""
     path = Path(path)
     if not path.is_file():
         raise missing_checkpoint(path)
@@ -95,13 +112,14 @@ def load_checkpoint_file(path: str | Path) -> dict[str, torch.Tensor]:
         raise
     except Exception as exc:  # corrupt file, pickle with objects, truncated archive...
         raise CheckpointError(f"cannot read checkpoint {path}: {type(exc).__name__}: {exc}") from exc
-    for key in ("model", "state_dict", "model_ema"):
+    for key in keys:
         if isinstance(state, dict) and key in state and isinstance(state[key], dict):
+            log.info(f"{path}: the state dict under {key!r}")
             state = state[key]
             break
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise CheckpointError(f"{path} does not hold a state dict of tensors")
-    return dict(state)
+    return {_unwrapped(k): v for k, v in state.items()}
 
 
 def adapt_state_dict(model: nn.Module, state: dict[str, torch.Tensor], report: LoadReport,
@@ -160,8 +178,8 @@ def resolve_checkpoint(source: str | Path) -> Path:
     try:
         from huggingface_hub import hf_hub_download
     except ImportError as exc:
-        raise CheckpointError(
-            f"{source}: hf-hub checkpoints need the optional extra: pip install 'dgmoe[hub]'") from exc
+        raise CheckpointError(f"{source} is a Hugging Face Hub name and the optional 'hub' extra is not installed; "
+                              f"{OFFLINE_HELP}") from exc
     repo, _, filename = source[len("hf-hub:"):].partition("@")
     parts = repo.split("/")
     if len(parts) > 2:
@@ -169,7 +187,8 @@ def resolve_checkpoint(source: str | Path) -> Path:
     try:
         return Path(hf_hub_download(repo, filename or "model.safetensors"))
     except Exception as exc:
-        raise CheckpointError(f"cannot fetch {source}: {type(exc).__name__}: {exc}") from exc
+        first = (str(exc).strip().splitlines() or [""])[0]
+        raise CheckpointError(f"cannot fetch {source} ({type(exc).__name__}: {first}); {OFFLINE_HELP}") from exc
 
 
 def load_pretrained(model: nn.Module, path: str | Path, strict: bool = True, antialias: bool = True) -> LoadReport:
@@ -187,7 +206,23 @@ def load_pretrained(model: nn.Module, path: str | Path, strict: bool = True, ant
             raise
         raise CheckpointMismatchError(f"{path}: cannot adapt it to {type(model).__name__}: {e}") from e
     own = model.state_dict()
-    for key, tensor in own.items():  # the model's order decides which mismatch is "first"
+    missing = [k for k in own if k not in state]
+    fresh_prefixes = tuple(getattr(model, "fresh_prefixes", ()))
+    allowed = {k for k in missing if ".router." in k or k in report.reinitialized
+               or (fresh_prefixes and k.startswith(fresh_prefixes))}
+    check_fit(path, own, state, tolerated=allowed if strict else set(missing))
+    report.fresh = sorted({k.rsplit(".router.", 1)[0] + ".router" for k in allowed if ".router." in k})
+    # Keys without a checkpoint value keep the model's own (fresh) tensors, so the load itself is strict.
+    model.load_state_dict({**{k: own[k] for k in missing}, **state}, strict=True)
+    log.info(report.summary())
+    return report
+
+
+def check_fit(path: str | Path, own: dict[str, torch.Tensor], state: dict[str, torch.Tensor],
+              tolerated: Collection[str] = ()) -> None:
+    """Raise `CheckpointMismatchError` at the first shape mismatch (in the model's order), unexpected key or
+    missing key that is not `tolerated`."""
+    for key, tensor in own.items():
         if key in state and state[key].shape != tensor.shape:
             raise CheckpointMismatchError(f"{path}: shape mismatch at {key!r}: checkpoint "
                                           f"{tuple(state[key].shape)} vs model {tuple(tensor.shape)}")
@@ -195,16 +230,23 @@ def load_pretrained(model: nn.Module, path: str | Path, strict: bool = True, ant
     if unexpected:
         raise CheckpointMismatchError(f"{path}: unexpected key {unexpected[0]!r} (not in the model; "
                                       f"{len(unexpected)} unexpected keys)")
-    missing = [k for k in own if k not in state]
-    fresh_prefixes = tuple(getattr(model, "fresh_prefixes", ()))
-    allowed = {k for k in missing if ".router." in k or k in report.reinitialized
-               or (fresh_prefixes and k.startswith(fresh_prefixes))}
-    unexplained = [k for k in missing if k not in allowed]
-    if unexplained and strict:
+    unexplained = [k for k in own if k not in state and k not in tolerated]
+    if unexplained:
         raise CheckpointMismatchError(f"{path}: missing key {unexplained[0]!r} "
                                       f"({len(unexplained)} model keys have no value in the checkpoint)")
-    report.fresh = sorted({k.rsplit(".router.", 1)[0] + ".router" for k in allowed if ".router." in k})
-    # Keys without a checkpoint value keep the model's own (fresh) tensors, so the load itself is strict.
-    model.load_state_dict({**{k: own[k] for k in missing}, **state}, strict=True)
+
+
+def load_checkpoint(model: nn.Module, path: str | Path) -> LoadReport:
+    """timm's `create_model(checkpoint_path=path)`: the file's state dict loaded into `model` as-is and
+    strictly (every key, every shape; EMA weights first when the file holds them, as timm's
+    `load_checkpoint`). Unlike `load_pretrained`, nothing is adapted: no experts from a dense FFN, no new
+    head, no resampled embeddings. A local file only."""
+    if str(path).startswith("hf-hub:"):
+        raise CheckpointError(f"checkpoint_path must be a local file, got {str(path)!r}; for hub weights: "
+                              f"{OFFLINE_HELP}")
+    state = load_checkpoint_file(path, EMA_FIRST_KEYS)
+    check_fit(path, model.state_dict(), state)
+    model.load_state_dict(state, strict=True)
+    report = LoadReport(str(path))
     log.info(report.summary())
     return report

@@ -7,11 +7,12 @@ at the top (linear 0 -> drop_path_rate, as timm) and passed down as floats.
 from __future__ import annotations
 
 import contextvars
-from typing import Callable, Literal
+from typing import Callable, Literal, Sequence
 
 import torch
 import torch.nn as nn
 
+from dgmoe.errors import UsageError
 from dgmoe.models.layers import Block, Dropout, PatchEmbed
 from dgmoe.models.resample import resize_pos_embed  # noqa: F401  (re-exported: its former home)
 from dgmoe.moe.layer import no_aux_record
@@ -35,6 +36,29 @@ def recomputable(block: nn.Module):
                 return block(x)
         return context.run(quiet)
     return run
+
+
+def take_indices(num_levels: int, indices: int | Sequence[int] | None, what: str = "out_indices") -> list[int]:
+    """timm's `feature_take_indices`: None = every level, an int n = the last n levels, a sequence = those
+    levels (negative ones count from the end); returned sorted and without repeats (network order, the order
+    the features come out in). Anything else is a one-line `UsageError` naming `what`."""
+    if indices is None:
+        indices = num_levels
+    if isinstance(indices, bool) or not isinstance(indices, (int, Sequence)) or isinstance(indices, str):
+        raise UsageError(f"{what} must be an int n (the last n feature levels) or a sequence of level indices, "
+                         f"got {indices!r}")
+    if isinstance(indices, int):
+        if not 0 < indices <= num_levels:
+            raise UsageError(f"{what}={indices} asks for the last {indices} of {num_levels} feature levels; "
+                             f"use 1..{num_levels}")
+        return list(range(num_levels - indices, num_levels))
+    if not indices or not all(isinstance(i, int) and not isinstance(i, bool) for i in indices):
+        raise UsageError(f"{what} must hold level indices (ints), got {indices!r}")
+    bad = [i for i in indices if not -num_levels <= i < num_levels]
+    if bad:
+        raise UsageError(f"{what}={tuple(indices)!r}: {bad[0]} is out of range for {num_levels} feature levels; "
+                         f"use 0..{num_levels - 1} (or -{num_levels}..-1 from the end)")
+    return sorted({i % num_levels for i in indices})
 
 
 class VisionTransformer(nn.Module):
@@ -77,8 +101,8 @@ class VisionTransformer(nn.Module):
             Block(embed_dim, num_heads, mlp_ratio, qkv_bias, drop_rate, attn_drop_rate, dpr[i], mlp=mlps(i))
             for i in range(depth)
         ])
-        self.norm = nn.LayerNorm(embed_dim, eps=1e-6)
-        self.fc_norm = nn.Identity()
+        self.norm: nn.Module = nn.LayerNorm(embed_dim, eps=1e-6)
+        self.fc_norm: nn.Module = nn.Identity()
         self.head_drop = Dropout(drop_rate)
         self.head = nn.Linear(embed_dim, num_classes) if num_classes > 0 else nn.Identity()
         self.grad_checkpointing = False
@@ -116,14 +140,53 @@ class VisionTransformer(nn.Module):
         x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
         return self.pos_drop(x + self.pos_embed)
 
+    def run_block(self, block: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        if self.grad_checkpointing and torch.is_grad_enabled():
+            return torch.utils.checkpoint.checkpoint(recomputable(block), x, use_reentrant=False)
+        return block(x)
+
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         x = self.embed(x)
-        if self.grad_checkpointing and torch.is_grad_enabled():
-            for block in self.blocks:
-                x = torch.utils.checkpoint.checkpoint(recomputable(block), x, use_reentrant=False)
-        else:
-            x = self.blocks(x)
+        for block in self.blocks:
+            x = self.run_block(block, x)
         return self.norm(x)
+
+    def forward_intermediates(self, x: torch.Tensor, indices: int | Sequence[int] | None = None, norm: bool = False,
+                              stop_early: bool = False, output_fmt: Literal["NCHW", "NLC"] = "NCHW",
+                              intermediates_only: bool = False
+                              ) -> list[torch.Tensor] | tuple[torch.Tensor, list[torch.Tensor]]:
+        """timm's API: the outputs of blocks `indices` (None: all, int n: the last n), prefix tokens dropped,
+        as `[B, C, H, W]` maps at the patch grid (`output_fmt='NCHW'`) or `[B, N, C]` tokens ('NLC'); with
+        `norm`, each through the final norm. Returns them alone (`intermediates_only`) or after the final
+        normalised tokens, `(tokens, intermediates)`."""
+        if output_fmt not in ("NCHW", "NLC"):
+            raise ValueError(f"output_fmt must be 'NCHW' or 'NLC', got {output_fmt!r}")
+        take = take_indices(len(self.blocks), indices, "indices")
+        x = self.embed(x)
+        intermediates = []
+        blocks = list(self.blocks)
+        for i, block in enumerate(blocks[:take[-1] + 1] if stop_early else blocks):
+            x = self.run_block(block, x)
+            if i in take:
+                intermediates.append(self.norm(x) if norm else x)
+        intermediates = [y[:, self.num_prefix_tokens:] for y in intermediates]
+        if output_fmt == "NCHW":
+            h, w = getattr(self.patch_embed, "grid_size")
+            intermediates = [y.reshape(y.shape[0], h, w, -1).permute(0, 3, 1, 2).contiguous() for y in intermediates]
+        return intermediates if intermediates_only else (self.norm(x), intermediates)
+
+    def prune_intermediate_layers(self, indices: int | Sequence[int] = 1, prune_norm: bool = False,
+                                  prune_head: bool = True) -> list[int]:
+        """timm's API: drop the blocks after the last of `indices` and, optionally, the final norm and the
+        head; returns the kept indices (absolute)."""
+        take = take_indices(len(self.blocks), indices)
+        self.blocks = nn.Sequential(*list(self.blocks)[:take[-1] + 1])
+        if prune_norm:
+            self.norm = nn.Identity()
+        if prune_head:
+            self.fc_norm = nn.Identity()
+            self.reset_classifier(0)
+        return take
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
         x = x[:, self.num_prefix_tokens:].mean(dim=1) if self.global_pool == "avg" else x[:, 0]

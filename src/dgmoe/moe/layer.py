@@ -111,7 +111,11 @@ class MoEMlp(nn.Module):
         self.mode: RoutingMode = "routed"
         self.forced_expert: int | None = None
         self._records: list[ForwardRecord] = []
-        self._dispatch = uncompiled_dispatch(config.dispatch)
+        # On the meta device (a description that never runs: `describe_model`, `dgmoe models`) the wrapper waits
+        # for a first forward, so that describing a model does not import torch._dynamo (about 1 s).
+        self._dispatch: Callable | None = None
+        if not self.experts.fc1_weight.is_meta:
+            self._dispatch = uncompiled_dispatch(config.dispatch)
         self._routing_sink = None  # set by dgmoe.moe.record.record_routing
 
     @property
@@ -182,6 +186,8 @@ class MoEMlp(nn.Module):
         if cfg.routing == "image":  # every token of an image goes to the image's experts
             per_image = tokens.shape[0] // x.shape[0]
             idx, gates = idx.repeat_interleave(per_image, 0), gates.repeat_interleave(per_image, 0)
+        if self._dispatch is None:
+            self._dispatch = uncompiled_dispatch(self.config.dispatch)
         out = self._dispatch(tokens, idx, gates, self.experts, keep).reshape(x.shape)
         if self.training and self.mode == "routed" and _RECORDING.get():
             self._records.append(self._record(x, routing, shared))

@@ -1,0 +1,98 @@
+"""`create_model`: timm's factory for dgmoe's registered models, with timm users' habits answered.
+
+What timm does that dgmoe does too: `None` arguments mean the model's default, `checkpoint_path=FILE` loads
+the model's own weights after construction, `features_only=True` (+ `out_indices`) returns a feature
+extractor (`dgmoe.models.features`). What dgmoe does not do, in one line each: download weights
+(`pretrained=True`, `pretrained='hf-hub:...'` without the optional 'hub' extra, a hub name or a
+`name.tag` as the model name).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch.nn as nn
+
+from dgmoe.errors import UsageError
+from dgmoe.models.registry import MODELS
+from dgmoe.registry import UnknownNameError
+
+HUB_PREFIXES = ("hf-hub:", "hf_hub:")
+
+
+def check_model_name(name: str) -> None:
+    """A one-line error for a timm model name that picks downloadable weights: a hub name
+    ('hf-hub:timm/vit_small_patch16_224.augreg_in21k', 'timm/...') or a pretrained tag ('resnet50.a1_in1k')."""
+    from dgmoe.models.pretrained import OFFLINE_HELP
+
+    if not isinstance(name, str) or name in MODELS:
+        return
+    bare = name
+    hub = bare.startswith(HUB_PREFIXES)
+    if hub:
+        bare = bare.split(":", 1)[1]
+    hub = hub or bare.startswith("timm/")
+    bare = bare.split("/", 1)[1] if hub and "/" in bare else bare
+    arch, dot, tag = bare.partition(".")
+    use = f"create_model({arch!r}, pretrained=PATH)" if arch in MODELS else "a registered name (see `dgmoe models`)"
+    if hub:
+        raise UnknownNameError(f"model {name!r} is a Hugging Face Hub name; dgmoe builds registered models only: use "
+                               f"{use}. {OFFLINE_HELP}")
+    if dot and arch in MODELS:
+        raise UnknownNameError(f"model {name!r}: '.{tag}' is a timm pretrained tag (it picks the weights timm "
+                               f"downloads); dgmoe builds {arch!r} and loads weights from a local file: use {use}. "
+                               f"{OFFLINE_HELP}")
+
+
+def create_model(name: str, num_classes: int | None = None, img_size: int | None = None,
+                 pretrained: str | Path | None = None, pretrained_antialias: bool = True,
+                 checkpoint_path: str | Path | None = None, features_only: bool = False,
+                 out_indices: int | Sequence[int] | None = None, **overrides: Any) -> nn.Module:
+    """Build a registered model; `None` values mean "the model's default" (as timm's factory).
+
+    `pretrained` is a local checkpoint path (timm/DeiT names, `.safetensors` or `.pth`) adapted to the
+    model: dense FFN weights are copied into every expert of the MoE blocks, a head with another class count
+    is re-initialised, position/patch embeddings are resampled to the model's grid and patch size
+    (`pretrained_antialias`: as timm >= 0.9, or False as timm 0.5-0.6), and the load report is logged.
+
+    `checkpoint_path` is timm's: a file holding this very model's state dict (a fine-tuned checkpoint with
+    the same head, a dgmoe run's `best.safetensors`), loaded as-is after construction and strictly (EMA
+    weights first, as timm); nothing is adapted, so any difference is an error naming the first key. It
+    replaces `pretrained` (both at once is an error). With `features_only`, it is the full model's
+    state dict, loaded before the head is dropped (timm loads it into the feature wrapper instead).
+
+    `features_only=True` returns a feature extractor whose forward gives a list of `[B, C, H, W]` maps and
+    whose `feature_info` describes them, as timm (`dgmoe.models.features`); `out_indices` picks the levels.
+    """
+    from dgmoe.models.features import features_model
+    from dgmoe.models.pretrained import (
+        CheckpointError,
+        CheckpointMismatchError,
+        load_checkpoint,
+        load_pretrained,
+        missing_checkpoint,
+    )
+
+    check_model_name(name)
+    if pretrained is True or pretrained == "True":
+        raise missing_checkpoint(pretrained)
+    if checkpoint_path is not None and not isinstance(checkpoint_path, (str, Path)):
+        raise CheckpointError(f"checkpoint_path must be a path to a local weights file, got {checkpoint_path!r}")
+    if pretrained and checkpoint_path:
+        raise CheckpointError("pass pretrained= or checkpoint_path=, not both: checkpoint_path loads every weight "
+                              "as-is, so the pretrained ones would be overwritten")
+    if out_indices is not None and not features_only:
+        raise UsageError(f"out_indices={out_indices!r} needs features_only=True (it picks the feature levels "
+                               "a feature extractor returns)")
+    kwargs = {k: v for k, v in dict(overrides, num_classes=num_classes, img_size=img_size).items() if v is not None}
+    model = MODELS.get(name)(**kwargs)
+    if pretrained:
+        setattr(model, "load_report", load_pretrained(model, pretrained, antialias=pretrained_antialias))
+    if checkpoint_path:
+        try:
+            setattr(model, "load_report", load_checkpoint(model, checkpoint_path))
+        except (CheckpointError, CheckpointMismatchError) as e:  # the same errors as pretrained=, argument named
+            raise type(e)(f"checkpoint_path: {e}") from None
+    if features_only:
+        model = features_model(model, out_indices, name)
+    return model

@@ -1,0 +1,54 @@
+"""`dgmoe models`: every registered model with its parameter count and a description (family, sparse layout,
+paper), read from meta-device builds (no weights)."""
+import pytest
+
+from dgmoe.models import MODELS, count_parameters, create_model
+from dgmoe.models.catalogue import compact_layout, family_of, summarize_model
+from dgmoe.models.info import build_on_meta
+
+
+@pytest.mark.parametrize("layout,expected", [
+    ("F" * 8 + "SFSF", "[F]x8,[S,F]x2"), ("SF" * 6, "[S,F]x6"), ("S" * 12, "[S]x12"), ("FFS", "[F]x2,S"),
+    ("SFFS", "S,[F]x2,S"),
+])
+def test_layouts_are_written_in_the_papers_notation(layout, expected):
+    assert compact_layout(tuple(layout)) == expected
+
+
+@pytest.mark.parametrize("name", ["vit_micro_patch7_28", "gmoe_micro_patch7_28", "resnet50"])
+def test_meta_counts_equal_the_built_models(name):
+    assert all(p.is_meta for p in build_on_meta(name).parameters())
+    assert summarize_model(name).num_params == count_parameters(create_model(name))
+
+
+def test_descriptions_name_family_layout_routing_and_paper():
+    assert summarize_model("gmoe_small_patch16_224").description == (
+        "GMoE: 12 blocks, width 384, MoE in last-two blocks (8, 10 of 12), 6 experts top-2 cosine; "
+        "Li et al., ICLR 2023")
+    assert summarize_model("sfmoe_small_patch16_224").structure.endswith(
+        "blocks [S,F]x6 (S: MoE), 6 experts top-2 linear")
+    assert "6 experts top-3 cosine routed per image on location + a shared expert" in \
+        summarize_model("moge_tiny_patch16_224").structure
+    assert summarize_model("resnet101").description == "ResNet-101: bottleneck stages 3-4-23-3; He et al., CVPR 2016"
+    assert summarize_model("vit_tiny_patch16_224").structure == "12 blocks, width 192, dense"
+    assert summarize_model("vit_small_patch16_224").num_params == 22_050_664  # timm's vit_small_patch16_224
+
+
+def test_every_registered_model_has_a_family_and_paper():
+    unknown = [name for name in MODELS.names() if family_of(name)[0] == "?"]
+    assert not unknown
+
+
+def test_cli_lists_every_model_with_counts_and_descriptions(cli):
+    result = cli("models")
+    assert result.exit_code == 0
+    lines = result.output.strip().splitlines()
+    assert lines[0].split() == ["model", "params", "input", "description"] and len(lines) == 1 + len(MODELS)
+    gmoe = next(line for line in lines if line.startswith("gmoe_micro_patch7_28 "))
+    assert "1.58M" in gmoe and "28 px" in gmoe and "MoE in last-two blocks (2, 4 of 6)" in gmoe
+
+
+def test_cli_pattern_and_bare_names(cli):
+    assert cli("models", "resnet*", "--names").output.split() == ["resnet101", "resnet50"]
+    result = cli("models", "nothing*")
+    assert result.exit_code == 0 and "no registered model matches 'nothing*'" in result.output
