@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import Literal, cast
 
 import click
 
@@ -42,7 +43,8 @@ def command(out_dir: Path, seeds: str, epochs: int, n_train: int, fcn_pool: str,
     seed_list = tuple(int(s) for s in _floats(seeds))
     named_grids: dict[str, tuple[float, ...]] = {"default": syn.DEFAULT_GRID, "full": syn.FULL_GRID, "none": ()}
     grid_values = named_grids[grid] if grid in named_grids else _floats(grid)
-    cfg = replace(syn.SyntheticConfig(), epochs=epochs, n_train=n_train, fcn_pool=fcn_pool)
+    cfg = replace(syn.SyntheticConfig(), epochs=epochs, n_train=n_train,
+                  fcn_pool=cast(Literal["max", "mean"], fcn_pool))  # click.Choice checked it
     out_dir.mkdir(parents=True, exist_ok=True)
 
     networks = 2 * len(seed_list) + len(grid_values) ** 2

@@ -27,7 +27,7 @@ def vit_info(name: str, model: VisionTransformer, config: MoEConfig | None, layo
              in_chans: int) -> ModelInfo:
     return ModelInfo(architecture=name, family="vit", input_size=(in_chans, *model.patch_embed.img_size),
                      num_features=model.num_features, sparse=config if "S" in layout else None,
-                     sparse_blocks=sparse_blocks(layout), uses_metadata=model.uses_metadata,
+                     sparse_blocks=sparse_blocks(tuple(layout)), uses_metadata=model.uses_metadata,
                      hparam_kwargs=dict(VIT_HPARAMS))
 
 
@@ -59,7 +59,7 @@ def build_vit(name: str, arch: dict[str, Any], layout: str | Sequence[int] | Non
         from dgmoe.models.moge import MoGEVisionTransformer, location_encoder_for
 
         encoder = location_encoder_for({k: kwargs.pop(k) for k in LOCATION_FIELDS if k in kwargs})
-        context_dim, cls, kwargs["location_encoder"] = encoder.out_dim, MoGEVisionTransformer, encoder
+        context_dim, cls, kwargs["location_encoder"] = getattr(encoder, "out_dim"), MoGEVisionTransformer, encoder
 
     def block_mlp(i: int) -> MoEMlp | None:
         return MoEMlp(dim, hidden, config, context_dim) if block_layout[i] == "S" else None

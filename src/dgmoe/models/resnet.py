@@ -48,6 +48,8 @@ class Bottleneck(nn.Module):
 
 class ResNet(nn.Module):
     uses_metadata = False
+    info: ModelInfo  # set by the builder
+    load_report: Any  # the re-initialised keys, when a checkpoint was loaded
 
     def __init__(self, layers: tuple[int, int, int, int], num_classes: int = 1000, in_chans: int = 3,
                  drop_rate: float = 0.0, freeze_bn: bool = False):
@@ -127,7 +129,7 @@ def load_resnet_checkpoint(model: ResNet, path: str | Path) -> list[str]:
 
     state = load_checkpoint_file(path)
     own = model.state_dict()
-    reinitialized = []
+    reinitialized: list[str] = []
     for key in ("fc.weight", "fc.bias"):
         if key in state and key in own and state[key].shape != own[key].shape:
             state.pop(key)

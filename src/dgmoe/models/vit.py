@@ -7,7 +7,7 @@ at the top (linear 0 -> drop_path_rate, as timm) and passed down as floats.
 from __future__ import annotations
 
 import contextvars
-from typing import Callable, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence
 
 import torch
 import torch.nn as nn
@@ -16,6 +16,9 @@ from dgmoe.errors import UsageError
 from dgmoe.models.layers import Block, Dropout, PatchEmbed
 from dgmoe.models.resample import resize_pos_embed  # noqa: F401  (re-exported: its former home)
 from dgmoe.moe.layer import no_aux_record
+
+if TYPE_CHECKING:
+    from dgmoe.models.info import ModelInfo
 
 MlpFactory = Callable[[int], "nn.Module | None"]
 
@@ -76,6 +79,9 @@ class VisionTransformer(nn.Module):
     """
 
     uses_metadata = False
+    patch_embed: Any  # a PatchEmbed, or a hybrid's ResNet-stem embedding with the same attributes
+    info: ModelInfo  # set by the builder (dgmoe.models.builder)
+    load_report: Any  # set when pretrained weights are loaded
 
     def __init__(self, img_size: int = 224, patch_size: int = 16, in_chans: int = 3, num_classes: int = 1000,
                  embed_dim: int = 768, depth: int = 12, num_heads: int = 12, mlp_ratio: float = 4.0,
@@ -117,8 +123,9 @@ class VisionTransformer(nn.Module):
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
         for module in self.modules():
-            if module is not self and hasattr(module, "reset_parameters_like_timm"):
-                module.reset_parameters_like_timm()
+            reset = getattr(module, "reset_parameters_like_timm", None)
+            if module is not self and callable(reset):
+                reset()
 
     # ----- timm API ----------------------------------------------------------------------------
     @torch.jit.ignore
