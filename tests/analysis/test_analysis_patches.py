@@ -9,7 +9,6 @@ from dgmoe.analysis.patches import (
     boxes_background_mask,
     expert_counts,
     nearest_patches,
-    normalize_rows,
     part_expert_histogram,
     patch_centers,
     sum_by_group,
@@ -90,11 +89,6 @@ def test_histogram_validates_inputs():
         part_expert_histogram(EMAP, torch.zeros(1, 1, 2), torch.ones(1, 1, dtype=torch.bool), num_experts=4)
     with pytest.raises(ValueError, match="gh, gw"):
         part_expert_histogram(EMAP[0], torch.zeros(1, 1, 2), torch.ones(1, 1, dtype=torch.bool), num_experts=6)
-
-
-def test_normalize_rows_keeps_zero_rows():
-    m = normalize_rows(torch.tensor([[1, 3], [0, 0]]))
-    assert m.tolist() == [[0.25, 0.75], [0.0, 0.0]]
 
 
 def test_attribute_matrix_is_cumulative_outer_product():

@@ -13,7 +13,6 @@ from dgmoe.bench.timing import (
     Spread,
     check_rounds,
     interleaved_times,
-    paired_ratios,
     run_in_fresh_process,
     size_warning,
     summarize_repeats,
@@ -22,11 +21,6 @@ from dgmoe.bench.timing import (
 from dgmoe.cli import main
 from dgmoe.moe import MoEConfig, MoEMlp
 from dgmoe.moe.dispatch import capacity_keep_mask, expert_capacity, padded_dispatch, sorted_dispatch
-
-
-def test_paired_ratios_divide_within_a_round_then_take_the_median():
-    times = {"ref": [1.0, 2.0, 4.0], "a": [1.1, 2.4, 4.0]}
-    assert paired_ratios(times, "ref") == {"ref": 1.0, "a": pytest.approx(1.1)}
 
 
 def test_summarize_repeats_reports_median_min_max():

@@ -91,12 +91,6 @@ def part_expert_histogram(expert_maps: torch.Tensor, parts_xy: torch.Tensor, par
     return hist
 
 
-def normalize_rows(matrix: torch.Tensor) -> torch.Tensor:
-    """Each row as a distribution over experts (all-zero rows stay zero)."""
-    m = matrix.double()
-    return m / m.sum(-1, keepdim=True).clamp_min(1e-12)
-
-
 def expert_counts(expert_maps: torch.Tensor, num_experts: int) -> torch.Tensor:
     """`[B, E]`: how many patches of each image went to each expert (top-1)."""
     flat = expert_maps.reshape(expert_maps.shape[0], -1).long()

@@ -120,12 +120,6 @@ def round_ratios(times: Mapping[str, Sequence[float]], reference: str) -> dict[s
     return {name: [t / r for t, r in zip(ts, ref)] for name, ts in times.items()}
 
 
-def paired_ratios(times: dict[str, list[float]], reference: str) -> dict[str, float]:
-    """Median over rounds of each candidate's time divided by the reference's time in the same round.
-    The machine drifts over minutes; a ratio taken within one round cancels most of the drift."""
-    return {name: statistics.median(r) for name, r in round_ratios(times, reference).items()}
-
-
 def timing_warnings(label: str, ratios: Sequence[float], seconds: Sequence[float] = (),
                     reference_seconds: Sequence[float] = ()) -> list[str]:
     """Why the ratio of `label` (its per-round `ratios`; its and the reference's per-round `seconds`) should

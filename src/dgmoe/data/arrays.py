@@ -52,10 +52,6 @@ class ArrayDomain(Dataset):
     def __len__(self) -> int:
         return int(self.labels.shape[0])
 
-    @property
-    def image_shape(self) -> tuple[int, int, int]:
-        return tuple(self.images.shape[1:])  # type: ignore[return-value]
-
     def __getitem__(self, index: int):
         x = torch.from_numpy(np.array(self.images[index], copy=True))
         y = int(self.labels[index])

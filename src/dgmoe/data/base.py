@@ -46,13 +46,6 @@ class Batch:
         return Batch(self.x[:n], self.y[:n], meta)
 
 
-def batch_from_items(items: Sequence) -> Batch:
-    """Build a `Batch` from a collated `(x, y)` or `(x, y, meta)` tuple."""
-    if len(items) == 2:
-        return Batch(items[0], items[1])
-    return Batch(items[0], items[1], dict(items[2]))
-
-
 @dataclass
 class MultiDomainDataset:
     """A dataset made of several domains that share one label space.

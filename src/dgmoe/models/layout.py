@@ -83,10 +83,6 @@ def _parse_group(spec: str, start: int, end: int) -> list[str]:
     return out
 
 
-def format_layout(layout: Layout) -> str:
-    return ",".join(layout)
-
-
 def resolve_layout(placement: str | Sequence[int] | None, depth: int) -> Layout:
     """Turn a placement (named, layout string or index list) into one letter per block."""
     if placement is None or placement == "none":

@@ -28,14 +28,6 @@ class Experts(nn.Module):
         nn.init.zeros_(self.fc1_bias)
         nn.init.zeros_(self.fc2_bias)
 
-    @torch.no_grad()
-    def copy_from_dense(self, fc1: nn.Linear, fc2: nn.Linear) -> None:
-        """Initialise every expert from a dense FFN (GMoE App. C.2)."""
-        self.fc1_weight.copy_(fc1.weight.unsqueeze(0).expand_as(self.fc1_weight))
-        self.fc1_bias.copy_(fc1.bias.unsqueeze(0).expand_as(self.fc1_bias))
-        self.fc2_weight.copy_(fc2.weight.unsqueeze(0).expand_as(self.fc2_weight))
-        self.fc2_bias.copy_(fc2.bias.unsqueeze(0).expand_as(self.fc2_bias))
-
     def expert(self, e: int, x: torch.Tensor) -> torch.Tensor:
         h = self.drop(F.gelu(F.linear(x, self.fc1_weight[e], self.fc1_bias[e])))
         return F.linear(h, self.fc2_weight[e], self.fc2_bias[e])
