@@ -72,3 +72,12 @@ def test_none_prints_nothing():
     progress.update(5)
     progress.write("hello")
     assert said == []
+
+
+def test_default_line_spells_the_unit_in_the_plural():
+    from dgmoe.engine.progress import Progress
+
+    said: list[str] = []
+    Progress(4, mode="lines", unit="process", desc="bench", write=said.append, clock=lambda: 0.0).update()
+    Progress(4, mode="lines", unit="round", write=said.append, clock=lambda: 0.0).update()
+    assert said[0].startswith("bench: 1/4 processes (25%)") and said[1].startswith("1/4 rounds (25%)")

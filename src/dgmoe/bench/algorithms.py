@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dgmoe.bench.timing import MIN_ROUNDS, MIN_WARMUP, Spread, timing_warnings
+from dgmoe.engine.progress import Progress
 
 WARMUP_OFF = {"irm_penalty_anneal_iters": 0, "vrex_penalty_anneal_iters": 0, "penalty_anneal_iters": 0,
               "rdm_penalty_anneal_iters": 0, "sma_start_iter": 0}
@@ -190,6 +191,7 @@ def benchmark_algorithms(config: BenchmarkConfig) -> list[AlgorithmCost]:
                                    "its traceback is printed above") from None
         names = list(config.algorithms)
         times: dict[str, list[float]] = {n: [] for n in names}
+        progress = Progress(config.warmup + config.steps, unit="round", desc="algorithms bench")
         for round_ in range(config.warmup + config.steps):
             shift = round_ % len(names)
             for name in names[shift:] + names[:shift]:
@@ -198,6 +200,8 @@ def benchmark_algorithms(config: BenchmarkConfig) -> list[AlgorithmCost]:
                 t = conn.recv()
                 if round_ >= config.warmup:
                     times[name].append(t)
+            progress.update()
+        progress.close()
         results = []
         for name in names:
             conn = workers[name][1]

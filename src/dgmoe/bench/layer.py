@@ -38,6 +38,7 @@ from dgmoe.bench.timing import (
     timing_warnings,
     tune_malloc,
 )
+from dgmoe.engine.progress import Progress
 from dgmoe.models.layers import Mlp
 from dgmoe.moe import MoEConfig, MoEMlp
 from dgmoe.moe import dispatch as dispatch_module
@@ -149,9 +150,12 @@ def bench_moe_layer_repeated(cfg: LayerBenchConfig, repeats: int,
     ratios over all processes, and the min and max over `repeats` fresh processes (run repeat-major, so slow
     drifts of the machine spread over all candidates). Warnings: see the module docstring."""
     runs: dict[str, list[dict]] = {c: [] for c in candidates}
-    for _ in range(repeats):
-        for c in candidates:
-            runs[c].append(run_in_fresh_process("dgmoe.bench.layer", {"cfg": asdict(cfg), "candidate": c}))
+    with Progress(repeats * len(candidates), unit="process", desc="bench layer") as progress:
+        for _ in range(repeats):
+            for c in candidates:
+                progress.describe(f"bench layer: {c}")
+                runs[c].append(run_in_fresh_process("dgmoe.bench.layer", {"cfg": asdict(cfg), "candidate": c}))
+                progress.update()
     limit_seconds = statistics.median(r[LIMIT]["seconds"] for rs in runs.values() for r in rs)
     rows = [{"path": LIMIT, "seconds": limit_seconds, "ratio to limit": 1.0, "IQR over rounds": "1.000-1.000",
              "min": 1.0, "max": 1.0}]

@@ -32,6 +32,7 @@ from dgmoe.bench.timing import (
     timing_warnings,
     tune_malloc,
 )
+from dgmoe.engine.progress import Progress
 from dgmoe.models import count_parameters, create_model
 
 DEFAULT_MODELS = ("vit_small_patch16_224", "gmoe_small_patch16_224", "sfmoe_small_patch16_224",
@@ -163,10 +164,18 @@ def bench_models(cfg: ModelBenchConfig, repeats: int = 1) -> tuple[list[dict], l
     """(table rows, warnings). Rows: parameters, FLOPs, train/inference seconds and ratios to the first model
     (median over `repeats` fresh processes) each with the IQR of its per-round ratios, the min and max of the
     compute-floor ratio over processes, and peak memory (measured once: deterministic, no spread)."""
-    runs = [run_in_fresh_process("dgmoe.bench.models", {"task": "time", "cfg": asdict(cfg)}) for _ in range(repeats)]
+    with Progress(repeats + len(cfg.models), unit="process", desc="bench models: timing") as progress:
+        runs = []
+        for _ in range(repeats):
+            runs.append(run_in_fresh_process("dgmoe.bench.models", {"task": "time", "cfg": asdict(cfg)}))
+            progress.update()
+        memory = {}
+        for n in cfg.models:
+            progress.describe(f"bench models: memory of {n}")
+            memory[n] = peak_memory_gb(n, cfg)
+            progress.update()
     ref = cfg.models[0]
     counts = {n: training_flops(n, cfg) for n in cfg.models}
-    memory = {n: peak_memory_gb(n, cfg) for n in cfg.models}
     summary = {key: summarize_repeats(runs, key) for key in ("train", "infer", "train_ratio", "infer_ratio")}
     warnings = size_warning(f"a train step of {ref} (batch {cfg.batch_size} at {cfg.img_size} px)",
                             3 * counts[ref][1] * cfg.batch_size)
@@ -197,13 +206,19 @@ def bench_models(cfg: ModelBenchConfig, repeats: int = 1) -> tuple[list[dict], l
 def bench_memory(cfg: ModelBenchConfig, batch_sizes: tuple[int, ...]) -> list[dict]:
     """Peak training memory of every model at every batch size, as GB and as a ratio to the first model."""
     rows = []
+    progress = Progress(len(batch_sizes) * len(cfg.models), unit="process", desc="bench memory")
     for batch in batch_sizes:
         at = ModelBenchConfig(**{**asdict(cfg), "batch_size": batch})
-        memory = {n: peak_memory_gb(n, at) for n in cfg.models}
+        memory = {}
+        for n in cfg.models:
+            progress.describe(f"bench memory: {n} at batch {batch}")
+            memory[n] = peak_memory_gb(n, at)
+            progress.update()
         ref = memory[cfg.models[0]]["total"]
         rows += [{"batch": batch, "model": n, "peak mem (GB)": m["total"],
                   "of which weights+grads+optimiser": m["states"], "mem vs ref": m["total"] / ref}
                  for n, m in memory.items()]
+    progress.close()
     return rows
 
 

@@ -79,7 +79,8 @@ class Progress:
         pct = 100 * self.done / self.total if self.total else 100.0
         left = self.seconds_left()
         eta = duration(left) if left == left else "?"
-        return (f"{self.desc + ': ' if self.desc else ''}{self.done}/{self.total} {self.unit}s ({pct:.0f}%), "
+        units = self.unit + ("es" if self.unit.endswith("s") else "s")
+        return (f"{self.desc + ': ' if self.desc else ''}{self.done}/{self.total} {units} ({pct:.0f}%), "
                 f"{duration(self.clock() - self.started)} elapsed, eta {eta}")
 
     def update(self, n: int = 1, line: Callable[[], str] | None = None, **postfix: Any) -> None:
