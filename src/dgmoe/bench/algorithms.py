@@ -85,13 +85,14 @@ def _warm_up(config: BenchmarkConfig, name: str, batches: list) -> None:
     from dgmoe.data.base import Batch
     from dgmoe.engine.hparams import default_hparams
     from dgmoe.models import create_model
+    from dgmoe.models.info import model_info
 
     small = dict(config.model_overrides)
     if config.backbone.startswith(("vit", "deit", "gmoe", "sfmoe")):  # same depth and layout, 16 wide
         small.update(embed_dim=16, num_heads=2)
     network = create_model(config.backbone, num_classes=config.num_classes, img_size=config.img_size,
                            patch_size=config.patch_size, **small)
-    hp = default_hparams(name, "PACS", config.backbone.split("_")[0])
+    hp = default_hparams(name, "PACS", model_info(network))
     hp.update({k: v for k, v in WARMUP_OFF.items() if k in hp})
     algorithm = get_algorithm(name)(network, config.num_classes, config.domains, hp).to(batches[0].x.device)
     algorithm.update([Batch(b.x[:2], b.y[:2]) for b in batches], 0)
@@ -119,6 +120,7 @@ def _worker(conn, config: BenchmarkConfig, name: str) -> None:
     from dgmoe.data.base import Batch
     from dgmoe.engine.hparams import default_hparams
     from dgmoe.models import create_model
+    from dgmoe.models.info import model_info
 
     torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
@@ -135,8 +137,7 @@ def _worker(conn, config: BenchmarkConfig, name: str) -> None:
         baseline = torch.cuda.memory_allocated(device)
     network = create_model(config.backbone, num_classes=config.num_classes, img_size=config.img_size,
                            patch_size=config.patch_size, **dict(config.model_overrides))
-    family = config.backbone.split("_")[0]
-    hp = default_hparams(name, "PACS", family)
+    hp = default_hparams(name, "PACS", model_info(network))
     hp.update({k: v for k, v in WARMUP_OFF.items() if k in hp})
     algorithm = get_algorithm(name)(network, config.num_classes, config.domains, hp).to(device).train()
     trim = _malloc_trim() if device.type == "cpu" else None
