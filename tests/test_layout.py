@@ -18,6 +18,7 @@ LAYERS = [
     {"engine"},
     {"analysis", "sweep", "bench"},
     {"experiments", "report"},
+    {"recipes"},
     {"cli"},
     {"__main__", "__init__"},
 ]

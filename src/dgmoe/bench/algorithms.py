@@ -26,10 +26,13 @@ import multiprocessing as mp
 import resource
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dgmoe.bench.timing import MIN_ROUNDS, MIN_WARMUP, Spread, timing_warnings
 from dgmoe.engine.progress import Progress
+
+if TYPE_CHECKING:
+    pass
 
 WARMUP_OFF = {"irm_penalty_anneal_iters": 0, "vrex_penalty_anneal_iters": 0, "penalty_anneal_iters": 0,
               "rdm_penalty_anneal_iters": 0, "sma_start_iter": 0}
@@ -46,7 +49,7 @@ class BenchmarkConfig:
     domains: int = 3
     batch_per_domain: int = 16
     img_size: int = 32
-    patch_size: int = 4
+    patch_size: int | None = 4  # None: the model's own (ResNets and hybrid stems take none)
     num_classes: int = 7
     threads: int = 1
     seed: int = 0
@@ -90,8 +93,9 @@ def _warm_up(config: BenchmarkConfig, name: str, batches: list) -> None:
     small = dict(config.model_overrides)
     if config.backbone.startswith(("vit", "deit", "gmoe", "sfmoe")):  # same depth and layout, 16 wide
         small.update(embed_dim=16, num_heads=2)
-    network = create_model(config.backbone, num_classes=config.num_classes, img_size=config.img_size,
-                           patch_size=config.patch_size, **small)
+    patch: dict[str, Any] = {} if config.patch_size is None else {"patch_size": config.patch_size}
+    network = create_model(config.backbone, num_classes=config.num_classes, img_size=config.img_size, **patch,
+                           **small)
     hp = default_hparams(name, "PACS", model_info(network))
     hp.update({k: v for k, v in WARMUP_OFF.items() if k in hp})
     algorithm = get_algorithm(name)(network, config.num_classes, config.domains, hp).to(batches[0].x.device)
@@ -135,8 +139,9 @@ def _worker(conn, config: BenchmarkConfig, name: str) -> None:
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
         baseline = torch.cuda.memory_allocated(device)
-    network = create_model(config.backbone, num_classes=config.num_classes, img_size=config.img_size,
-                           patch_size=config.patch_size, **dict(config.model_overrides))
+    patch: dict[str, Any] = {} if config.patch_size is None else {"patch_size": config.patch_size}
+    network = create_model(config.backbone, num_classes=config.num_classes, img_size=config.img_size, **patch,
+                           **dict(config.model_overrides))
     hp = default_hparams(name, "PACS", model_info(network))
     hp.update({k: v for k, v in WARMUP_OFF.items() if k in hp})
     algorithm = get_algorithm(name)(network, config.num_classes, config.domains, hp).to(device).train()

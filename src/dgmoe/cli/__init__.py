@@ -18,7 +18,7 @@ import click
 from dgmoe.errors import DgmoeError
 
 SUBCOMMANDS = ("models", "train", "data", "results", "quickstart", "sweep", "bench", "analyze", "synthetic", "report",
-               "algorithms", "geo")
+               "algorithms", "geo", "recipe")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -35,19 +35,28 @@ from dgmoe.report.tables import results_tables
               help="Averages table: leave out trial seeds that lack a test domain (DomainBed averages the "
               "domains they have).")
 @click.option("--include-unfinished", is_flag=True, help="Also use run dirs that have no 'done' file yet.")
+@click.option("--recipe", "recipe_name", metavar="NAME", default=None,
+              help="RUNS_DIR is a `dgmoe recipe launch` folder: print the recipe's rows, the paper's numbers beside "
+              "the obtained ones and the difference (saved as RUNS_DIR/results_recipe.md).")
 @click.option("--no-save", is_flag=True, help="Only print; do not write results.md/.tex into RUNS_DIR.")
 def command(runs_dir: Path, latex: bool, selection: str | None, single_source: bool, baseline: str | None,
             ood_split: str, absolute: bool, complete_trials: bool, include_unfinished: bool,
-            no_save: bool) -> None:
+            recipe_name: str | None, no_save: bool) -> None:
     """Print results tables for every run under RUNS_DIR and save them as RUNS_DIR/results.md (.tex).
 
     Cells are mean +/- standard error over trial seeds of the accuracy each selection method picks,
     computed as DomainBed does; X marks a missing cell. Rows are algorithms, "algorithm / model" when a
     table holds several backbones, or the runs' --label. WILDS datasets (FMoW, iWildCam, ...) get accuracy,
-    worst-group accuracy and macro-F1 of each held-out split under worst-group validation. With
-    --single-source the tables are saved as
-    RUNS_DIR/results_single_source.md (.tex).
+    worst-group accuracy and macro-F1 of each held-out split under worst-group validation. With --single-source
+    the tables are saved as RUNS_DIR/results_single_source.md (.tex); with --recipe NAME, a paper's table beside
+    the obtained numbers, as RUNS_DIR/results_recipe.md (.tex).
     """
+    if recipe_name is not None:
+        if single_source or selection or baseline or complete_trials or include_unfinished or ood_split != "in":
+            raise click.UsageError("--recipe takes its selection and tables from the recipe; it combines with "
+                                   "--latex and --no-save only")
+        _recipe_results(runs_dir, recipe_name, latex, no_save)
+        return
     if not single_source and (baseline or absolute or ood_split != "in"):
         raise click.UsageError("--baseline, --ood-split and --absolute only apply with --single-source")
     if single_source and complete_trials:
@@ -76,5 +85,27 @@ def command(runs_dir: Path, latex: bool, selection: str | None, single_source: b
     if not no_save:
         name = ("results_single_source" if single_source else "results") + (".tex" if latex else ".md")
         path = runs_dir / name
+        write_text_atomic(path, text)
+        click.echo(f"wrote {path}", err=True)
+
+
+def _recipe_results(runs_dir: Path, name: str, latex: bool, no_save: bool) -> None:
+    from dgmoe.recipes import get_recipe
+    from dgmoe.recipes.compare import comparison
+
+    recipe = get_recipe(name)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            text = comparison(recipe, runs_dir, latex=latex)
+        for w in caught:
+            click.echo(f"warning: {w.message}", err=True)
+    except UsageError:
+        raise
+    except (ValueError, KeyError) as err:
+        raise UsageError(str(err)) from None
+    click.echo(text, nl=False)
+    if not no_save:
+        path = runs_dir / ("results_recipe.tex" if latex else "results_recipe.md")
         write_text_atomic(path, text)
         click.echo(f"wrote {path}", err=True)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from typing import Any
+from typing import Any, Callable
 
 import click
 
@@ -12,7 +12,7 @@ from dgmoe.engine.config import RunConfig
 from dgmoe.engine.settings import flag
 from dgmoe.errors import DgmoeError, UsageError
 from dgmoe.sweep.jobs import DEFAULT_TRAIN_COMMAND, GRID_KEYS, SweepConfig, build_jobs, check_sweep
-from dgmoe.sweep.launchers import LAUNCHERS
+from dgmoe.sweep.launchers import LAUNCHERS, LaunchOptions
 
 
 def _split(values: tuple[str, ...]) -> tuple[str, ...]:
@@ -33,6 +33,52 @@ def _parse_pairs(values: tuple[str, ...], option: str) -> dict[str, float]:
     return out
 
 
+#: where and how jobs run: options of `dgmoe sweep launch` and `dgmoe recipe launch` (`launch_options` reads them)
+_LAUNCHER_OPTIONS = [
+    click.option("--launcher", default="local",
+                 help=f"One of {', '.join(LAUNCHERS.names())}. dummy: print the jobs; local: a pool on this machine; "
+                      "submitit: Slurm (a job array); submitit-local: submitit's local executor."),
+    click.option("--max-workers", default=1, help="local: jobs at once."),
+    click.option("--gpus", default=None, help="local: comma list of GPU ids, one job per GPU at a time."),
+    click.option("--train-command", default=None,
+                 help="Command that trains one job, called as `<command> --config <job>/job.json` "
+                      "[python -m dgmoe train]."),
+    click.option("--seed", default=0, help="Seed of the launch order shuffle (not of the runs)."),
+    click.option("--relaunch-queued", is_flag=True,
+                 help="Also relaunch jobs marked queued (e.g. a lost Slurm array)."),
+    click.option("--no-wait", is_flag=True, help="submitit: return after submitting."),
+    click.option("--slurm-partition", default=None, help="Slurm partition [the cluster's default]."),
+    click.option("--slurm-gpus-per-node", default=1, help="GPUs per job."),
+    click.option("--slurm-cpus-per-task", default=8, help="CPU cores per job."),
+    click.option("--slurm-mem-gb", type=float, default=None, help="Memory per job in GB [the cluster's default]."),
+    click.option("--slurm-array-parallelism", default=64, help="Jobs of the array running at once."),
+    click.option("--slurm-extra", default=None, help='More sbatch settings as JSON, e.g. \'{"account": "abc"}\'.'),
+    click.option("--timeout-min", default=24 * 60, help="Per-job time limit in minutes (Slurm requeues the job)."),
+    click.option("--submitit-cluster", default=None, type=click.Choice(["slurm", "local", "debug"]),
+                 help="submitit: the executor [Slurm when found, else local]."),
+]
+
+
+def launcher_options(fn: Callable) -> Callable:
+    """Add the launcher options (`_LAUNCHER_OPTIONS`) to a click command."""
+    for option in reversed(_LAUNCHER_OPTIONS):
+        fn = option(fn)
+    return fn
+
+
+def launch_options(kw: dict[str, Any]) -> LaunchOptions:
+    """The `LaunchOptions` of the launcher options' values in `kw` (a bad value raises ValueError)."""
+    gpus = tuple(int(g) for g in str(kw["gpus"]).split(",") if g) if kw["gpus"] else None
+    extra = json.loads(kw["slurm_extra"]) if kw["slurm_extra"] else {}
+    return LaunchOptions(
+        train_command=tuple(shlex.split(kw["train_command"])) if kw["train_command"] else DEFAULT_TRAIN_COMMAND,
+        max_workers=kw["max_workers"], gpus=gpus, wait=not kw["no_wait"],
+        slurm_partition=kw["slurm_partition"], slurm_gpus_per_node=kw["slurm_gpus_per_node"],
+        slurm_cpus_per_task=kw["slurm_cpus_per_task"], slurm_mem_gb=kw["slurm_mem_gb"],
+        slurm_array_parallelism=kw["slurm_array_parallelism"], timeout_min=kw["timeout_min"],
+        slurm_extra=extra, submitit_cluster=kw["submitit_cluster"])
+
+
 @click.group("sweep")
 def command() -> None:
     """DomainBed sweeps: trial x dataset x algorithm x model x test envs x hparams seed."""
@@ -43,7 +89,7 @@ def command() -> None:
 SWEEP_RUN_KEYS = ("data_dir", "steps", "checkpoint_freq", "hparams", "img_size", "patch_size", "holdout_fraction")
 
 
-def _train_flags(flags: tuple[str, ...], legacy: tuple[str, str]) -> tuple[dict, RunConfig | None]:
+def train_flags(flags: tuple[str, ...], legacy: tuple[str, str] = ("", "")) -> tuple[dict, RunConfig | None]:
     """The run settings given after `--` (and in the old --train-args/--exec-args strings), parsed by
     `dgmoe train`'s own options: (flat settings, the --config base or None)."""
     from dgmoe.cli.train import command as train
@@ -79,38 +125,19 @@ def _train_flags(flags: tuple[str, ...], legacy: tuple[str, str]) -> tuple[dict,
 @run_options(only=SWEEP_RUN_KEYS)
 @click.option("--train-args", default="", hidden=True, help="Old spelling of the flags after `--`.")
 @click.option("--exec-args", default="", hidden=True, help="Old spelling of the flags after `--`.")
-@click.option("--launcher", default="local",
-              help=f"One of {', '.join(LAUNCHERS.names())}. dummy: print the jobs; local: a pool on this machine; "
-                   "submitit: Slurm (a job array); submitit-local: submitit's local executor.")
-@click.option("--max-workers", default=1, help="local: jobs at once.")
-@click.option("--gpus", default=None, help="local: comma list of GPU ids, one job per GPU at a time.")
-@click.option("--train-command", default=None,
-              help="Command that trains one job, called as `<command> --config <job>/job.json` "
-                   "[python -m dgmoe train].")
-@click.option("--seed", default=0, help="Seed of the launch order shuffle (not of the runs).")
-@click.option("--relaunch-queued", is_flag=True, help="Also relaunch jobs marked queued (e.g. a lost Slurm array).")
-@click.option("--no-wait", is_flag=True, help="submitit: return after submitting.")
-@click.option("--slurm-partition", default=None, help="Slurm partition [the cluster's default].")
-@click.option("--slurm-gpus-per-node", default=1, help="GPUs per job.")
-@click.option("--slurm-cpus-per-task", default=8, help="CPU cores per job.")
-@click.option("--slurm-mem-gb", type=float, default=None, help="Memory per job in GB [the cluster's default].")
-@click.option("--slurm-array-parallelism", default=64, help="Jobs of the array running at once.")
-@click.option("--slurm-extra", default=None, help='More sbatch settings as JSON, e.g. \'{"account": "abc"}\'.')
-@click.option("--timeout-min", default=24 * 60, help="Per-job time limit in minutes (Slurm requeues the job).")
-@click.option("--submitit-cluster", default=None, type=click.Choice(["slurm", "local", "debug"]),
-              help="submitit: the executor [Slurm when found, else local].")
-@click.argument("train_flags", nargs=-1, type=click.UNPROCESSED, metavar="[-- DGMOE_TRAIN_FLAGS...]")
+@launcher_options
+@click.argument("train_flags_", nargs=-1, type=click.UNPROCESSED, metavar="[-- DGMOE_TRAIN_FLAGS...]")
 @click.pass_context
-def launch(ctx: click.Context, train_flags: tuple[str, ...], **kw: Any) -> None:
+def launch(ctx: click.Context, train_flags_: tuple[str, ...], **kw: Any) -> None:
     """Launch every job that is not done, running or queued; failed and incomplete jobs resume.
 
     Any other `dgmoe train` flag goes after `--` and applies to every job, e.g.
     `-- --n-per-domain 64 --device cuda --model-kwargs '{"depth": 6}'` (or `-- --config base.json` to start
     from a saved run). Settings that change results are part of each job's id; paths, device and logging are not.
     """
-    from dgmoe.sweep.launchers import LaunchOptions, launch_sweep
+    from dgmoe.sweep.launchers import launch_sweep
 
-    settings, base = _train_flags(train_flags, (kw["train_args"], kw["exec_args"]))
+    settings, base = train_flags(train_flags_, (kw["train_args"], kw["exec_args"]))
     settings.update(given_settings(ctx, kw, only=SWEEP_RUN_KEYS))
     try:
         cfg = SweepConfig(
@@ -118,16 +145,7 @@ def launch(ctx: click.Context, train_flags: tuple[str, ...], **kw: Any) -> None:
             output_dir=kw["output_dir"], base=RunConfig.from_flat(settings, base=base),
             n_hparams=kw["n_hparams"], n_hparams_from=kw["n_hparams_from"], n_trials=kw["n_trials"],
             single_test_envs=kw["single_test_envs"], only_test_envs=tuple(kw["only_test_envs"]))
-        gpus = tuple(int(g) for g in str(kw["gpus"]).split(",") if g) if kw["gpus"] else None
-        extra = json.loads(kw["slurm_extra"]) if kw["slurm_extra"] else {}
-        opts = LaunchOptions(
-            train_command=tuple(shlex.split(kw["train_command"])) if kw["train_command"] else
-            DEFAULT_TRAIN_COMMAND,
-            max_workers=kw["max_workers"], gpus=gpus, wait=not kw["no_wait"],
-            slurm_partition=kw["slurm_partition"], slurm_gpus_per_node=kw["slurm_gpus_per_node"],
-            slurm_cpus_per_task=kw["slurm_cpus_per_task"], slurm_mem_gb=kw["slurm_mem_gb"],
-            slurm_array_parallelism=kw["slurm_array_parallelism"], timeout_min=kw["timeout_min"],
-            slurm_extra=extra, submitit_cluster=kw["submitit_cluster"])
+        opts = launch_options(kw)
         check_sweep(cfg)
         jobs = build_jobs(cfg)
         report = launch_sweep(jobs, kw["launcher"], opts, echo=click.echo,

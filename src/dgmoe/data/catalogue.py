@@ -59,6 +59,8 @@ class DatasetSpec:
     reference: str = ""
     evaluation: GroupEvaluation | None = None
     eval_domains: tuple[str, ...] = ()
+    #: "wilds" kind: `data_check(data_dir)` raises `DataDirNotFoundError` unless the files are there (no decoding)
+    data_check: Callable | None = None
 
 
 DATASETS: Registry[DatasetSpec] = Registry("dataset")
@@ -153,6 +155,17 @@ def dataset_root(spec: DatasetSpec, data_dir: str | Path | None) -> Path:
         raise DataDirNotFoundError(f"{spec.name}: no folder {root} (expected {expected}); {data_dir} contains "
                                    f"{', '.join(present) or 'no folders'}{hint}")
     return root
+
+
+def check_data(name: str, data_dir: str | Path | None) -> None:
+    """Raise a `DatasetError` naming what is missing for dataset `name` under `data_dir`, reading no image:
+    a folder dataset's `<data_dir>/<DatasetDir>`, a WILDS dataset's metadata table; datasets built in memory
+    (MNIST variants, Debug) need nothing."""
+    spec = get_spec(name)
+    if spec.kind == "folder":
+        dataset_root(spec, data_dir)
+    elif spec.data_check is not None:
+        spec.data_check(data_dir)
 
 
 def scan(spec: DatasetSpec, data_dir: str | Path | None) -> FolderListing:

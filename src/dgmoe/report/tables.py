@@ -139,16 +139,15 @@ def dataset_table(records: pd.DataFrame, sweep: pd.DataFrame, dataset: str, late
     rows = []
     for alg, model in keys:
         cells, means = [], []
-        mine = sweep[(sweep["dataset"] == dataset) & (sweep["algorithm"] == alg) & (sweep["model"] == model)]
         for env in range(len(domains)):
-            mean, text = format_mean(mine.loc[mine["test_env"] == env, "test_acc"], latex)
+            mean, text = format_mean(cell_accs(sweep, dataset, alg, model, len(domains), test_env=env), latex)
             cells.append(text)
             means.append(mean)
         rows.append([labels[(alg, model)], *cells, format_avg(means)])
     return table_block(dataset, ["Algorithm", *domains, "Avg"], rows, latex)
 
 
-def _trial_averages(mine: pd.DataFrame, n_envs: int, complete_trials: bool = False) -> list[float]:
+def trial_averages(mine: pd.DataFrame, n_envs: int, complete_trials: bool = False) -> list[float]:
     """Per trial seed, the mean selected accuracy over the test domains it has (DomainBed's rule);
     with `complete_trials`, a seed that lacks some test domain is left out."""
     out = []
@@ -156,6 +155,17 @@ def _trial_averages(mine: pd.DataFrame, n_envs: int, complete_trials: bool = Fal
         if not complete_trials or sorted(trial["test_env"]) == list(range(n_envs)):
             out.append(float(np.mean(trial["test_acc"].to_numpy(dtype=float))))
     return out
+
+
+def cell_accs(sweep: pd.DataFrame, dataset: str, algorithm: str, model: str, n_envs: int,
+              test_env: int | None = None, complete_trials: bool = False) -> list[float]:
+    """The accuracies one table cell takes the mean +/- SE of (`format_mean`, `mean_and_se`): a test domain's
+    selected accuracy per trial seed, or (`test_env=None`) each trial seed's average over its test domains,
+    the Averages table's cell (`trial_averages`)."""
+    mine = sweep[(sweep["dataset"] == dataset) & (sweep["algorithm"] == algorithm) & (sweep["model"] == model)]
+    if test_env is not None:
+        return [float(a) for a in mine.loc[mine["test_env"] == test_env, "test_acc"]]
+    return trial_averages(mine, n_envs, complete_trials)
 
 
 def averages_table(records: pd.DataFrame, sweep: pd.DataFrame, datasets: Sequence[str], latex: bool,
@@ -167,8 +177,8 @@ def averages_table(records: pd.DataFrame, sweep: pd.DataFrame, datasets: Sequenc
     for alg, model in keys:
         cells, means = [], []
         for dataset in datasets:
-            mine = sweep[(sweep["dataset"] == dataset) & (sweep["algorithm"] == alg) & (sweep["model"] == model)]
-            mean, text = format_mean(_trial_averages(mine, n_envs[dataset], complete_trials), latex)
+            mean, text = format_mean(cell_accs(sweep, dataset, alg, model, n_envs[dataset],
+                                               complete_trials=complete_trials), latex)
             cells.append(text)
             means.append(mean)
         rows.append([labels[(alg, model)], *cells, format_avg(means)])

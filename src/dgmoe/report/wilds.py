@@ -38,30 +38,40 @@ def _value(record: Mapping, key: str) -> float | None:
     return None if value is None or pd.isna(value) else float(value)
 
 
-def wilds_table(records: pd.DataFrame, dataset: str, latex: bool = False,
-                names: Mapping[RowKey, str] | None = None) -> str:
-    """One dataset's WILDS table (see the module docstring)."""
+def wilds_values(records: pd.DataFrame, dataset: str) -> dict[RowKey, dict[tuple[int, str], list[float]]]:
+    """{(algorithm, model): {(held-out split t, metric key): one value per trial seed}}: the WILDS metrics
+    (fractions, e.g. `acc_worst_group`) at the checkpoints `WorstGroupSelection` picks (see the module
+    docstring); metrics a record lacks are left out."""
     mine = records[(records["dataset"] == dataset) & records[VAL_ENV].notna()]
     val_envs = sorted({int(v) for v in mine[VAL_ENV]})
     if len(val_envs) != 1:
         raise ValueError(f"records of {dataset!r} disagree on the validation domain ({VAL_ENV}: {val_envs})")
-    domains = dataset_domains(records, dataset)
-    groups = next((str(g) for g in mine.get(GROUPS, pd.Series(dtype=object)).dropna()), "group")
     sweep = sweep_accs(mine, WorstGroupSelection)
     chosen = {(r["run_dir"], int(r["step"])): r for r in mine.sort_values(["file", "line"]).to_dict("records")}
-    envs = sorted(int(t) for t in sweep["test_env"].unique())
+    out: dict[RowKey, dict[tuple[int, str], list[float]]] = {}
+    for pick in sweep.to_dict("records"):
+        cells = out.setdefault((pick["algorithm"], pick["model"]), {})
+        record = chosen[(pick["run_dir"], int(pick["step"]))]
+        for key, _ in METRICS:
+            value = _value(record, f"env{int(pick['test_env'])}_{key}")
+            if value is not None:
+                cells.setdefault((int(pick["test_env"]), key), []).append(value)
+    return out
+
+
+def wilds_table(records: pd.DataFrame, dataset: str, latex: bool = False,
+                names: Mapping[RowKey, str] | None = None) -> str:
+    """One dataset's WILDS table (see the module docstring)."""
+    values = wilds_values(records, dataset)
+    mine = records[(records["dataset"] == dataset) & records[VAL_ENV].notna()]
+    domains = dataset_domains(records, dataset)
+    groups = next((str(g) for g in mine.get(GROUPS, pd.Series(dtype=object)).dropna()), "group")
+    envs = sorted({t for cells in values.values() for t, _ in cells})
     columns = [(t, key, f"{domains[t]} {title.format(groups=groups)}") for t in envs for key, title in METRICS
                if f"env{t}_{key}" in mine.columns and mine[f"env{t}_{key}"].notna().any()]
-    keys = sorted(set(zip(sweep["algorithm"], sweep["model"])))
+    keys = sorted(values)
     labels = row_labels(keys, names)
-    rows = []
-    for alg, model in keys:
-        picks = sweep[(sweep["algorithm"] == alg) & (sweep["model"] == model)]
-        cells = []
-        for t, key, _ in columns:
-            values = [_value(chosen[(p["run_dir"], int(p["step"]))], f"env{t}_{key}")
-                      for p in picks[picks["test_env"] == t].to_dict("records")]
-            cells.append(format_mean([v for v in values if v is not None], latex)[1])
-        rows.append([labels[(alg, model)], *cells])
-    title = f"{dataset}: checkpoints chosen by worst-{groups} accuracy on {domains[val_envs[0]]}"
+    rows = [[labels[k], *(format_mean(values[k].get((t, key), []), latex)[1] for t, key, _ in columns)] for k in keys]
+    val_env = int(mine[VAL_ENV].iloc[0])
+    title = f"{dataset}: checkpoints chosen by worst-{groups} accuracy on {domains[val_env]}"
     return table_block(title, ["Algorithm", *(c for _, _, c in columns)], rows, latex)

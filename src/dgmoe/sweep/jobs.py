@@ -53,6 +53,9 @@ class SweepConfig:
     n_trials: int = 3
     single_test_envs: bool = False
     only_test_envs: tuple[int, ...] = ()  # keep only held-out sets inside these domains (ablations)
+    #: explicit held-out sets instead of DomainBed's singles (and pairs), e.g. every domain but one for
+    #: single-source runs (GMoE Tables 3 and 12); a dataset with evaluation-only domains keeps those
+    test_env_sets: tuple[tuple[int, ...], ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("datasets", "algorithms", "models"):
@@ -62,6 +65,9 @@ class SweepConfig:
             raise ValueError(
                 f"--n-hparams ({self.n_hparams}) and --n-trials ({self.n_trials}) must be >= 1 and "
                 f"--n-hparams-from ({self.n_hparams_from}) >= 0")
+        for envs in self.test_env_sets:
+            if not envs or len(set(envs)) != len(envs) or min(envs) < 0:
+                raise ValueError(f"a held-out set must name distinct domain indices >= 0, got {list(envs)}")
 
     @property
     def data_dir(self) -> str | None:
@@ -198,7 +204,12 @@ def build_jobs(cfg: SweepConfig,
     for trial, dataset, algorithm, model in itertools.product(
             range(cfg.n_trials), cfg.datasets, cfg.algorithms, cfg.models):
         fixed = evaluation_envs(dataset)  # WILDS layouts: the evaluation splits are the one held-out set
-        for test_envs in [fixed] if fixed else held_out_env_sets(domains[dataset], cfg.single_test_envs):
+        sets = [fixed] if fixed else [list(e) for e in cfg.test_env_sets] or held_out_env_sets(
+            domains[dataset], cfg.single_test_envs)
+        for test_envs in sets:
+            if max(test_envs) >= domains[dataset] or len(test_envs) >= domains[dataset]:
+                raise ValueError(f"held-out set {test_envs} does not fit {dataset}'s {domains[dataset]} domains "
+                                 "(it must leave a training domain)")
             if cfg.only_test_envs and not set(test_envs) <= set(cfg.only_test_envs):
                 continue
             for hp_seed in hparam_seeds:

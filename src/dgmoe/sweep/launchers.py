@@ -9,8 +9,9 @@ A launcher is a function `(runners, options, echo) -> list[JobOutcome]` in the `
   found); returns at once unless `wait`;
 - `submitit-local`: `submitit.LocalExecutor`, every job at once on this machine (used by the tests).
 
-`launch_sweep` is the entry point: it records the grid in `sweep.json`, skips DONE, RUNNING and
-QUEUED jobs, and relaunches INCOMPLETE and FAILED ones, which resume through `dgmoe train`'s own resume.
+`launch_sweep` is the entry point: it records the grid in `sweep.json` (in each sweep folder, when the
+jobs span several, as a recipe's parts do), skips DONE, RUNNING and QUEUED jobs, and relaunches
+INCOMPLETE and FAILED ones, which resume through `dgmoe train`'s own resume.
 """
 from __future__ import annotations
 
@@ -204,11 +205,9 @@ def launch_sweep(jobs: Sequence[Job], launcher: str, opts: LaunchOptions = Launc
     launch_fn = LAUNCHERS.get(launcher)
     if not jobs:
         raise ValueError("the sweep has no jobs")
-    output_dirs = {j.output_dir for j in jobs}
-    if len(output_dirs) != 1:
-        raise ValueError(f"jobs of one sweep must share one output dir, got {sorted(output_dirs)}")
-    if launcher != "dummy":
-        write_manifest(jobs, output_dirs.pop())
+    if launcher != "dummy":  # one launch may span several sweep folders (a recipe's parts): a manifest each
+        for output_dir in sorted({j.output_dir for j in jobs}):
+            write_manifest([j for j in jobs if j.output_dir == output_dir], output_dir)
     relaunch = RELAUNCHABLE + ((JobState.QUEUED,) if relaunch_queued else ())
     states = {j.job_id: state.job_state(j.dir) for j in jobs}
     counts = state.count_states(states.values())

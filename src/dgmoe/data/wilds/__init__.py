@@ -43,6 +43,7 @@ Camelyon17 without augmentation: pass `--hparams '{"data_augmentation": false}'`
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable
 
 from dgmoe.data.catalogue import DatasetSpec, register_dataset
@@ -56,9 +57,19 @@ WILDS_CHECKPOINT_FREQ = 500
 REFERENCE = "Koh et al., WILDS, ICML 2021"
 
 
+def _files(dir_name: str, marker: str, name: str) -> Callable[..., Path]:
+    """The catalogue's `data_check`: the metadata table `wilds_root` looks for is there; returns its root."""
+    return lambda data_dir: wilds_root(data_dir, dir_name, marker, name)
+
+
+_fmow_files = _files(fmow.FMOW_DIR, "rgb_metadata.csv", "FMoW")
+_iwildcam_files = _files(iwildcam.IWILDCAM_DIR, "metadata.csv", "iWildCam")
+_camelyon_files = _files(camelyon.CAMELYON_DIR, "metadata.csv", "Camelyon17")
+
+
 def _fmow_builder(layout: str) -> Callable:
     def build(data_dir, img_size, n_per_domain=None, seed=0):
-        root = wilds_root(data_dir, fmow.FMOW_DIR, "rgb_metadata.csv", "FMoW")
+        root = _fmow_files(data_dir)
         df = fmow.read_fmow(root)
         envs = image_domains("FMoW", df, fmow.fmow_parts(df, layout), fmow.image_paths(root), fmow.META, img_size,
                              n_per_domain, seed)
@@ -67,7 +78,7 @@ def _fmow_builder(layout: str) -> Callable:
 
 
 def _iwildcam_builder(data_dir, img_size, n_per_domain=None, seed=0):
-    root = wilds_root(data_dir, iwildcam.IWILDCAM_DIR, "metadata.csv", "iWildCam")
+    root = _iwildcam_files(data_dir)
     df = iwildcam.read_iwildcam(root)
     envs = image_domains("iWildCam", df, iwildcam.iwildcam_parts(df), iwildcam.image_paths(root), iwildcam.META,
                          img_size, n_per_domain, seed)
@@ -75,7 +86,7 @@ def _iwildcam_builder(data_dir, img_size, n_per_domain=None, seed=0):
 
 
 def _camelyon_builder(data_dir, img_size, n_per_domain=None, seed=0):
-    root = wilds_root(data_dir, camelyon.CAMELYON_DIR, "metadata.csv", "Camelyon17")
+    root = _camelyon_files(data_dir)
     df = camelyon.read_camelyon(root)
     envs = image_domains("Camelyon17", df, camelyon.camelyon_parts(df), camelyon.image_paths(root), camelyon.META,
                          img_size, n_per_domain, seed)
@@ -94,23 +105,28 @@ for _spec in (
     DatasetSpec("FMoW", "wilds", fmow.FMOW_LAYOUTS["official"], len(fmow.FMOW_CATEGORIES), fmow.FMOW_DIR,
                 checkpoint_freq=WILDS_CHECKPOINT_FREQ, builder=_fmow_builder("official"),
                 evaluation=_fmow_evaluation("val"), eval_domains=_eval_domains("official"),
-                reference=f"Christie et al., CVPR 2018; {REFERENCE}; MoGE Table 1a"),
+                reference=f"Christie et al., CVPR 2018; {REFERENCE}; MoGE Table 1a",
+                data_check=_fmow_files),
     DatasetSpec("FMoW-LAO", "wilds", fmow.FMOW_LAYOUTS["leave_asia_out"], len(fmow.FMOW_CATEGORIES), fmow.FMOW_DIR,
                 checkpoint_freq=WILDS_CHECKPOINT_FREQ, builder=_fmow_builder("leave_asia_out"),
                 evaluation=_fmow_evaluation("val_asia"), eval_domains=_eval_domains("leave_asia_out"),
-                reference="dgmoe's FMoW leave-Asia-out split (MoGE Table 1b), dgmoe.data.wilds"),
+                reference="dgmoe's FMoW leave-Asia-out split (MoGE Table 1b), dgmoe.data.wilds",
+                data_check=_fmow_files),
     DatasetSpec("WILDSFMoW", "wilds", fmow.FMOW_LAYOUTS["regions"], len(fmow.FMOW_CATEGORIES), fmow.FMOW_DIR,
                 checkpoint_freq=WILDS_CHECKPOINT_FREQ, builder=_fmow_builder("regions"),
-                reference=f"DomainBed's WILDSFMoW, regions as domains; {REFERENCE}; GMoE Table 1"),
+                reference=f"DomainBed's WILDSFMoW, regions as domains; {REFERENCE}; GMoE Table 1",
+                data_check=_fmow_files),
     DatasetSpec("iWildCam", "wilds", iwildcam.IWILDCAM_DOMAINS, iwildcam.IWILDCAM_NUM_CLASSES, iwildcam.IWILDCAM_DIR,
                 checkpoint_freq=WILDS_CHECKPOINT_FREQ, native_size=448, builder=_iwildcam_builder,
                 evaluation=GroupEvaluation("location_id", f1_macro=True, val_domain="val"),
                 eval_domains=iwildcam.IWILDCAM_DOMAINS[1:],
-                reference=f"Beery et al., 2021; {REFERENCE}; MoGE Table 1c"),
+                reference=f"Beery et al., 2021; {REFERENCE}; MoGE Table 1c",
+                data_check=_iwildcam_files),
     DatasetSpec("Camelyon17", "wilds", camelyon.CAMELYON_DOMAINS, len(camelyon.CAMELYON_CLASSES),
                 camelyon.CAMELYON_DIR, checkpoint_freq=WILDS_CHECKPOINT_FREQ, builder=_camelyon_builder,
                 evaluation=GroupEvaluation("slide", val_domain=camelyon.CAMELYON_DOMAINS[camelyon.VAL_HOSPITAL]),
-                reference=f"Bandi et al., IEEE TMI 2018; {REFERENCE}; DomainBed's WILDSCamelyon; GMoE Table 1"),
+                reference=f"Bandi et al., IEEE TMI 2018; {REFERENCE}; DomainBed's WILDSCamelyon; GMoE Table 1",
+                data_check=_camelyon_files),
 ):
     register_dataset(_spec)
 

@@ -1,0 +1,210 @@
+"""A recipe's sweeps at a scale: `paper` (the paper's grid, data and weights) or `smoke` (a CPU minute).
+
+`part_sweeps` turns one `Part` into `SweepConfig`s for `dgmoe.sweep` (one per group of datasets that share
+their per-dataset settings), all launched into `<output-dir>/<part>`. `missing_inputs` lists, one line each,
+the data folders (through the dataset catalogue) and weight files a paper-scale launch needs and lacks.
+
+The smoke scale (`SMOKE`) keeps each part's algorithms, variants (hparams and model kwargs such as a block
+layout or an expert count) and held-out-set shape, and swaps the rest for what runs on a CPU in seconds:
+the datasets for an in-memory stand-in of the same kind (`Debug28`; `RotatedMNIST`, which has DomainNet's six
+domains, for single-source; `GeoMNIST`, which has coordinates, for the MoGE tables), the backbones for
+narrow ones of the same family (`vit_micro_patch7_28`, `gmoe_micro_patch7_28`, SF-MoE and MoGE at width 48
+on 7 px patches; a ResNet becomes the micro ViT), no pretrained weights, a few steps, one hparams setting,
+one trial, one held-out set (the first domain; single-source: the first training domain). Without pair runs,
+the smoke summary selects by training-domain validation.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from dgmoe.data.catalogue import check_data
+from dgmoe.data.errors import DatasetError
+from dgmoe.engine.config import RunConfig
+from dgmoe.errors import UsageError
+from dgmoe.recipes.base import Part, Recipe, Row
+from dgmoe.sweep.jobs import SweepConfig
+
+SCALES = ("paper", "smoke")
+MERGED = ("hparams", "model_kwargs")  # settings whose per-dataset values are merged into the part's
+
+
+@dataclass(frozen=True)
+class SmokeScale:
+    """The CPU smoke scale of every recipe (see the module docstring)."""
+
+    stand_ins: Mapping[str, str] = field(default_factory=lambda: {
+        "domainbed": "Debug28", "single_source": "RotatedMNIST", "wilds": "GeoMNIST"})
+    steps: int = 2
+    checkpoint_freq: int = 1
+    n_per_domain: int = 16
+    patch_size: int = 7
+    hparams: Mapping[str, Any] = field(default_factory=lambda: {"batch_size": 8})
+    model_kwargs: Mapping[str, Any] = field(default_factory=lambda: {"embed_dim": 48, "num_heads": 2})
+    #: model kwargs that name real-data inputs the stand-ins lack (camera ids, a SatCLIP file)
+    dropped_kwargs: tuple[str, ...] = ("location_encoder", "location_encoder_kwargs")
+    execution: Mapping[str, Any] = field(default_factory=lambda: {
+        "num_threads": 1, "skip_model_save": True, "save_best": False, "progress": "none"})
+
+    def model(self, model: str) -> str:
+        """The narrow backbone of `model`'s family."""
+        if model.startswith("gmoe_"):
+            return "gmoe_micro_patch7_28"
+        if model.startswith(("sfmoe_", "hybrid_sfmoe_")):
+            return "sfmoe_small_patch16_224"
+        if model.startswith("moge_"):
+            return "moge_tiny_patch16_224"
+        if model.startswith("vit_le_"):
+            return model
+        return "vit_micro_patch7_28"
+
+
+SMOKE = SmokeScale()
+
+
+def check_scale(scale: str) -> None:
+    if scale not in SCALES:
+        raise UsageError(f"--scale must be one of {', '.join(SCALES)}, got {scale!r}")
+
+
+def row_model(row: Row, scale: str) -> str:
+    """The backbone a row's runs use at `scale`."""
+    return SMOKE.model(row.model) if scale == "smoke" else row.model
+
+
+def available_rows(recipe: Recipe, labels: Iterable[str] = ()) -> list[Row]:
+    """The rows to launch: those named in `labels` (all by default) that dgmoe can produce; a named row it
+    cannot produce, or an unknown label, is a usage error."""
+    labels = list(labels)
+    if not labels:
+        rows = [r for r in recipe.rows if not r.unavailable]
+        if not rows:
+            raise UsageError(f"recipe {recipe.name} has no row dgmoe can run")
+        return rows
+    rows = []
+    for label in labels:
+        try:
+            row = recipe.row(label)
+        except KeyError:
+            raise UsageError(f"--rows {label!r}: recipe {recipe.name} has rows "
+                             f"{', '.join(repr(r.label) for r in recipe.rows)}") from None
+        if row.unavailable:
+            raise UsageError(f"--rows {label!r} cannot be run by dgmoe: {row.unavailable}")
+        rows.append(row)
+    return rows
+
+
+def row_parts(recipe: Recipe, row: Row) -> list[Part]:
+    """The parts that produce a row (one per group of its datasets), in the recipe's order."""
+    found = {p.name for c in row.cells for p in [recipe.row_part(row, c.dataset)] if p is not None}
+    return [p for p in recipe.parts if p.name in found]
+
+
+def parts_for(recipe: Recipe, rows: Iterable[Row]) -> list[tuple[Part, tuple[str, ...], tuple[str, ...]]]:
+    """(part, algorithms, models) to launch for `rows`: each part restricted to the algorithms and models of
+    the rows it serves (a job's id does not depend on the grid, so a later full launch reuses its runs)."""
+    rows = list(rows)
+    out = []
+    for part in recipe.parts:
+        mine = [r for r in rows if part in row_parts(recipe, r)]
+        if mine:
+            out.append((part, tuple(a for a in part.algorithms if any(r.algorithm == a for r in mine)),
+                        tuple(m for m in part.models if any(r.model == m for r in mine))))
+    return out
+
+
+def _merge(settings: Mapping[str, Any], more: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(settings)
+    for key, value in more.items():
+        out[key] = {**out.get(key, {}), **value} if key in MERGED else value
+    return out
+
+
+def paper_settings(part: Part, dataset: str, weights: Mapping[str, str]) -> dict[str, Any]:
+    """The flat run settings of `part`'s jobs on `dataset` at the paper's scale, weights included."""
+    flat = _merge(part.settings, part.per_dataset.get(dataset, {}))
+    if part.pretrained:
+        flat["pretrained"] = os.path.abspath(weights[part.pretrained])
+    if part.location_weights:
+        encoder = {"location_encoder": "pretrained",
+                   "location_encoder_kwargs": {"path": os.path.abspath(weights[part.location_weights])}}
+        flat = _merge(flat, {"model_kwargs": encoder})
+    return flat
+
+
+def smoke_settings(part: Part) -> dict[str, Any]:
+    """The flat run settings of `part`'s jobs at the smoke scale (its variants kept, see `SmokeScale`)."""
+    flat = {k: v for k, v in part.settings.items() if k in MERGED}
+    kwargs = {k: v for k, v in flat.get("model_kwargs", {}).items() if k not in SMOKE.dropped_kwargs}
+    flat["model_kwargs"] = {**kwargs, **SMOKE.model_kwargs}
+    flat["hparams"] = {**flat.get("hparams", {}), **SMOKE.hparams}
+    return {**flat, "steps": SMOKE.steps, "checkpoint_freq": SMOKE.checkpoint_freq,
+            "n_per_domain": SMOKE.n_per_domain, "patch_size": SMOKE.patch_size, **SMOKE.execution}
+
+
+def part_sweeps(recipe: Recipe, part: Part, algorithms: tuple[str, ...], models: tuple[str, ...], scale: str,
+                output_dir: str | Path, base: RunConfig, weights: Mapping[str, str] | None = None,
+                n_hparams: int | None = None, n_trials: int | None = None) -> list[SweepConfig]:
+    """The sweeps of one part at `scale` into `<output_dir>/<part>`; `base` holds the execution settings
+    (data dir, device, ...); `n_hparams`/`n_trials` replace the part's (paper scale only)."""
+    out = str(Path(output_dir) / part.name)
+    if scale == "smoke":
+        stand_in = SMOKE.stand_ins[recipe.kind]
+        sets = part.test_env_sets[:1] or ((0,),)
+        smoke_models = tuple(dict.fromkeys(SMOKE.model(m) for m in models))
+        return [SweepConfig((stand_in,), algorithms, smoke_models, out, RunConfig.from_flat(smoke_settings(part),
+                            base=base), n_hparams=1, n_trials=1, test_env_sets=sets)]
+    groups: dict[str, list[str]] = {}
+    for dataset in part.datasets:
+        groups.setdefault(repr(sorted(part.per_dataset.get(dataset, {}).items())), []).append(dataset)
+    return [SweepConfig(tuple(datasets), algorithms, models, out,
+                        RunConfig.from_flat(paper_settings(part, datasets[0], weights or {}), base=base),
+                        n_hparams=n_hparams or part.n_hparams, n_trials=n_trials or part.n_trials,
+                        single_test_envs=part.single_test_envs, test_env_sets=part.test_env_sets)
+            for datasets in groups.values()]
+
+
+def resolve_weights(recipe: Recipe, needed: Iterable[str], values: Iterable[str]) -> dict[str, str]:
+    """{weights key: file} from `--pretrained` values: `KEY=FILE`, a folder holding the files by their hint
+    names, or a single FILE when exactly one kind of weights is needed."""
+    needed = list(dict.fromkeys(needed))
+    declared = {w.key for w in recipe.weights}
+    out: dict[str, str] = {}
+    for value in values:
+        key, sep, path = value.partition("=")
+        if sep:
+            if key not in declared:
+                raise UsageError(f"--pretrained {value}: recipe {recipe.name} expects weights "
+                                 f"{', '.join(sorted(declared)) or '(none)'}, not {key!r}")
+            out[key] = path
+        elif Path(value).is_dir():
+            for k in needed:
+                out.setdefault(k, str(Path(value) / recipe.weights_of(k).hint))
+        elif len(needed) == 1:
+            out[needed[0]] = value
+        else:
+            raise UsageError(f"--pretrained {value}: this launch needs {len(needed)} kinds of weights "
+                             f"({', '.join(needed) or 'none'}); pass KEY=FILE for each, or a folder holding "
+                             f"{', '.join(recipe.weights_of(k).hint for k in needed)}")
+    return out
+
+
+def missing_inputs(recipe: Recipe, parts: Iterable[Part], data_dir: str | None,
+                   weights: Mapping[str, str]) -> list[str]:
+    """One line per missing data folder or weights file of a paper-scale launch of `parts` (none: ready)."""
+    parts = list(parts)
+    lines = []
+    for dataset in dict.fromkeys(d for p in parts for d in p.datasets):
+        try:
+            check_data(dataset, data_dir)
+        except DatasetError as err:
+            lines.append(f"data {dataset}: {str(err).removeprefix(dataset + ': ')}")
+    for key in dict.fromkeys(k for p in parts for k in p.weight_keys()):
+        w = recipe.weights_of(key)
+        if key not in weights:
+            lines.append(f"weights {key}: not given; pass --pretrained {key}=FILE (a {w.hint}: {w.source})")
+        elif not Path(weights[key]).is_file():
+            lines.append(f"weights {key}: no file {weights[key]} (expected a {w.hint}: {w.source})")
+    return lines

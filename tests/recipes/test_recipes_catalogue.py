@@ -1,0 +1,174 @@
+"""The recipes as data: every table of the brief has one, `show` prints the paper's numbers, every published
+cell names a real dataset column, and every recipe expands into valid sweeps at both scales."""
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from dgmoe.data.catalogue import evaluation_envs, get_spec
+from dgmoe.engine.config import RunConfig
+from dgmoe.recipes import get_recipe, list_recipes
+from dgmoe.recipes.base import AVG, OOD_AVG, SWEEP_KINDS
+from dgmoe.recipes.plan import available_rows, part_sweeps, parts_for
+from dgmoe.recipes.run import prepare
+from dgmoe.sweep.jobs import build_jobs, check_sweep
+
+#: the tables of the task: GMoE Tables 1, 2, 3, 9, 10, 11, 12 and App. B.2; SF-MoE Tables 1-4 and Fig. 4;
+#: MoGE Table 1 (a, b, c) and its App. A ablations
+EXPECTED = {
+    "gmoe-table1": ("GMoE", "Table 1"), "gmoe-table2": ("GMoE", "Table 2"), "gmoe-table3": ("GMoE", "Table 3"),
+    "gmoe-table9": ("GMoE", "Table 9"), "gmoe-table10": ("GMoE", "Table 10"), "gmoe-table11": ("GMoE", "Table 11"),
+    "gmoe-table12": ("GMoE", "Table 12"), "gmoe-synthetic": ("GMoE", "App. B.2"),
+    "sfmoe-table1": ("SF-MoE", "Table 1"), "sfmoe-table2": ("SF-MoE", "Table 2"), "sfmoe-table3": ("SF-MoE", "Table 3"),
+    "sfmoe-table4": ("SF-MoE", "Table 4"), "sfmoe-fig4": ("SF-MoE", "Fig. 4"),
+    "moge-table1a": ("MoGE", "Table 1 (a)"), "moge-table1b": ("MoGE", "Table 1 (b)"),
+    "moge-table1c": ("MoGE", "Table 1 (c)"), "moge-appA-supcon": ("MoGE", "App. A"),
+    "moge-appA-experts": ("MoGE", "App. A"), "moge-appA-topk": ("MoGE", "App. A"), "moge-appA-cka": ("MoGE", "App. A"),
+}
+
+
+def test_recipe_list_covers_every_table(cli):
+    result = cli("recipe", "list")
+    assert result.exit_code == 0, result.output
+    listed = {line.split()[0] for line in result.output.splitlines()[1:] if line.strip()}
+    assert listed == set(EXPECTED)
+    for name, (paper, table) in EXPECTED.items():
+        recipe = get_recipe(name)
+        assert recipe.paper.startswith(paper) and recipe.table.startswith(table), name
+
+
+def test_show_gmoe_table1_prints_the_published_pacs_number(cli):
+    result = cli("recipe", "show", "gmoe-table1")
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    header = next(line for line in lines if line.startswith("| Row"))
+    row = next(line for line in lines if line.startswith("| GMoE-S/16 "))
+    cells = dict(zip([c.strip() for c in header.split("|")], [c.strip() for c in row.split("|")]))
+    assert cells["PACS"] == "88.1 +/- 0.1"
+    assert "deit_small_patch16_224.safetensors" in result.output  # the weights it expects
+    assert "training-domain validation" in result.output
+    cell = next(c for c in get_recipe("gmoe-table1").row("GMoE-S/16").cells if c.dataset == "PACS")
+    assert (cell.value, cell.se, cell.column) == (88.1, 0.1, AVG)
+
+
+def test_show_and_launch_of_an_unknown_recipe_fail_in_one_line(cli):
+    for args in (("show", "gmoe-table99"), ("launch", "gmoe-table99")):
+        result = cli("recipe", *args)
+        assert result.exit_code == 2 and "unknown recipe 'gmoe-table99'" in result.output
+        assert len(result.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("recipe", list_recipes(), ids=lambda r: r.name)
+def test_published_cells_name_real_columns(recipe):
+    for row in recipe.rows:
+        for cell in row.cells:
+            if recipe.kind not in SWEEP_KINDS:
+                assert cell.dataset in ("", "synthetic")
+                continue
+            domains = get_spec(cell.dataset).domains
+            if cell.source is not None:
+                assert cell.source in domains and (cell.column in domains or cell.column in (
+                    "IID Imp.", "OOD Imp.", OOD_AVG)), (row.label, cell)
+            elif recipe.kind == "wilds" and cell.column != AVG:
+                split, _, metric = cell.column.partition(" ")
+                assert domains.index(split) in evaluation_envs(cell.dataset), (row.label, cell)
+                assert metric in ("acc_avg", "acc_worst_group", "f1_macro")
+            else:
+                assert cell.column == AVG or cell.column in domains, (row.label, cell)
+
+
+def fake_weights(recipe, folder: Path) -> dict[str, str]:
+    """Paths of the recipe's weights; a small random SatCLIP-style checkpoint, which building the model reads."""
+    import torch
+
+    from dgmoe.models.location.siren import SirenNet
+
+    weights = {w.key: str(folder / w.hint) for w in recipe.weights}
+    if "satclip" in weights:
+        state = {f"model.location.nnet.{k}": v for k, v in SirenNet(16, 16, 8, num_layers=2).state_dict().items()}
+        torch.save({"state_dict": state, "hyper_parameters": {"legendre_polys": 4, "capacity": 16}},
+                   weights["satclip"])
+    return weights
+
+
+_DESCRIBED: dict = {}
+
+
+@pytest.fixture
+def cached_models(monkeypatch):
+    """`check_sweep` builds each backbone to describe it; the paper's backbones are large, so build each once."""
+    import dgmoe.models.info as info
+
+    real = info.describe_model
+
+    def describe(name, **kwargs):
+        key = (name, json.dumps(kwargs, sort_keys=True, default=str))
+        if key not in _DESCRIBED:
+            _DESCRIBED[key] = real(name, **kwargs)
+        return _DESCRIBED[key]
+
+    monkeypatch.setattr(info, "describe_model", describe)
+
+
+@pytest.mark.parametrize("recipe", [r for r in list_recipes() if r.kind in SWEEP_KINDS], ids=lambda r: r.name)
+def test_paper_scale_expands_into_valid_sweeps(recipe, tmp_path, cached_models):
+    """Every part's grid passes `check_sweep` (algorithms, backbones, hparams overrides, model kwargs) and has
+    the held-out sets its selection needs, without data (the catalogue knows the domains)."""
+    weights = fake_weights(recipe, tmp_path)
+    for part, algorithms, models in parts_for(recipe, available_rows(recipe)):
+        for sweep in part_sweeps(recipe, part, algorithms, models, "paper", tmp_path, RunConfig(), weights):
+            check_sweep(sweep)
+            assert (sweep.n_hparams, sweep.n_trials) == (part.n_hparams, part.n_trials)
+            jobs = build_jobs(dataclasses.replace(sweep, n_hparams=1, n_trials=1))  # (tens of thousands in full)
+            assert len(jobs) == len({j.job_id for j in jobs})
+            sets = {tuple(j.config.data.test_envs) for j in jobs}
+            if not part.single_test_envs:
+                assert any(len(s) == 2 for s in sets), part.name  # leave-one-domain-out's pair runs
+            if part.pretrained:
+                assert all(j.config.model.pretrained == str(tmp_path / recipe.weights_of(part.pretrained).hint)
+                           for j in jobs)
+
+
+def test_paper_scale_settings_reach_the_runs(tmp_path, cached_models):
+    """GMoE Table 8 lr/weight decay per dataset, DomainBed's 5K DomainNet steps, SF-MoE layouts, MoGE variants."""
+    def configs(name, part):
+        recipe = get_recipe(name)
+        weights = fake_weights(recipe, tmp_path)
+        p = recipe.part(part)
+        return [j.config for s in part_sweeps(recipe, p, p.algorithms, p.models, "paper", tmp_path, RunConfig(),
+                                               weights) for j in build_jobs(s)]
+
+    by_dataset = {c.data.dataset: c for c in configs("gmoe-table1", "vit-gmoe")}
+    assert by_dataset["OfficeHome"].algorithm.hparams == {"lr": 1e-5, "weight_decay": 1e-6}
+    assert by_dataset["DomainNet"].training.steps is None  # the catalogue's 15,001
+    assert {c.training.steps for c in configs("gmoe-table9", "vit-gmoe-5k")} == {5001}
+    assert {c.model.kwargs["moe_layers"] for c in configs("sfmoe-fig4", "layout-Sx12")} == {"[S]x12"}
+    encoder = configs("moge-table1b", "moge-satclip")[0].model.kwargs["location_encoder_kwargs"]
+    assert encoder["path"] == str(tmp_path / "satclip-resnet50-l10.ckpt")
+    assert {tuple(c.data.test_envs) for c in configs("moge-table1a", "vit")} == {(5, 6, 7, 8)}  # WILDS splits
+    assert {tuple(c.data.test_envs) for c in configs("gmoe-table3", "resnet50")} == {(0, 1, 3, 4, 5)}
+
+
+@pytest.mark.parametrize("recipe", list_recipes(), ids=lambda r: r.name)
+def test_smoke_scale_needs_no_data_and_is_small(recipe, tmp_path):
+    plan = prepare(recipe, "smoke", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    jobs = [j for part in plan.jobs.values() for j in part]
+    assert len(jobs) <= 16
+    for job in jobs:
+        c = job.config
+        assert c.model.pretrained is None and c.training.steps <= 2 and c.execution.num_threads == 1
+        assert c.data.dataset in ("Debug28", "RotatedMNIST", "GeoMNIST")
+
+
+def test_rows_filter_and_unavailable_rows(cli, tmp_path):
+    recipe = get_recipe("moge-table1c")
+    assert [r.label for r in available_rows(recipe)] == ["MoGE", "ERM"]
+    result = cli("recipe", "launch", "moge-table1c", "--scale", "smoke", "--rows", "GroupDRO",
+                 "--output-dir", tmp_path / "o")
+    assert result.exit_code == 2 and "cannot be run by dgmoe" in result.output and "training domains" in result.output
+    plan = prepare(get_recipe("gmoe-table1"), "smoke", tmp_path / "o", rows=["GMoE-S/16"])
+    assert list(plan.jobs) == ["vit-gmoe"] and [j.config.model.name for j in plan.jobs["vit-gmoe"]] == [
+        "gmoe_micro_patch7_28"]
+    assert not Path(tmp_path / "o").exists()
