@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import Callable, TypeVar
 
 import click
 
@@ -11,6 +12,8 @@ from dgmoe.errors import UsageError
 from dgmoe.report.collect import load_records
 from dgmoe.report.single_source import single_source_table
 from dgmoe.report.tables import results_tables
+
+T = TypeVar("T")
 
 
 @click.command("results")
@@ -64,11 +67,7 @@ def command(runs_dir: Path, latex: bool, selection: str | None, single_source: b
     if single_source and selection is not None:
         raise click.UsageError("--selection does not apply with --single-source (training-domain validation)")
     try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            records = load_records(runs_dir, include_unfinished=include_unfinished)
-        for w in caught:
-            click.echo(f"warning: {w.message}", err=True)
+        records = _echo_warnings(lambda: load_records(runs_dir, include_unfinished=include_unfinished))
         if records.empty:
             raise UsageError(f"no records: no finished run with a results.jsonl under {runs_dir}")
         if single_source:
@@ -81,10 +80,24 @@ def command(runs_dir: Path, latex: bool, selection: str | None, single_source: b
         raise
     except (ValueError, KeyError) as err:
         raise UsageError(str(err)) from None
+    _show(text, None if no_save else runs_dir / (("results_single_source" if single_source else "results")
+                                                 + (".tex" if latex else ".md")))
+
+
+def _echo_warnings(compute: Callable[[], T]) -> T:
+    """`compute()`, with the warnings it raised (skipped or odd runs) printed as lines on stderr."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        value = compute()
+    for w in caught:
+        click.echo(f"warning: {w.message}", err=True)
+    return value
+
+
+def _show(text: str, path: Path | None) -> None:
+    """Print the tables and, unless `path` is None (--no-save), write them there."""
     click.echo(text, nl=False)
-    if not no_save:
-        name = ("results_single_source" if single_source else "results") + (".tex" if latex else ".md")
-        path = runs_dir / name
+    if path is not None:
         write_text_atomic(path, text)
         click.echo(f"wrote {path}", err=True)
 
@@ -95,17 +108,9 @@ def _recipe_results(runs_dir: Path, name: str, latex: bool, no_save: bool) -> No
 
     recipe = get_recipe(name)
     try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            text = comparison(recipe, runs_dir, latex=latex)
-        for w in caught:
-            click.echo(f"warning: {w.message}", err=True)
+        text = _echo_warnings(lambda: comparison(recipe, runs_dir, latex=latex))
     except UsageError:
         raise
     except (ValueError, KeyError) as err:
         raise UsageError(str(err)) from None
-    click.echo(text, nl=False)
-    if not no_save:
-        path = runs_dir / ("results_recipe.tex" if latex else "results_recipe.md")
-        write_text_atomic(path, text)
-        click.echo(f"wrote {path}", err=True)
+    _show(text, None if no_save else runs_dir / ("results_recipe.tex" if latex else "results_recipe.md"))
