@@ -81,7 +81,8 @@ def test_flat_config_json_of_older_runs_is_migrated():
            "retired_option": 1}
     with pytest.raises(ConfigError, match="--retired-option"):
         RunConfig.from_dict(old)
-    cfg = RunConfig.from_dict(old, strict=False)
+    with pytest.warns(UserWarning, match="ignored: retired_option"):
+        cfg = RunConfig.from_dict(old, strict=False)
     assert cfg.algorithm.hparams == {"lr": 0.001} and cfg.model.kwargs == {} and cfg.training.steps == 5
 
 

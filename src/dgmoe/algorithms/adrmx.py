@@ -114,9 +114,6 @@ class ADRMX(Algorithm):
             specs["lr"] = HParam(3e-5, choice([2e-5, 3e-5, 4e-5, 5e-5]))
         return specs
 
-    # buffers, registered in __init__
-    update_count: torch.Tensor
-
     def __init__(self, network, num_classes, num_domains, hparams):
         super().__init__(network, num_classes, num_domains, hparams)
         hp = self.hparams
@@ -135,7 +132,7 @@ class ADRMX(Algorithm):
         params = [*self.network.parameters(), *self.domain_network.parameters(), *self.classifier_final.parameters(),
                   *self.classifier_domain.parameters()]
         self.optimizer = torch.optim.Adam(params, lr=hp["lr"], betas=betas)
-        self.register_buffer("update_count", torch.zeros((), dtype=torch.long))
+        self.count_updates()
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {"optimizer": self.optimizer, "discriminator": self.disc_optimizer}

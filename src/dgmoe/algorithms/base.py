@@ -61,6 +61,7 @@ class Algorithm(nn.Module):
     REFERENCE: ClassVar[str] = ""
 
     gradient_sync: Any = None
+    update_count: torch.Tensor  # registered by `count_updates()` in the algorithms that read it
 
     def __init__(self, network: nn.Module, num_classes: int, num_domains: int, hparams: dict[str, Any]):
         super().__init__()
@@ -87,6 +88,11 @@ class Algorithm(nn.Module):
         return dict(cls.HPARAMS)
 
     # ----- building blocks -------------------------------------------------------------------
+    def count_updates(self) -> None:
+        """Register `update_count`, the number of updates made so far, as a buffer (saved and resumed with the
+        algorithm) for penalty warm-ups and alternating steps to read; the algorithm increments it."""
+        self.register_buffer("update_count", torch.zeros((), dtype=torch.long))
+
     def make_optimizer(self, params: Iterable) -> torch.optim.Optimizer:
         return torch.optim.Adam(params, lr=self.hparams["lr"], weight_decay=self.hparams["weight_decay"])
 

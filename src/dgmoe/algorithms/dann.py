@@ -74,9 +74,6 @@ class AbstractDANN(Algorithm):
         "lr_d": HParam(5e-5, log_uniform(-5, -3.5), positive),
     }
 
-    # buffers, registered in __init__
-    update_count: torch.Tensor
-
     @classmethod
     def hparam_specs(cls, dataset: str, shared: Mapping[str, HParam]) -> dict[str, HParam]:
         specs = dict(cls.HPARAMS)
@@ -96,7 +93,7 @@ class AbstractDANN(Algorithm):
         disc_params = list(self.discriminator.parameters()) + list(self.class_embeddings.parameters())
         self.disc_optimizer = torch.optim.Adam(disc_params, lr=hp["lr_d"], weight_decay=hp["weight_decay_d"],
                                                betas=(hp["beta1"], 0.9))
-        self.register_buffer("update_count", torch.zeros((), dtype=torch.long))
+        self.count_updates()
 
     def make_optimizer(self, params) -> torch.optim.Optimizer:
         return torch.optim.Adam(params, lr=self.hparams["lr_g"], weight_decay=self.hparams["weight_decay_g"],

@@ -60,12 +60,9 @@ class EQRM(Algorithm):
         "eqrm_lr": HParam(1e-6, log_uniform(-7, -5)),
     }
 
-    # buffers, registered in __init__
-    update_count: torch.Tensor
-
     def __init__(self, network, num_classes, num_domains, hparams):
         super().__init__(network, num_classes, num_domains, hparams)
-        self.register_buffer("update_count", torch.zeros((), dtype=torch.long))
+        self.count_updates()
 
     def _update(self, minibatches: list[Batch], step: int) -> dict[str, float]:
         count = int(self.update_count)

@@ -46,7 +46,6 @@ class ERMPlusPlus(Algorithm):
     }
 
     # buffers, registered in __init__
-    update_count: torch.Tensor
     sma_count: torch.Tensor
 
     def __init__(self, network, num_classes, num_domains, hparams):
@@ -55,7 +54,7 @@ class ERMPlusPlus(Algorithm):
                                                  weight_decay=self.hparams["weight_decay"])
         self.network_sma = frozen_copy(network).eval()
         self.refresh_batch_norm = self.per_domain_forward and not getattr(network, "freeze_bn", False)
-        self.register_buffer("update_count", torch.zeros((), dtype=torch.long))
+        self.count_updates()
         self.register_buffer("sma_count", torch.zeros((), dtype=torch.long))
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:

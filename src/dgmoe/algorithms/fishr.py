@@ -79,13 +79,12 @@ class Fishr(Algorithm):
     }
 
     # buffers, registered in __init__
-    update_count: torch.Tensor
     ema_variances: torch.Tensor
 
     def __init__(self, network, num_classes, num_domains, hparams):
         super().__init__(network, num_classes, num_domains, hparams)
         n_params = sum(p.numel() for p in self.classifier().parameters())
-        self.register_buffer("update_count", torch.zeros((), dtype=torch.long))
+        self.count_updates()
         self.register_buffer("ema_variances", torch.zeros(num_domains, n_params))
 
     def _update(self, minibatches: list[Batch], step: int) -> dict[str, float]:

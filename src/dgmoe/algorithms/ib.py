@@ -50,12 +50,9 @@ class InformationBottleneck(Algorithm):
 
     USE_IRM = False
 
-    # buffers, registered in __init__
-    update_count: torch.Tensor
-
     def __init__(self, network, num_classes, num_domains, hparams):
         super().__init__(network, num_classes, num_domains, hparams)
-        self.register_buffer("update_count", torch.zeros((), dtype=torch.long))
+        self.count_updates()
 
     def _update(self, minibatches: list[Batch], step: int) -> dict[str, float]:
         hp, count = self.hparams, int(self.update_count)

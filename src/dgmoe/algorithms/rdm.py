@@ -63,12 +63,9 @@ class RDM(Algorithm):
             specs["variance_weight"] = HParam(0.0, fixed(0.0))
         return specs
 
-    # buffers, registered in __init__
-    update_count: torch.Tensor
-
     def __init__(self, network, num_classes, num_domains, hparams):
         super().__init__(network, num_classes, num_domains, hparams)
-        self.register_buffer("update_count", torch.zeros((), dtype=torch.long))
+        self.count_updates()
 
     def _update(self, minibatches: list[Batch], step: int) -> dict[str, float]:
         count = int(self.update_count)

@@ -29,13 +29,12 @@ class SMA(ERM):
     HPARAMS = {"sma_start_iter": HParam(100, fixed(100), non_negative)}
 
     # buffers, registered in __init__
-    update_count: torch.Tensor
     sma_count: torch.Tensor
 
     def __init__(self, network, num_classes, num_domains, hparams):
         super().__init__(network, num_classes, num_domains, hparams)
         self.network_sma = frozen_copy(network)
-        self.register_buffer("update_count", torch.zeros((), dtype=torch.long))
+        self.count_updates()
         self.register_buffer("sma_count", torch.zeros((), dtype=torch.long))
 
     def train(self, mode: bool = True) -> "SMA":

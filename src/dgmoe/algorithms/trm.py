@@ -90,7 +90,6 @@ class TRM(Algorithm):
 
     # buffers, registered in __init__
     alpha: torch.Tensor
-    update_count: torch.Tensor
 
     def __init__(self, network, num_classes, num_domains, hparams):
         super().__init__(network, num_classes, num_domains, hparams)
@@ -99,7 +98,7 @@ class TRM(Algorithm):
         self.domain_heads = nn.ModuleList(nn.Linear(network.num_features, num_classes) for _ in range(num_domains))
         self.head_optimizer = torch.optim.SGD(self.domain_heads.parameters(), lr=HEAD_LR)
         self.register_buffer("alpha", torch.ones(num_domains, num_domains) - torch.eye(num_domains))
-        self.register_buffer("update_count", torch.zeros((), dtype=torch.long))
+        self.count_updates()
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {"optimizer": self.optimizer, "domain_heads": self.head_optimizer}

@@ -28,12 +28,9 @@ class VREx(Algorithm):
         "vrex_penalty_anneal_iters": HParam(500, as_int(log_uniform(0, 4)), non_negative),
     }
 
-    # buffers, registered in __init__
-    update_count: torch.Tensor
-
     def __init__(self, network, num_classes, num_domains, hparams):
         super().__init__(network, num_classes, num_domains, hparams)
-        self.register_buffer("update_count", torch.zeros((), dtype=torch.long))
+        self.count_updates()
 
     def _update(self, minibatches: list[Batch], step: int) -> dict[str, float]:
         count = int(self.update_count)

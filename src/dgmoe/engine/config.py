@@ -16,6 +16,7 @@ import dataclasses
 import difflib
 import hashlib
 import json
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Iterable, Mapping
@@ -204,15 +205,17 @@ class RunConfig:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], strict: bool = True) -> "RunConfig":
         """From `to_dict()`'s nested form, or from the flat form of run folders written before dgmoe 0.2
-        (migrated here). `strict=False` drops settings this dgmoe no longer knows (reading old runs)."""
+        (migrated here). `strict=False` drops settings this dgmoe no longer knows (reading old runs), with a
+        warning naming them."""
         sections = cls.sections()
         if not any(isinstance(d.get(s), Mapping) for s in sections):
             flat = dict(d) if strict else {k: v for k, v in d.items() if k in cls.keys()}
+            _warn_dropped([k for k in d if k not in flat])
             return cls.from_flat(flat)
         unknown = [k for k in d if k not in sections]
         if unknown and strict:
             raise ConfigError(f"unknown section {unknown[0]!r} in a run config; expected {', '.join(sections)}")
-        built = {}
+        built, dropped = {}, list(unknown)
         for s, kind in sections.items():
             given = dict(d.get(s) or {})
             names = {f.name for f in dataclasses.fields(kind)}
@@ -221,7 +224,9 @@ class RunConfig:
                 close = difflib.get_close_matches(extra[0], list(names), n=1)
                 raise ConfigError(f"unknown setting {s}.{extra[0]} in a run config"
                                   + (f"; did you mean {s}.{close[0]}?" if close else ""))
+            dropped += [f"{s}.{k}" for k in extra]
             built[s] = kind(**{k: v for k, v in given.items() if k in names})
+        _warn_dropped(dropped)
         return cls(**built)
 
     @classmethod
@@ -258,6 +263,12 @@ class RunConfig:
         given = {section: changed for section, values in self.identity().items()
                  if (changed := {k: v for k, v in values.items() if v != defaults[section][k]})}
         return hashlib.md5(json.dumps(given, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def _warn_dropped(names: list[str]) -> None:
+    if names:
+        warnings.warn(f"a run config holds settings this dgmoe does not know, ignored: {', '.join(names)}",
+                      stacklevel=3)
 
 
 def _plain(value: Any) -> Any:
