@@ -1,6 +1,6 @@
 """Training cost of each algorithm relative to ERM on the same backbone (the form of GMoE Table 16).
 
-Method (CPU): every algorithm runs in its own worker process, all built before timing starts, so that
+Method (CPU): every algorithm runs in its own worker process, all of a group built before timing starts, so that
 each process's peak memory is its own; the parent then interleaves single training steps round-robin
 (the order rotates every round) so that load from other programs on the machine hits all algorithms
 alike. Step time is the mean wall time of `algorithm.update` over the timed rounds (after warm-up rounds);
@@ -15,6 +15,12 @@ outside the timed region) so that idle workers hold only their persistent state.
 work (`on_checkpoint`) and evaluation are not part of a training step. On a CUDA device the same function
 reports `torch.cuda.max_memory_allocated` instead of RSS.
 
+At most `group_size` workers are alive at once (each holds a backbone, its optimiser state and torch): the
+algorithms are measured in groups, each with its own ERM worker, and every ratio is to the ERM whose rounds
+were interleaved with it (the ERM row is the first group's). Every batch carries a latitude and longitude per
+image, which only metadata-routed models and algorithms read. An algorithm that refuses the backbone (MoGE
+on a network without image-routed experts) is reported with its reason instead of a measurement.
+
 At least `MIN_ROUNDS` timed steps after at least one warm-up step are required (`BenchmarkConfig`); the
 table prints, next to each step-time ratio, the IQR of the per-round ratios to ERM, and `cost_warnings`
 flags ratios whose rounds disagree by more than 10% of the median (DANN and CDANN alternate between a
@@ -24,15 +30,13 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import resource
+import statistics
 import time
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from dgmoe.bench.timing import MIN_ROUNDS, MIN_WARMUP, Spread, timing_warnings
 from dgmoe.engine.progress import Progress
-
-if TYPE_CHECKING:
-    pass
 
 WARMUP_OFF = {"irm_penalty_anneal_iters": 0, "vrex_penalty_anneal_iters": 0, "penalty_anneal_iters": 0,
               "rdm_penalty_anneal_iters": 0, "sma_start_iter": 0}
@@ -55,10 +59,13 @@ class BenchmarkConfig:
     seed: int = 0
     device: str = "cpu"
     model_overrides: tuple[tuple[str, Any], ...] = field(default_factory=tuple)
+    group_size: int = 12  # worker processes alive at once, ERM's included
 
     def __post_init__(self) -> None:
         if "ERM" not in self.algorithms:
             raise ValueError("the cost table is relative to ERM: include 'ERM' in algorithms")
+        if self.group_size < 2:
+            raise ValueError(f"group_size counts ERM's worker too: need >= 2, got {self.group_size}")
         if self.steps < MIN_ROUNDS or self.warmup < MIN_WARMUP:
             raise ValueError(f"need steps >= {MIN_ROUNDS} timed steps (for a median and its spread) and warmup >= "
                              f"{MIN_WARMUP}, got steps={self.steps}, warmup={self.warmup}")
@@ -66,10 +73,20 @@ class BenchmarkConfig:
 
 @dataclass(frozen=True)
 class AlgorithmCost:
+    """One algorithm's measurement; `erm_*`: the ERM measured in the same group (empty: the table's ERM row);
+    `unsupported`: why the algorithm refused the backbone (nothing measured)."""
+
     algorithm: str
     step_time_s: float
     peak_memory_mb: float
     step_times_s: tuple[float, ...]
+    erm_step_times_s: tuple[float, ...] = ()
+    erm_peak_memory_mb: float | None = None
+    unsupported: str = ""
+
+    @classmethod
+    def refused(cls, algorithm: str, reason: str) -> "AlgorithmCost":
+        return cls(algorithm, float("nan"), float("nan"), (), unsupported=reason)
 
 
 def _rss_bytes() -> int:
@@ -99,7 +116,7 @@ def _warm_up(config: BenchmarkConfig, name: str, batches: list) -> None:
     hp = default_hparams(name, "PACS", model_info(network))
     hp.update({k: v for k, v in WARMUP_OFF.items() if k in hp})
     algorithm = get_algorithm(name)(network, config.num_classes, config.domains, hp).to(batches[0].x.device)
-    algorithm.update([Batch(b.x[:2], b.y[:2]) for b in batches], 0)
+    algorithm.update([Batch(b.x[:2], b.y[:2], {k: v[:2] for k, v in (b.meta or {}).items()}) for b in batches], 0)
     del algorithm, network
     gc.collect()
     trim = _malloc_trim() if torch.device(config.device).type == "cpu" else None
@@ -131,10 +148,16 @@ def _worker(conn, config: BenchmarkConfig, name: str) -> None:
     device = torch.device(config.device)
     g = torch.Generator().manual_seed(config.seed)
     shape = (config.batch_per_domain, 3, config.img_size, config.img_size)
-    batches = [Batch(torch.randn(shape, generator=g),
-                     torch.randint(0, config.num_classes, shape[:1], generator=g)).to(device)
+    batches = [Batch(torch.randn(shape, generator=g), torch.randint(0, config.num_classes, shape[:1], generator=g),
+                     {"lat": torch.rand(shape[0], generator=g) * 160 - 80,
+                      "lon": torch.rand(shape[0], generator=g) * 340 - 170}).to(device)
                for _ in range(config.domains)]
-    _warm_up(config, name, batches)
+    try:
+        _warm_up(config, name, batches)
+    except ValueError as e:  # the algorithm refuses this backbone: say why instead of measuring
+        conn.send(("unsupported", str(e)))
+        conn.close()
+        return
     baseline = _rss_bytes()
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -174,15 +197,35 @@ def _worker(conn, config: BenchmarkConfig, name: str) -> None:
 
 
 def benchmark_algorithms(config: BenchmarkConfig) -> list[AlgorithmCost]:
-    """Measure every algorithm of `config` on its backbone (see the module docstring)."""
+    """Measure every algorithm of `config` on its backbone, in groups that each hold an ERM worker (see the
+    module docstring); the results follow `config.algorithms`' order."""
     from dgmoe.algorithms import get_algorithm
 
     for name in config.algorithms:
         get_algorithm(name)  # unknown names fail here, with the registry's list of valid ones
+    others = [n for n in dict.fromkeys(config.algorithms) if n != "ERM"]
+    size = config.group_size - 1
+    groups = [others[i:i + size] for i in range(0, len(others), size)] or [[]]
+    progress = Progress(len(groups) * (config.warmup + config.steps), unit="round", desc="algorithms bench")
+    measured: dict[str, AlgorithmCost] = {}
+    for group in groups:
+        costs = _measure_group(config, ["ERM", *group], progress)
+        erm = costs["ERM"]
+        measured.setdefault("ERM", erm)
+        for name in group:
+            measured[name] = replace(costs[name], erm_step_times_s=erm.step_times_s,
+                                     erm_peak_memory_mb=erm.peak_memory_mb)
+    progress.close()
+    return [measured[n] for n in dict.fromkeys(config.algorithms)]
+
+
+def _measure_group(config: BenchmarkConfig, names: list[str], progress: Progress) -> dict[str, AlgorithmCost]:
+    """One worker per algorithm, single steps interleaved round-robin with a rotating order."""
     ctx = mp.get_context("spawn")
     workers = {}
+    refused: dict[str, str] = {}
     try:
-        for name in config.algorithms:
+        for name in names:
             parent, child = ctx.Pipe()
             proc = ctx.Process(target=_worker, args=(child, config, name), daemon=True)
             proc.start()
@@ -190,65 +233,76 @@ def benchmark_algorithms(config: BenchmarkConfig) -> list[AlgorithmCost]:
             workers[name] = (proc, parent)
         for name, (proc, parent) in workers.items():
             try:
-                parent.recv()
+                reply = parent.recv()
             except EOFError:
                 proc.join(30)
                 raise RuntimeError(f"benchmark worker for {name} exited during setup (exit code {proc.exitcode}); "
                                    "its traceback is printed above") from None
-        names = list(config.algorithms)
-        times: dict[str, list[float]] = {n: [] for n in names}
-        progress = Progress(config.warmup + config.steps, unit="round", desc="algorithms bench")
+            if isinstance(reply, tuple) and reply[0] == "unsupported":
+                refused[name] = reply[1]
+        if "ERM" in refused:
+            raise ValueError(f"ERM cannot train {config.backbone}: {refused['ERM']}")
+        timed = [n for n in names if n not in refused]
+        times: dict[str, list[float]] = {n: [] for n in timed}
         for round_ in range(config.warmup + config.steps):
-            shift = round_ % len(names)
-            for name in names[shift:] + names[:shift]:
+            shift = round_ % len(timed)
+            for name in timed[shift:] + timed[:shift]:
                 conn = workers[name][1]
                 conn.send("step")
                 t = conn.recv()
                 if round_ >= config.warmup:
                     times[name].append(t)
             progress.update()
-        progress.close()
-        results = []
-        for name in names:
+        results = {n: AlgorithmCost.refused(n, reason) for n, reason in refused.items()}
+        for name in timed:
             conn = workers[name][1]
             conn.send("memory")
-            results.append(AlgorithmCost(name, sum(times[name]) / len(times[name]), conn.recv(), tuple(times[name])))
+            results[name] = AlgorithmCost(name, sum(times[name]) / len(times[name]), conn.recv(), tuple(times[name]))
         return results
     finally:
-        for proc, conn in workers.values():
-            try:
-                conn.send("stop")
-            except (BrokenPipeError, OSError):
-                pass
+        for name, (proc, conn) in workers.items():
+            if name not in refused:
+                try:
+                    conn.send("stop")
+                except (BrokenPipeError, OSError):
+                    pass
             proc.join(timeout=30)
             if proc.is_alive():
                 proc.terminate()
 
 
 def round_ratios(result: AlgorithmCost, erm: AlgorithmCost) -> list[float]:
-    """The algorithm's step time over ERM's, round by round (the rounds are interleaved)."""
-    return [t / e for t, e in zip(result.step_times_s, erm.step_times_s)]
+    """The algorithm's step time over ERM's, round by round, against the ERM of its own group (the rounds
+    are interleaved); `erm` is the table's ERM row, used when the result carries none."""
+    return [t / e for t, e in zip(result.step_times_s, result.erm_step_times_s or erm.step_times_s)]
 
 
 def cost_table_markdown(results: list[AlgorithmCost], title: str) -> str:
     """One row per algorithm: absolute step time and peak memory and both relative to ERM, the time ratio
-    with the IQR of its per-round ratios (memory is measured once: no spread)."""
+    with the IQR of its per-round ratios (memory is measured once: no spread); algorithms that refused the
+    backbone are listed under the table with their reason."""
     erm = next(r for r in results if r.algorithm == "ERM")
     lines = [f"**{title}**", "",
              "| algorithm | step time (s) | rel. to ERM | IQR over rounds | peak memory (MB) | rel. to ERM |",
              "|---|---:|---:|---:|---:|---:|"]
     for r in results:
-        lines.append(f"| {r.algorithm} | {r.step_time_s:.3f} | {r.step_time_s / erm.step_time_s:.2f}x | "
+        if r.unsupported:
+            continue
+        erm_time = statistics.fmean(r.erm_step_times_s) if r.erm_step_times_s else erm.step_time_s
+        erm_memory = r.erm_peak_memory_mb if r.erm_peak_memory_mb is not None else erm.peak_memory_mb
+        lines.append(f"| {r.algorithm} | {r.step_time_s:.3f} | {r.step_time_s / erm_time:.2f}x | "
                      f"{Spread.of(round_ratios(r, erm)).text('.2f')} | "
-                     f"{r.peak_memory_mb:.0f} | {r.peak_memory_mb / erm.peak_memory_mb:.2f}x |")
-    return "\n".join(lines)
+                     f"{r.peak_memory_mb:.0f} | {r.peak_memory_mb / erm_memory:.2f}x |")
+    refused = [f"not measured: {r.algorithm} ({r.unsupported})" for r in results if r.unsupported]
+    return "\n".join(lines + ([""] + refused if refused else []))
 
 
 def cost_warnings(results: list[AlgorithmCost]) -> list[str]:
     """Why a step-time ratio of the table should not be trusted (see `dgmoe.bench.timing.timing_warnings`)."""
     erm = next(r for r in results if r.algorithm == "ERM")
-    others = [r for r in results if r is not erm]
+    others = [r for r in results if r is not erm and not r.unsupported]
     if not others:
         return timing_warnings("ERM", [1.0], erm.step_times_s, erm.step_times_s)
     return [w for r in others
-            for w in timing_warnings(f"{r.algorithm} vs ERM", round_ratios(r, erm), r.step_times_s, erm.step_times_s)]
+            for w in timing_warnings(f"{r.algorithm} vs ERM", round_ratios(r, erm), r.step_times_s,
+                                     r.erm_step_times_s or erm.step_times_s)]

@@ -173,6 +173,8 @@ def run_cost(plan: Plan, echo: Echo, device: str = "cpu") -> Path:
         costs = {c.algorithm: c for c in benchmark_algorithms(config)}
         for r in mine:
             c = costs[r.algorithm]
+            if c.unsupported:
+                raise ValueError(f"recipe {recipe.name}: row {r.label} cannot be timed on {model}: {c.unsupported}")
             out[r.label] = {"algorithm": r.algorithm, "model": model, "step_time_s": c.step_time_s,
                             "memory_gb": c.peak_memory_mb / 1024}
     path = Path(plan.output_dir) / COST_FILE
