@@ -13,6 +13,7 @@ from dgmoe.data.base import Batch
 from dgmoe.engine.hparams import base_hparams, default_hparams, random_hparams
 from dgmoe.models import create_model
 from dgmoe.models.resnet import ResNet
+from dgmoe.moe.aux import sparse_layers
 
 ALGORITHMS = list_algorithms()  # every registered algorithm: a new one is in the matrix by default
 BACKBONES = ["vit_tiny_patch16_224", "gmoe_tiny_patch16_224", "moge_tiny_patch16_224", "resnet50"]
@@ -305,3 +306,48 @@ def test_inference_network_is_the_evaluated_one(name, attr):
     alg = build(name, BACKBONES[0])
     train(alg, 3)
     assert alg.inference_network() is getattr(alg, attr)
+
+
+# These take the gradient of each domain's risk separately (masked or penalised) and add the auxiliary loss's
+# own gradient once: more backwards reach the routers than there are auxiliary terms.
+PER_DOMAIN_GRADIENTS = {"ANDMask", "SANDMask", "IGA"}
+
+
+@pytest.mark.parametrize("name", [n for n in ALGORITHMS if n != "MoGE"])
+def test_every_backward_through_the_moe_routers_carries_the_aux_loss_once(name, monkeypatch):
+    """On GMoE, the auxiliary loss is added exactly once to every objective that trains the routers: each value
+    `moe_aux_loss` returns receives gradient 1 in exactly one backward (not dropped, not counted twice), and a
+    network's routers take as many backwards as auxiliary terms were computed for it (inner copies of MLDG and
+    Fish are checked by the first part only)."""
+    alg = build(name, BACKBONES[1])
+    calls: list[tuple[int, list[float]]] = []
+    router_backwards: dict[int, int] = {}
+    original = Algorithm.moe_aux_loss
+
+    def recording(self, network=None):
+        value = original(self, network)
+        grads: list[float] = []
+        calls.append((id(network if network is not None else self.network), grads))
+        if value.requires_grad:
+            value.register_hook(lambda g: grads.append(g.item()))
+        return value
+
+    def count(net: int):
+        def hook(grad):
+            router_backwards[net] = router_backwards.get(net, 0) + 1
+        return hook
+
+    monkeypatch.setattr(Algorithm, "moe_aux_loss", recording)
+    for network in [m for m in alg.modules() if m is not alg and sparse_layers(m)]:
+        if any(network is not m and network in set(m.modules()) for m in alg.modules() if m is not alg):
+            continue  # a part of a larger network of the algorithm: counted there
+        weight = next(next(iter(sparse_layers(network).values())).router.parameters())
+        if weight.requires_grad:  # frozen copies (MIRO's reference, SWAD's and SMA's averages) train nothing
+            weight.register_hook(count(id(network)))
+    for step in range(3):  # DANN and CDANN alternate discriminator and backbone steps; ERM++ starts linear
+        alg.update(minibatches(step), step)
+    assert calls, "the auxiliary loss was never computed"
+    assert all(grads == [1.0] for _, grads in calls), calls
+    for net, backwards in router_backwards.items():
+        terms = sum(1 for n, _ in calls if n == net)
+        assert terms == backwards or (name in PER_DOMAIN_GRADIENTS and 0 < terms < backwards), (terms, backwards)

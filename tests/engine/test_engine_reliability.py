@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from run_records import comparable_records
 
 from dgmoe.algorithms import get_algorithm
 from dgmoe.algorithms.registry import ALGORITHMS
@@ -22,16 +23,6 @@ from dgmoe.report.collect import RecordError, load_records
 
 BASE = dict(dataset="RotatedMNIST", model="vit_micro_patch7_28", model_kwargs={"depth": 1}, steps=7,
             checkpoint_freq=2, n_per_domain=20, progress="none", num_threads=1)
-TIMING = {"step_time", "mem_gb", "eval_time"}
-
-
-def records(out: Path) -> list[dict]:
-    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
-    for r in rows:
-        for k in TIMING:
-            r.pop(k, None)
-        r["args"].pop("output_dir")
-    return rows
 
 
 def cmd(out: Path, steps: int = 400) -> list[str]:
@@ -60,7 +51,7 @@ def test_a_second_trainer_is_refused_while_the_first_lives_and_no_record_is_lost
     finally:
         os.kill(first.pid, signal.SIGCONT)
     assert first.wait(timeout=300) == 0, first.stderr.read()
-    assert [r["step"] for r in records(out)] == [0, 2, 4, 6, 8] and lock_holder(out) is None
+    assert [r["step"] for r in comparable_records(out)] == [0, 2, 4, 6, 8] and lock_holder(out) is None
     assert load_records(tmp_path)["step"].tolist() == [0, 2, 4, 6, 8]
 
 
@@ -102,7 +93,7 @@ def test_early_stop_then_a_crash_before_done_resumes_to_the_uninterrupted_record
                                                                                  monkeypatch):
     ref, crashed = tmp_path / "ref", tmp_path / "crashed"
     train(RunConfig.from_flat(**{**BASE, "algorithm": stopping_algorithm, "output_dir": str(ref)}))
-    assert [r["step"] for r in records(ref)] == [0, 2]
+    assert [r["step"] for r in comparable_records(ref)] == [0, 2]
     finish = rundir.RunWriter.finish
 
     class Crash(Exception):
@@ -117,7 +108,7 @@ def test_early_stop_then_a_crash_before_done_resumes_to_the_uninterrupted_record
     assert not (crashed / "done").exists()
     monkeypatch.setattr(rundir.RunWriter, "finish", finish)
     train(RunConfig.from_flat(**{**BASE, "algorithm": stopping_algorithm, "output_dir": str(crashed)}))
-    assert records(crashed) == records(ref)
+    assert comparable_records(crashed) == comparable_records(ref)
     assert json.loads((crashed / "done").read_text())["stopped_early"] is True
     assert len(load_records(crashed)) == 2  # a finished early stop is complete
 
@@ -173,7 +164,7 @@ def test_a_full_disk_names_the_file_and_the_run_resumes(tmp_path, monkeypatch):
     train(RunConfig.from_flat(**{**BASE, "output_dir": str(out)}))
     ref = tmp_path / "ref"
     train(RunConfig.from_flat(**{**BASE, "output_dir": str(ref)}))
-    assert records(out) == records(ref) and not list(out.glob(".*.tmp"))
+    assert comparable_records(out) == comparable_records(ref) and not list(out.glob(".*.tmp"))
 
 
 def test_sigterm_ends_with_one_line_saying_how_to_resume(tmp_path):

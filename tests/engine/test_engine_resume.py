@@ -1,5 +1,4 @@
 """A run killed with SIGKILL and started again ends exactly as an uninterrupted run (issue: never lose a run)."""
-import json
 import os
 import signal
 import subprocess
@@ -8,9 +7,8 @@ import time
 
 import pytest
 import torch
+from run_records import comparable_records
 from safetensors.torch import load_file
-
-TIMING = {"step_time", "mem_gb", "eval_time"}
 
 
 def _cmd(out, steps=16):
@@ -18,15 +16,6 @@ def _cmd(out, steps=16):
             "--model-kwargs", '{"depth": 2, "moe_layers": [1]}', "--test-envs", "0", "--steps", str(steps),
             "--checkpoint-freq", "3", "--n-per-domain", "60", "--num-threads", "1", "--seed", "3",
             "--output-dir", str(out), "--progress", "lines"]
-
-
-def _records(out):
-    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
-    for r in rows:
-        for k in TIMING:
-            r.pop(k, None)
-        r["args"].pop("output_dir")
-    return rows
 
 
 def test_sigkill_then_resume_gives_identical_records_and_weights(tmp_path):
@@ -45,7 +34,7 @@ def test_sigkill_then_resume_gives_identical_records_and_weights(tmp_path):
     assert not (killed / "done").exists(), "the run finished before it could be killed"
     resumed = subprocess.run(_cmd(killed), check=True, env=env, capture_output=True, text=True)
     assert "resuming" in resumed.stderr
-    assert _records(killed) == _records(ref)
+    assert comparable_records(killed) == comparable_records(ref)
     for name in ("model.safetensors", "best.safetensors"):
         a, b = load_file(str(ref / name)), load_file(str(killed / name))
         assert a.keys() == b.keys()
@@ -53,7 +42,7 @@ def test_sigkill_then_resume_gives_identical_records_and_weights(tmp_path):
     # a finished run is not re-run
     again = subprocess.run(_cmd(killed), check=True, env=env, capture_output=True, text=True)
     assert "already finished" in again.stdout
-    assert len(_records(killed)) == len(_records(ref))
+    assert len(comparable_records(killed)) == len(comparable_records(ref))
 
 
 def test_output_dir_holding_a_different_run_is_refused(tmp_path):

@@ -8,10 +8,9 @@ Warm-ups are set to switch on after the resume point, so a counter that is not r
 """
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
+from run_records import comparable_records
 from safetensors.torch import load_file
 
 from dgmoe.algorithms import get_algorithm, list_algorithms
@@ -28,7 +27,6 @@ WARM_UPS = dict(irm_penalty_anneal_iters=SWITCH, vrex_penalty_anneal_iters=SWITC
                 sma_start_iter=SWITCH, ermpp_sma_start_iter=SWITCH, linear_steps=SWITCH, swad_n_converge=1,
                 swad_n_tolerance=2, iters=1, d_steps_per_g=2)
 GEO = {"MoGE", "D3G", "D3G_WRAP"}  # read lat/lon: trained on GeoMNIST
-TIMING = {"step_time", "mem_gb", "eval_time"}
 
 
 def backbone(name: str) -> tuple[str, dict]:
@@ -81,15 +79,6 @@ def config(name: str, out) -> RunConfig:
                                output_dir=str(out))
 
 
-def records(out) -> list[dict]:
-    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
-    for row in rows:
-        for key in TIMING:
-            row.pop(key, None)
-        row["args"].pop("output_dir")
-    return rows
-
-
 def equal(a, b) -> bool:
     """Nested dicts, lists and tensors hold the same values."""
     if isinstance(a, dict):
@@ -113,9 +102,9 @@ def test_killed_between_checkpoints_then_resumed_equals_the_uninterrupted_run(na
     with pytest.raises(Killed):
         train(config(name, killed), sinks=[KillAfter(KILL_AFTER_STEP)])
     assert not (killed / "done").exists()
-    assert [r["step"] for r in records(killed)] == [0, 2]
+    assert [r["step"] for r in comparable_records(killed)] == [0, 2]
     train(config(name, killed))
-    assert records(killed) == records(reference)
+    assert comparable_records(killed) == comparable_records(reference)
     for weights in ("model.safetensors", "best.safetensors"):
         a, b = load_file(str(reference / weights)), load_file(str(killed / weights))
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), weights

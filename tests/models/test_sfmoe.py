@@ -36,6 +36,10 @@ def test_gmoe_placements_are_layouts_too():
     assert resolve_layout("every-two", 12) == parse_layout("[S,F]x6")
     with pytest.raises(ValueError, match="has 6 blocks but the model has depth 12"):
         resolve_layout("[S,F]x3", 12)
+    with pytest.raises(ValueError, match=r"'last-two' MoE layout .* needs depth >= 4, got depth 2; .* e.g. \[1\]"):
+        resolve_layout("last-two", 2)
+    with pytest.raises(ValueError, match=r"MoE block indices \[5\] are outside 0..3"):
+        resolve_layout([1, 5], 4)
 
 
 @pytest.mark.parametrize("layout,n_sparse", [("[S,F]x6", 6), ("[S]x12", 12), ("[F]x12", 0), ("[F]x8,[S,F]x2", 2)])

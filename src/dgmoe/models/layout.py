@@ -89,6 +89,9 @@ def resolve_layout(placement: str | Sequence[int] | None, depth: int) -> Layout:
         return ("F",) * depth
     if isinstance(placement, str):
         if placement == "last-two":
+            if depth < 4:
+                raise ValueError(f"the 'last-two' MoE layout (blocks depth-4 and depth-2) needs depth >= 4, got "
+                                 f"depth {depth}; give the sparse blocks with moe_layers, e.g. [{depth - 1}]")
             sparse = {depth - 4, depth - 2}
         elif placement == "every-two":
             sparse = set(range(0, depth, 2))
