@@ -196,15 +196,20 @@ def test_killed_launcher_leaves_incomplete_jobs_that_resume(fake, start_launch, 
         assert _invocations(log)[j.job_id] == (2 if h.exists() else 1)
 
 
+def wait_until_a_job_hangs(jobs, timeout_s: float = 60) -> None:
+    """Until a fake trainer marks its job as hanging (a limit on waiting, not a verdict on speed)."""
+    deadline = time.time() + timeout_s
+    while not any((j.dir / "hanging").exists() for j in jobs):
+        assert time.time() < deadline, "no job started"
+        time.sleep(0.1)
+
+
 def test_ctrl_c_stops_the_local_launch(fake, start_launch, monkeypatch):
     """SIGINT to the launch's process group: the running job ends failed, queued jobs never start."""
     jobs, opts, log = fake
     monkeypatch.setenv("FAKE_HANG_AT", "1")
     proc = start_launch(jobs, dataclasses.replace(opts, max_workers=1))
-    deadline = time.time() + 60
-    while not any((j.dir / "hanging").exists() for j in jobs):
-        assert time.time() < deadline, "no job started"
-        time.sleep(0.1)
+    wait_until_a_job_hangs(jobs)
     os.killpg(proc.pid, signal.SIGINT)
     assert proc.wait(timeout=60) != 0
     states = sorted(job_state(j.dir).value for j in jobs)
@@ -217,10 +222,7 @@ def test_killing_only_the_launcher_keeps_its_trainer_running_and_a_relaunch_star
     jobs, opts, log = fake
     monkeypatch.setenv("FAKE_HANG_AT", "1")
     proc = start_launch(jobs, dataclasses.replace(opts, max_workers=1))
-    deadline = time.time() + 60
-    while not any((j.dir / "hanging").exists() for j in jobs):
-        assert time.time() < deadline, "no job started"
-        time.sleep(0.1)
+    wait_until_a_job_hangs(jobs)
     os.kill(proc.pid, signal.SIGKILL)  # the launcher only: its trainer lives on, orphaned
     proc.wait()
     live = next(j for j in jobs if (j.dir / "hanging").exists())
