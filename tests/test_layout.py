@@ -11,6 +11,7 @@ TESTS = Path(__file__).resolve().parent
 LAYERS = [
     {"errors"},
     {"registry", "seeding"},
+    {"scope"},
     {"sharding", "hparams", "metrics", "selection"},
     {"moe", "data"},
     {"models"},

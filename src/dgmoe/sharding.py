@@ -20,13 +20,14 @@ inference) all of them are plain local operations that draw and compute exactly 
 from __future__ import annotations
 
 import contextlib
-from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+
+from dgmoe.scope import SCOPE, scoped
 
 
 @dataclass(frozen=True)
@@ -57,21 +58,15 @@ def concat_shards(shards: list[Shard | None]) -> Shard | None:
     return Shard(total, torch.cat(index), sharded[0].group)
 
 
-_ACTIVE: ContextVar[Shard | None] = ContextVar("dgmoe_active_shard", default=None)
-
-
 def active_shard() -> Shard | None:
-    return _ACTIVE.get()
+    return SCOPE.shard
 
 
 @contextlib.contextmanager
 def use_shard(shard: Shard | None) -> Iterator[None]:
     """Make `shard` the batch layout of the forwards run inside the block (None: no sharding)."""
-    token = _ACTIVE.set(shard)
-    try:
+    with scoped(shard=shard):
         yield
-    finally:
-        _ACTIVE.reset(token)
 
 
 def per_sample(shape: tuple[int, ...], fill: Callable[[torch.Tensor], torch.Tensor], like: torch.Tensor,
@@ -79,7 +74,7 @@ def per_sample(shape: tuple[int, ...], fill: Callable[[torch.Tensor], torch.Tens
     """A random tensor of `shape` whose first dimension indexes the samples of the current forward, filled
     in place by `fill` (e.g. `lambda t: t.bernoulli_(p)`). Under an active shard the global batch's tensor
     is drawn and this process's rows are kept, so a sample's numbers do not depend on the process count."""
-    shard = _ACTIVE.get()
+    shard = SCOPE.shard
     dtype = dtype or like.dtype
     if shard is None:
         return fill(torch.empty(shape, dtype=dtype, device=like.device))
@@ -114,7 +109,7 @@ class _AllReduceSum(torch.autograd.Function):
 def all_reduce_sum(tensor: torch.Tensor, shard: Shard | None = None) -> torch.Tensor:
     """Sum of `tensor` over the processes sharing the batch (differentiable); `tensor` itself without one.
     `shard` defaults to the active one."""
-    shard = shard if shard is not None else _ACTIVE.get()
+    shard = shard if shard is not None else SCOPE.shard
     if shard is None or _world(shard) == 1:
         return tensor
     return _AllReduceSum.apply(tensor, shard.group)

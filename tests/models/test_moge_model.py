@@ -103,9 +103,12 @@ def test_training_records_losses_for_eq_4():
         assert set(terms) == {"balance", "cka"} and 0.0 <= terms["cka"].item() <= 1.0
         features, domains = layer.shared_features()
         assert features.shape == (8, 32) and domains.shape == (8,)
+    before = {id(layer): layer.aux_losses() for layer in model.moge_layers()}
     model.eval()
     model(x, meta)
-    assert all(len(layer._records) == 1 for layer in model.moge_layers())  # eval adds nothing
+    for layer in model.moge_layers():  # eval adds nothing
+        assert layer._aux_forwards is not None and layer._aux_forwards.item() == 1
+        assert all(torch.equal(v, before[id(layer)][k]) for k, v in layer.aux_losses().items())
 
 
 def test_missing_metadata_errors_and_shared_only_mode():

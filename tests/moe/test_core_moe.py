@@ -8,10 +8,11 @@ from dgmoe.moe import MoEConfig, MoEMlp, aux_losses, record_routing
 from dgmoe.moe import dispatch as dispatch_module
 from dgmoe.moe.dispatch import capacity_keep_mask, expert_capacity
 from dgmoe.moe.losses import importance_loss, load_loss
+from dgmoe.moe.sync_free import sync_free_dispatch
 
 #: the layer's dispatch options, plus the internal paths the tests hold against the mask reference
 PATHS = {"grouped": None, "mask": None, "grouped_autograd": dispatch_module.sorted_autograd_dispatch,
-         "padded": dispatch_module.padded_dispatch}
+         "padded": dispatch_module.padded_dispatch, "sync_free": sync_free_dispatch}
 
 
 def make_layer(dispatch="grouped", **kw):
@@ -37,7 +38,7 @@ def test_each_token_gets_exactly_k_distinct_experts(router, top_k):
 def test_sorted_dispatch_matches_mask_loop_outputs_and_gradients(capacity_factor):
     x = torch.randn(3, 7, 8, requires_grad=True)
     results = []
-    for dispatch in ("grouped", "grouped_autograd", "padded", "mask"):
+    for dispatch in ("grouped", "grouped_autograd", "padded", "sync_free", "mask"):
         layer = make_layer(dispatch=dispatch, capacity_factor=capacity_factor, top_k=2)
         layer.eval()
         x.grad = None
@@ -67,7 +68,7 @@ def _outputs_and_grads(dispatch, x, **kw):
 def test_fused_grouped_dispatch_matches_autograd_in_training_with_noise_and_idle_experts(kw):
     x = torch.randn(2, 3, 8)  # 6 tokens: with 8 experts and top-1 some experts get no token
     y_ref, gx_ref, g_ref = _outputs_and_grads("mask", x, **kw)
-    for dispatch in ("grouped", "grouped_autograd"):
+    for dispatch in ("grouped", "grouped_autograd", "sync_free"):
         y, gx, grads = _outputs_and_grads(dispatch, x, **kw)
         torch.testing.assert_close(y, y_ref, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(gx, gx_ref, rtol=1e-5, atol=1e-6)

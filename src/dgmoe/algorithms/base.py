@@ -13,7 +13,8 @@ counted, and no autograd graph outlives an update.
 Hooks for the training engine (all optional; the defaults do nothing):
 
 - `update(minibatches, step)`: one optimisation step; `minibatches` holds one `Batch` per training domain,
-  in the same order every step.
+  in the same order every step. Returns its metrics (`Metrics`): floats, or detached 0-dim tensors, which
+  cost no host synchronisation (ERM and MoGE do; the engine reads them back at checkpoints).
 - `predict(x, meta)`: logits of the model to *evaluate* (SWAD/SMA: the averaged weights). Called under
   `eval()` and `torch.no_grad()`.
 - `inference_network()`: the network `predict` uses (saved as the run's model weights).
@@ -43,6 +44,15 @@ from dgmoe.data.base import Batch
 from dgmoe.hparams import HParam, Sampler
 from dgmoe.moe.aux import clear_aux, weighted_aux_loss
 from dgmoe.sharding import concat_shards, global_mean, use_shard
+
+#: what an update returns: named floats, or 0-dim tensors that the engine reads back only at log points (a
+#: tensor left on a GPU costs no host synchronisation; `.item()` does). Return `detached(...)` values.
+Metrics = Mapping[str, "float | torch.Tensor"]
+
+
+def detached(**values: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Metrics that stay on the device: each value detached from the graph."""
+    return {name: value.detach() for name, value in values.items()}
 
 
 def as_int(sampler: Sampler) -> Sampler:
@@ -160,7 +170,7 @@ class Algorithm(nn.Module):
             self.gradient_sync()
 
     # ----- interface -------------------------------------------------------------------------
-    def update(self, minibatches: list[Batch], step: int = 0) -> dict[str, float]:
+    def update(self, minibatches: list[Batch], step: int = 0) -> Metrics:
         if len(minibatches) != self.num_domains:
             raise ValueError(f"{type(self).__name__}.update got {len(minibatches)} minibatches but was built for "
                              f"{self.num_domains} training domains (one minibatch per training domain)")
@@ -170,7 +180,7 @@ class Algorithm(nn.Module):
         finally:
             clear_aux(self)
 
-    def _update(self, minibatches: list[Batch], step: int) -> dict[str, float]:
+    def _update(self, minibatches: list[Batch], step: int) -> Metrics:
         raise NotImplementedError
 
     def predict(self, x: torch.Tensor, meta: dict[str, torch.Tensor] | None = None) -> torch.Tensor:

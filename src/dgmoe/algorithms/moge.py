@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from dgmoe.algorithms.base import Algorithm, concat_batches, cross_entropy
+from dgmoe.algorithms.base import Algorithm, Metrics, concat_batches, cross_entropy, detached
 from dgmoe.algorithms.registry import register_algorithm
 from dgmoe.data.base import Batch
 from dgmoe.hparams import HParam, fixed, log_uniform, positive
@@ -45,17 +45,17 @@ def cross_domain_supcon(features: torch.Tensor, labels: torch.Tensor, domains: t
     pos = same_y & ~same_d
     neg = ~same_y & same_d
     anchors = pos.any(1) & neg.any(1)
-    if max_anchors is not None and int(anchors.sum()) > max_anchors:
+    if max_anchors is not None and int(anchors.sum()) > max_anchors:  # (a host read, only with a cap)
         idx = anchors.nonzero().squeeze(1)
         keep = idx[torch.randperm(idx.numel(), generator=generator, device="cpu")[:max_anchors].to(idx.device)]
         anchors = torch.zeros_like(anchors).index_fill_(0, keep, True)
-    if not bool(anchors.any()):
-        return q.sum() * 0.0
-    logits = (q[anchors] @ q.t()) / temperature
+    # every row computed, the anchors' terms averaged: fixed shapes, no host synchronisation on a GPU
+    logits = (q @ q.t()) / temperature
     neg_inf = torch.finfo(logits.dtype).min
-    log_pos = torch.where(pos[anchors], logits, neg_inf).logsumexp(dim=1)
-    log_all = torch.where((pos | neg)[anchors], logits, neg_inf).logsumexp(dim=1)
-    return -(log_pos - log_all).mean()
+    log_pos = torch.where(pos, logits, neg_inf).logsumexp(dim=1)
+    log_all = torch.where(pos | neg, logits, neg_inf).logsumexp(dim=1)
+    terms = torch.where(anchors, log_pos - log_all, torch.zeros_like(log_pos))
+    return -terms.sum() / anchors.sum().clamp_min(1)
 
 
 @register_algorithm
@@ -80,15 +80,14 @@ class MoGE(Algorithm):
         terms = [cross_domain_supcon(features, y, domains, tau) for features, domains in filter(None, found)]
         return torch.stack(terms).mean() if terms else torch.zeros((), device=y.device)
 
-    def _update(self, minibatches: list[Batch], step: int) -> dict[str, float]:
+    def _update(self, minibatches: list[Batch], step: int) -> Metrics:
         batch = concat_batches(minibatches)
         task = cross_entropy(self.logits(batch), batch.y)
         aux = self.moe_aux_loss()  # balance and CKA, weighted
-        cka = aux_losses(self.network).get("cka", torch.zeros(()))
+        cka = aux_losses(self.network).get("cka", torch.zeros((), device=batch.y.device))
         supcon = self.supcon_loss(batch.y)
         loss = task + aux + self.hparams["moge_supcon_weight"] * supcon
         self.step(loss)
-        gammas = [float(layer.gamma.detach()) for layer in sparse_layers(self.network).values()
-                  if layer.gamma is not None]
-        return {"loss": loss.item(), "loss_task": task.item(), "loss_aux": aux.item(), "loss_cka": cka.item(),
-                "loss_supcon": supcon.item(), "gamma": sum(gammas) / len(gammas)}
+        gammas = [layer.gamma for layer in sparse_layers(self.network).values() if layer.gamma is not None]
+        return detached(loss=loss, loss_task=task, loss_aux=aux, loss_cka=cka, loss_supcon=supcon,
+                        gamma=torch.stack(gammas).mean())

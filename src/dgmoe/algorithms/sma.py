@@ -14,7 +14,7 @@ import torch
 import torch.nn as nn
 
 from dgmoe.algorithms.averaging import averaged_tensors, copy_integer_buffers, running_mean_
-from dgmoe.algorithms.base import Algorithm, frozen_copy
+from dgmoe.algorithms.base import Algorithm, Metrics, frozen_copy
 from dgmoe.algorithms.erm import ERM
 from dgmoe.algorithms.registry import register_algorithm
 from dgmoe.data.base import Batch
@@ -55,7 +55,7 @@ class SMA(ERM):
             running_mean_(average, current, int(self.sma_count))
         copy_integer_buffers(self.network, self.network_sma)
 
-    def _update(self, minibatches: list[Batch], step: int) -> dict[str, float]:
+    def _update(self, minibatches: list[Batch], step: int) -> Metrics:
         out = super()._update(minibatches, step)
         self.update_average()
         return out

@@ -27,7 +27,7 @@ import torch
 import torch.nn as nn
 
 from dgmoe.algorithms.averaging import copy_integer_buffers, flatten, load_flat, num_averaged
-from dgmoe.algorithms.base import frozen_copy
+from dgmoe.algorithms.base import Metrics, frozen_copy
 from dgmoe.algorithms.erm import ERM
 from dgmoe.algorithms.registry import register_algorithm
 from dgmoe.data.base import Batch
@@ -189,7 +189,7 @@ class SWAD(ERM):
         self.network_swad.eval()
         return self
 
-    def _update(self, minibatches: list[Batch], step: int) -> dict[str, float]:
+    def _update(self, minibatches: list[Batch], step: int) -> Metrics:
         out = super()._update(minibatches, step)
         self.valley.add_iterate(flatten(self.network), step)
         return out

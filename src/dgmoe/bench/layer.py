@@ -43,7 +43,6 @@ from dgmoe.models.layers import Mlp
 from dgmoe.moe import MoEConfig, MoEMlp
 from dgmoe.moe import dispatch as dispatch_module
 from dgmoe.moe.dispatch import expert_capacity
-from dgmoe.moe.layer import ForwardRecord
 
 LIMIT = "limit (k dense FFNs)"
 ROUTER = "router alone"
@@ -72,7 +71,7 @@ class TutelStyleMoE(MoEMlp):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         routing = self.route(x)
-        self._records.append(ForwardRecord({"balance": self.balance_loss(routing)}, None, None))
+        self._record(x, routing, None)
         assert self.config.capacity_factor is not None  # always built with one (_moe_layer)
         slots = expert_capacity(x.shape[0], self.config.num_experts, self.config.top_k, self.config.capacity_factor)
         return dispatch_module.padded_dispatch(x, routing.expert_idx, routing.gates, self.experts, routing.keep,

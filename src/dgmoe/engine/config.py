@@ -111,6 +111,8 @@ class ExecutionConfig(_Section):
     num_workers: int = setting(0, "Data-loading worker processes.", minimum=0)
     num_threads: int | None = setting(None, "torch intra-op threads [torch's default].", minimum=1)
     eval_batch_size: int = setting(64, "Batch size of the evaluations.", minimum=1)
+    compile: bool = setting(False, "torch.compile the model block by block (dgmoe.models.compiled); the first "
+                                   "steps then take longer while graphs are built.")
     save_best: bool = setting(True, "Keep best.safetensors, the weights with the best training-domain validation.")
     skip_model_save: bool = setting(False, "Keep no weights: only records and config (DomainBed's "
                                            "--skip_model_save).")

@@ -9,6 +9,9 @@ import time
 from datetime import timedelta
 from typing import Any, Callable, Literal, TextIO
 
+#: seconds between two reads of a bar's lazily computed postfix (`Progress.update(postfix_fn=...)`)
+POSTFIX_EVERY_S = 1.0
+
 Mode = Literal["auto", "bar", "lines", "none"]
 
 
@@ -43,6 +46,7 @@ class Progress:
         self.clock = clock or (lambda: time.monotonic())
         self.started = self.last_line = self.clock()
         self.lines = 0
+        self.last_postfix: float | None = None
         self.bar: Any = None
         if self.mode == "bar":
             from tqdm import tqdm
@@ -83,10 +87,18 @@ class Progress:
         return (f"{self.desc + ': ' if self.desc else ''}{self.done}/{self.total} {units} ({pct:.0f}%), "
                 f"{duration(self.clock() - self.started)} elapsed, eta {eta}")
 
-    def update(self, n: int = 1, line: Callable[[], str] | None = None, **postfix: Any) -> None:
+    def update(self, n: int = 1, line: Callable[[], str] | None = None,
+               postfix_fn: Callable[[], dict[str, Any]] | None = None, **postfix: Any) -> None:
+        """Count `n` units. Lines mode prints `line()` when a line is due; a bar shows `postfix`, or
+        `postfix_fn()` evaluated at most once per `POSTFIX_EVERY_S` (values that are costly to read, such as
+        a loss still on the GPU, are read only then)."""
         self.done += n
         if self.bar is not None:
             self.bar.update(n)
+            now = self.clock()
+            if postfix_fn is not None and (self.last_postfix is None or now - self.last_postfix >= POSTFIX_EVERY_S):
+                self.last_postfix = now
+                postfix = {**postfix, **postfix_fn()}
             if postfix:
                 self.bar.set_postfix(postfix, refresh=False)
             return

@@ -7,7 +7,7 @@ also in the run's `train.log`) and TensorBoard; a new sink is a subclass passed 
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from dgmoe.engine.progress import Progress, duration, resolve_mode
 from dgmoe.engine.runlog import RunLog
@@ -17,8 +17,10 @@ from dgmoe.errors import UsageError
 class Sink:
     """A view of the run's progress; every hook is optional."""
 
-    def step(self, step: int, metrics: dict[str, float], train_seconds: float) -> None:
-        """After training step `step`; `train_seconds` is that step's training time (no evaluation)."""
+    def step(self, step: int, metrics: Mapping[str, float], train_seconds: float) -> None:
+        """After training step `step`; `train_seconds` is that step's training time (no evaluation).
+        `metrics` converts a value still on the GPU when it is read (a host synchronisation): read them
+        only when they are shown."""
 
     def checkpoint(self, record: dict[str, Any]) -> None:
         """After the evaluation at a checkpoint, with the record just appended to results.jsonl."""
@@ -59,17 +61,18 @@ class ConsoleSink(Sink):
         per_eval = self.eval_seconds / self.evals_done if self.evals_done else 0.0
         return steps_left * per_step + len(self.checkpoints_left) * per_eval
 
-    def step(self, step: int, metrics: dict[str, float], train_seconds: float) -> None:
+    def step(self, step: int, metrics: Mapping[str, float], train_seconds: float) -> None:
         self.train_seconds += train_seconds
         self.steps_done += 1
-        loss = metrics.get("loss", float("nan"))
 
-        def line() -> str:
+        def line() -> str:  # read only when a line is printed: the loss may still be on the GPU
+            loss = metrics.get("loss", float("nan"))
             return (f"step {step + 1}/{self.total}  loss {loss:.4f}  {self.images_per_second():.1f} img/s training  "
                     f"{self.train_seconds / self.steps_done:.3f} s/step  eta {duration(self.seconds_left(step))}")
 
-        postfix = {"loss": f"{loss:.4f}", "img_s": f"{self.images_per_second():.0f}"} if self.bar is not None else {}
-        self.progress.update(1, line, **postfix)
+        def postfix() -> dict[str, str]:
+            return {"loss": f"{metrics.get('loss', float('nan')):.4f}", "img_s": f"{self.images_per_second():.0f}"}
+        self.progress.update(1, line, postfix_fn=postfix if self.bar is not None else None)
 
     def checkpoint(self, record: dict[str, Any]) -> None:
         step = record["step"]

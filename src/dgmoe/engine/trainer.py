@@ -21,7 +21,6 @@ import signal
 import sys
 import threading
 import time
-from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -31,7 +30,7 @@ import torch
 
 from dgmoe.data.loaders import TrainBatches
 from dgmoe.engine.config import RunConfig, identity_differences
-from dgmoe.engine.distributed import DistInfo, average_metrics, barrier, init_from_env, make_gradient_averager, shard
+from dgmoe.engine.distributed import DistInfo, barrier, init_from_env, make_gradient_averager, shard
 from dgmoe.engine.evaluate import evaluate_domains, split_metrics
 from dgmoe.engine.io import read_jsonl
 from dgmoe.engine.provenance import as_metadata, provenance
@@ -40,7 +39,9 @@ from dgmoe.engine.rundir import RunLock, RunWriter, expected_steps, read_done
 from dgmoe.engine.runlog import RunLog
 from dgmoe.engine.setup import RunSetup, prepare_run
 from dgmoe.engine.sinks import ConsoleSink, Sink, TensorBoardSink, tensorboard_writer_class
+from dgmoe.engine.step_metrics import LazyMetrics, StepMetrics
 from dgmoe.errors import Interrupted, UsageError
+from dgmoe.models.compiled import compile_blocks
 from dgmoe.seeding import make_deterministic, seed_hash
 
 
@@ -187,12 +188,15 @@ def _run_loop(cfg: RunConfig, setup: RunSetup, writer: RunWriter, run_log: RunLo
     """The step loop: one batch per training domain, an update, and at checkpoints an evaluation."""
     ex, algorithm = cfg.execution, setup.algorithm  # built and seeded by prepare_run
     algorithm.to(ex.device)
+    if ex.compile:
+        compile_blocks(algorithm.network)
     if info.enabled:
         algorithm.gradient_sync = make_gradient_averager(algorithm, info)
     batch_size = setup.hparams["batch_size"]
+    on_gpu = ex.device.startswith("cuda")  # uint8 batches go to the GPU and are augmented there
     batches = TrainBatches([setup.dataset[i] for i in setup.train_envs], [setup.splits[i][0] for i in setup.train_envs],
                            batch_size, seed_hash(cfg.seeds.seed, "batches"), setup.train_transform,
-                           domain_ids=setup.train_envs)
+                           domain_ids=setup.train_envs, device=ex.device if on_gpu else None)
     torch.manual_seed(seed_hash(cfg.seeds.seed, "train"))
     np.random.seed(seed_hash(cfg.seeds.seed, "train"))
     progress = Progress(records=[])
@@ -209,20 +213,20 @@ def _run_loop(cfg: RunConfig, setup: RunSetup, writer: RunWriter, run_log: RunLo
     sinks = _sinks(cfg, setup, writer, run_log, info, start, checkpoints) + (list(extra_sinks) if info.is_main else [])
     autocast = (torch.autocast(device_type=ex.device.split(":")[0], dtype=torch.bfloat16)
                 if cfg.training.precision == "bf16" else contextlib.nullcontext())
-    sums: dict[str, list[float]] = defaultdict(list)
+    sums = StepMetrics()  # on the device until a checkpoint reads them: no host sync per step
     algorithm.train()
     step, stopped_early, due = start, False, set(checkpoints)
     try:
         tic = time.perf_counter()
-        for step, minibatches in zip(range(start, n_steps), batches.iter_from(start, n_steps, ex.num_workers)):
+        for step, minibatches in zip(range(start, n_steps),
+                                     batches.iter_from(start, n_steps, ex.num_workers, pin_memory=on_gpu)):
             minibatches = [b.to(ex.device) for b in shard(minibatches, info)]
             with autocast:
-                metrics = average_metrics(algorithm.update(minibatches, step), info)
+                metrics = algorithm.update(minibatches, step)
             seconds = time.perf_counter() - tic
-            for k, v in {**metrics, "step_time": seconds}.items():
-                sums[k].append(v)
+            sums.add({**metrics, "step_time": seconds})
             for sink in sinks:
-                sink.step(step, metrics, seconds)
+                sink.step(step, LazyMetrics(metrics), seconds)
             if step in due:
                 record = _checkpoint(step, cfg, setup, writer, progress, sums, info)
                 if record is not None:  # (rank 0's)
@@ -266,9 +270,10 @@ def _sinks(cfg: RunConfig, setup: RunSetup, writer: RunWriter, run_log: RunLog, 
 
 
 def _checkpoint(step: int, cfg: RunConfig, setup: RunSetup, writer: RunWriter, progress: Progress,
-                sums: dict[str, list[float]], info: DistInfo) -> dict[str, Any] | None:
+                sums: StepMetrics, info: DistInfo) -> dict[str, Any] | None:
     """Evaluate every domain, append the record, write records, weights and resume state (rank 0 only)."""
     ex, algorithm = cfg.execution, setup.algorithm
+    means = sums.means(info.world_size if info.enabled else 1)  # (every rank: a collective under torchrun)
     eval_start = time.perf_counter()
     algorithm.on_checkpoint(step, _online_val_loss(algorithm, setup, cfg))
     record = None
@@ -276,7 +281,7 @@ def _checkpoint(step: int, cfg: RunConfig, setup: RunSetup, writer: RunWriter, p
         results = evaluate_domains(algorithm, setup.dataset, setup.splits, setup.eval_transform, ex.device,
                                    ex.eval_batch_size, ex.num_workers, setup.test_envs, setup.uda)
         steps_per_epoch = min(len(setup.splits[i][0]) / setup.hparams["batch_size"] for i in setup.train_envs)
-        record = {"step": step, "epoch": step / steps_per_epoch, **{k: sum(v) / len(v) for k, v in sums.items()},
+        record = {"step": step, "epoch": step / steps_per_epoch, **means,
                   **results, "eval_time": time.perf_counter() - eval_start, "mem_gb": _peak_memory_gb(ex.device),
                   **algorithm.checkpoint_record(), "hparams": setup.hparams, "args": setup.record_args()}
         progress.records.append(record)

@@ -6,7 +6,6 @@ at the top (linear 0 -> drop_path_rate, as timm) and passed down as floats.
 """
 from __future__ import annotations
 
-import contextvars
 from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence
 
 import torch
@@ -16,6 +15,7 @@ from dgmoe.errors import UsageError
 from dgmoe.models.layers import Block, Dropout, PatchEmbed
 from dgmoe.models.resample import resize_pos_embed  # noqa: F401  (re-exported: its former home)
 from dgmoe.moe.layer import no_aux_record
+from dgmoe.scope import restored, snapshot
 
 if TYPE_CHECKING:
     from dgmoe.models.info import ModelInfo
@@ -27,17 +27,15 @@ def recomputable(block: nn.Module):
     """`block` for activation checkpointing: every call runs in this forward's context (its shard and MoGE
     routing context: the recomputation in backward runs outside them), and only the first call records the
     sparse layers' auxiliary terms (the recomputation would count them twice)."""
-    context, calls = contextvars.copy_context(), [0]
+    scope, calls = snapshot(), [0]
 
     def run(x: torch.Tensor) -> torch.Tensor:
         calls[0] += 1
-        if calls[0] == 1:
-            return context.run(block, x)
-
-        def quiet() -> torch.Tensor:
+        with restored(scope):
+            if calls[0] == 1:
+                return block(x)
             with no_aux_record():
                 return block(x)
-        return context.run(quiet)
     return run
 
 

@@ -8,6 +8,9 @@ ends with the gate multiply and one scatter-add; there is no [T, E] one-hot and 
 - `sorted_autograd_dispatch`: the same through plain autograd (not a layer option of its own); supports
   double backward and expert dropout, so "grouped" hands it those cases: expert dropout, and every forward
   inside `twice_differentiable()` (algorithms that differentiate gradients, e.g. IGA).
+`dgmoe.moe.sync_free.sync_free_dispatch` is the same computation with fixed shapes and no host
+synchronisation (grouped GEMMs with device-side offsets); `dgmoe.moe.layer.choose_dispatch` picks it under
+torch.compile and on GPUs with a fused grouped GEMM.
 `masked_dispatch` ("mask") is the straightforward reference they are tested against. `padded_dispatch`
 places the rows in an [N, C, d] buffer padded to C per expert and runs all experts as one batched matmul
 pair: with C = the capacity it is the Tutel / V-MoE layout, a candidate of `dgmoe bench layer` (slower than
@@ -19,27 +22,21 @@ from __future__ import annotations
 
 import contextlib
 import math
-from contextvars import ContextVar
 from typing import Iterator
 
 import torch
-import torch.nn.functional as F
 
 from dgmoe.moe.experts import Experts
 from dgmoe.moe.fused import GroupedExpertFFN
-
-_TWICE_DIFFERENTIABLE: ContextVar[bool] = ContextVar("dgmoe_twice_differentiable", default=False)
+from dgmoe.scope import SCOPE, scoped
 
 
 @contextlib.contextmanager
 def twice_differentiable() -> Iterator[None]:
     """Forwards inside the block take the plain-autograd expert path, whose graph supports double backward
     (the fused `GroupedExpertFFN` does not)."""
-    token = _TWICE_DIFFERENTIABLE.set(True)
-    try:
+    with scoped(twice_differentiable=True):
         yield
-    finally:
-        _TWICE_DIFFERENTIABLE.reset(token)
 
 
 def sorted_dispatch(x: torch.Tensor, expert_idx: torch.Tensor, gates: torch.Tensor, experts: Experts,
@@ -51,7 +48,7 @@ def sorted_dispatch(x: torch.Tensor, expert_idx: torch.Tensor, gates: torch.Tens
     implements) and inside `twice_differentiable()`, the autograd path runs: it keeps no [T*k, hidden]
     buffer alive across experts."""
     if (not torch.is_grad_enabled() or (experts.drop.p > 0 and experts.training)
-            or _TWICE_DIFFERENTIABLE.get()):
+            or SCOPE.twice_differentiable):
         return sorted_autograd_dispatch(x, expert_idx, gates, experts, keep)
     _, gate_sorted, token_sorted, counts = _sort_assignments(expert_idx, gates, keep, experts.num_experts)
     return GroupedExpertFFN.apply(x, token_sorted, gate_sorted, counts.tolist(), experts.fc1_weight,
@@ -129,7 +126,8 @@ def capacity_keep_mask(expert_idx: torch.Tensor, gates: torch.Tensor, num_expert
     else:
         order = torch.arange(num_tokens, device=expert_idx.device)
     slot_major = expert_idx[order].t().reshape(-1)
-    onehot = F.one_hot(slot_major, num_experts)
+    # one-hot by comparison: F.one_hot validates the indices, a host synchronisation on a GPU
+    onehot = (slot_major.unsqueeze(1) == torch.arange(num_experts, device=slot_major.device)).long()
     position = (onehot.cumsum(0) * onehot).sum(-1) - 1
     keep_sorted = (position < capacity).view(k, num_tokens)
     keep = torch.empty(k, num_tokens, dtype=torch.bool, device=expert_idx.device)

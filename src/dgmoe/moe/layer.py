@@ -19,8 +19,8 @@ multi-process training the balance statistics and the gate noise are the global 
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
-from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Callable, Iterator, Literal
 
@@ -32,42 +32,62 @@ from dgmoe.moe.dispatch import capacity_keep_mask, expert_capacity, masked_dispa
 from dgmoe.moe.experts import Experts, Mlp
 from dgmoe.moe.losses import cka_diversity_loss, cv_squared, load_probabilities
 from dgmoe.moe.routers import build_router
+from dgmoe.moe.sync_free import GROUPED_MM, compute_dtype, fast_grouped_gemm, sync_free_dispatch
+from dgmoe.scope import SCOPE, scoped
 from dgmoe.sharding import all_reduce_sum, per_sample
 
-DISPATCH = {"grouped": sorted_dispatch, "mask": masked_dispatch}
-_UNCOMPILED: dict[str, Callable] = {}
-_CONTEXT: ContextVar[torch.Tensor | None] = ContextVar("dgmoe_routing_context", default=None)
-_RECORDING: ContextVar[bool] = ContextVar("dgmoe_record_aux", default=True)
 RoutingMode = Literal["routed", "shared_only", "forced"]
 
 
 @contextlib.contextmanager
 def routing_context(r: torch.Tensor | None) -> Iterator[None]:
     """The per-image routing context r [B, d] read by image-routed layers in the forwards inside the block."""
-    token = _CONTEXT.set(r)
-    try:
+    with scoped(routing_context=r):
         yield
-    finally:
-        _CONTEXT.reset(token)
 
 
 @contextlib.contextmanager
 def no_aux_record() -> Iterator[None]:
     """Forwards inside the block record no auxiliary terms (activation checkpointing's recomputation)."""
-    token = _RECORDING.set(False)
-    try:
+    with scoped(record_aux=False):
         yield
-    finally:
-        _RECORDING.reset(token)
 
 
-def uncompiled_dispatch(name: str) -> Callable:
-    """`DISPATCH[name]` hidden from torch.compile: its shapes depend on the routing (rows per expert), so it
-    runs eagerly and everything around it (attention, router, norms) compiles, instead of a recompile per
-    step. Wrapped on first use (layer construction), so that importing dgmoe does not import torch._dynamo."""
+DISPATCH: dict[str, Callable] = {"grouped": sorted_dispatch, "mask": masked_dispatch}
+#: `DISPATCH` entries hidden from torch.compile (made at a layer's construction, so that importing dgmoe does
+#: not import torch._dynamo): the paths whose shapes depend on the routing run eagerly between graphs.
+_UNCOMPILED: dict[str, Callable] = {}
+
+
+def choose_dispatch(name: str, x: torch.Tensor) -> Callable:
+    """The dispatch that runs a layer configured with `dispatch=name` on tokens `x`.
+
+    "mask" is the reference loop. "grouped" is one interface over two implementations of the same sum:
+    - the sync-free grouped-GEMM dispatch (`dgmoe.moe.sync_free`, fixed shapes) where torch's grouped GEMM
+      is one fused kernel (CUDA SM90+, bf16) and under torch.compile in bf16, where the graph captures it;
+    - the sorted per-expert dispatch (`dgmoe.moe.dispatch.sorted_dispatch`) elsewhere: eager CPU, where it
+      is at its compute limit (docs/benchmarks.md), and fp32, where torch's grouped GEMM is a loop over
+      experts that synchronises on a GPU and cannot be traced; compiled, it runs eagerly between graphs.
+    """
+    dtype = compute_dtype(x)
+    if name == "grouped":
+        if torch.compiler.is_compiling():
+            return sync_free_dispatch if GROUPED_MM is not None and dtype == torch.bfloat16 else _UNCOMPILED[name]
+        if _fused_grouped_gemm(x.device, dtype):
+            return sync_free_dispatch
+    if torch.compiler.is_compiling():
+        return _UNCOMPILED[name]
+    return DISPATCH[name]
+
+
+@functools.cache
+def _fused_grouped_gemm(device: torch.device, dtype: torch.dtype) -> bool:
+    return fast_grouped_gemm(device, dtype)
+
+
+def _prepare_uncompiled(name: str) -> None:
     if name not in _UNCOMPILED:
         _UNCOMPILED[name] = torch.compiler.disable(DISPATCH[name])
-    return _UNCOMPILED[name]
 
 
 @dataclass
@@ -80,13 +100,6 @@ class Routing:
     expert_idx: torch.Tensor    # [R, k] chosen experts, by decreasing gate
     gates: torch.Tensor         # [R, k] combine weights (renormalised if configured)
     keep: torch.Tensor | None   # [R, k] False where capacity dropped the assignment
-
-
-@dataclass
-class ForwardRecord:
-    aux: dict[str, torch.Tensor]
-    shared_pooled: torch.Tensor | None
-    domains: torch.Tensor | None
 
 
 class MoEMlp(nn.Module):
@@ -110,13 +123,18 @@ class MoEMlp(nn.Module):
         self.gamma_logit = nn.Parameter(torch.tensor(math.log(g / (1.0 - g)))) if config.shared_expert else None
         self.mode: RoutingMode = "routed"
         self.forced_expert: int | None = None
-        self._records: list[ForwardRecord] = []
-        # On the meta device (a description that never runs: `describe_model`, `dgmoe models`) the wrapper waits
-        # for a first forward, so that describing a model does not import torch._dynamo (about 1 s).
-        self._dispatch: Callable | None = None
-        if not self.experts.fc1_weight.is_meta:
-            self._dispatch = uncompiled_dispatch(config.dispatch)
+        # What training forwards leave for the losses, held in tensors (a list that grows would make
+        # torch.compile guard on its length and recompile): the sums of each auxiliary term and their count
+        # since `clear_aux()`, and the last forward's pooled shared-expert output and image routing.
+        self._aux_sums: dict[str, torch.Tensor] | None = None
+        self._aux_forwards: torch.Tensor | None = None
+        self._last_shared: tuple[torch.Tensor, torch.Tensor] | None = None
         self._routing_sink = None  # set by dgmoe.moe.record.record_routing
+        self._dispatch: Callable | None = None  # a dispatch function instead of `choose_dispatch` (tests, benchmarks)
+        # On the meta device (a description that never runs: `describe_model`, `dgmoe models`) nothing is
+        # prepared, so that describing a model does not import torch._dynamo (about 1 s).
+        if not self.experts.fc1_weight.is_meta:
+            _prepare_uncompiled(config.dispatch)
 
     @property
     def gamma(self) -> torch.Tensor | None:
@@ -164,7 +182,7 @@ class MoEMlp(nn.Module):
             return self._forced(tokens.shape[0], x.device) if self.mode == "forced" else self.route(tokens, lead)
         if self.mode == "forced":
             return self._forced(x.shape[0], x.device)
-        r = _CONTEXT.get()
+        r = SCOPE.routing_context
         if r is None:
             raise ValueError("an image-routed MoE layer ran without a routing context; call the model's "
                              "forward_features(x, meta=...) rather than a block directly")
@@ -186,11 +204,10 @@ class MoEMlp(nn.Module):
         if cfg.routing == "image":  # every token of an image goes to the image's experts
             per_image = tokens.shape[0] // x.shape[0]
             idx, gates = idx.repeat_interleave(per_image, 0), gates.repeat_interleave(per_image, 0)
-        if self._dispatch is None:
-            self._dispatch = uncompiled_dispatch(self.config.dispatch)
-        out = self._dispatch(tokens, idx, gates, self.experts, keep).reshape(x.shape)
-        if self.training and self.mode == "routed" and _RECORDING.get():
-            self._records.append(self._record(x, routing, shared))
+        dispatch = self._dispatch or choose_dispatch(cfg.dispatch, tokens)
+        out = dispatch(tokens, idx, gates, self.experts, keep).reshape(x.shape)
+        if self.training and self.mode == "routed" and SCOPE.record_aux:
+            self._record(x, routing, shared)
         if self._routing_sink is not None:
             self._routing_sink(routing, x.shape[:-1] if cfg.routing == "token" else x.shape[:1])
         if shared is None:
@@ -200,16 +217,21 @@ class MoEMlp(nn.Module):
         gamma = gate.to(x.dtype)
         return gamma * shared + (1.0 - gamma) * out
 
-    def _record(self, x: torch.Tensor, routing: Routing, shared: torch.Tensor | None) -> ForwardRecord:
+    def _record(self, x: torch.Tensor, routing: Routing, shared: torch.Tensor | None) -> None:
+        """Add this forward's auxiliary terms to the sums (tensors: no host sync, a fixed structure for
+        torch.compile) and keep MoGE's eq. 3 inputs of the last forward."""
         aux = {"balance": self.balance_loss(routing)}
         if self.config.cka_tokens > 0 and self.config.num_experts > 1:
             aux["cka"] = self.forced_token_cka(x)
-        pooled = domains = None
-        if shared is not None:
+        sums, count = self._aux_sums, self._aux_forwards
+        if sums is None or count is None:
+            self._aux_sums, self._aux_forwards = aux, torch.ones((), device=x.device)
+        else:
+            self._aux_sums = {name: sums[name] + value if name in sums else value for name, value in aux.items()}
+            self._aux_forwards = count + 1
+        if shared is not None and self.config.routing == "image":  # the discovered domain: top expert (eq. 3)
             pooled = shared.mean(dim=1) if self.config.supcon_pool == "mean" else shared[:, 0]
-        if self.config.routing == "image":  # the discovered domain: the image's top expert (eq. 3)
-            domains = routing.probs.detach().argmax(dim=1)
-        return ForwardRecord(aux, pooled, domains)
+            self._last_shared = (pooled, routing.probs.detach().argmax(dim=1))
 
     def balance_loss(self, routing: Routing) -> torch.Tensor:
         """0.5 * (L_imp + L_load) (GMoE App. C.4; MoGE App. A). Without gate noise the load term is 0. The
@@ -232,18 +254,16 @@ class MoEMlp(nn.Module):
     # ----- what a forward leaves for the losses -----------------------------------------------------
     def aux_losses(self) -> dict[str, torch.Tensor]:
         """Each named auxiliary term, averaged over the training forwards since `clear_aux()`."""
-        names = {n for r in self._records for n in r.aux}
-        return {n: torch.stack([r.aux[n] for r in self._records if n in r.aux]).mean() for n in sorted(names)}
+        if self._aux_sums is None or self._aux_forwards is None:
+            return {}
+        return {name: self._aux_sums[name] / self._aux_forwards for name in sorted(self._aux_sums)}
 
     def shared_features(self) -> tuple[torch.Tensor, torch.Tensor] | None:
         """(pooled shared-expert output [B, D], argmax routing [B]) of the last training forward (MoGE eq. 3)."""
-        last = self._records[-1] if self._records else None
-        if last is None or last.shared_pooled is None or last.domains is None:
-            return None
-        return last.shared_pooled, last.domains
+        return self._last_shared
 
     def clear_aux(self) -> None:
-        self._records = []
+        self._aux_sums, self._aux_forwards, self._last_shared = None, None, None
 
     @torch.no_grad()
     def expand_dense_ffn(self, prefix: str, state: dict[str, torch.Tensor]) -> None:

@@ -37,6 +37,17 @@ def require_fields(meta: Mapping[str, torch.Tensor] | None, fields: tuple[str, .
     return meta
 
 
+def any_bad(bad: torch.Tensor, what: str) -> bool:
+    """Whether any row is flagged. On a CPU the caller then raises its full message. On an accelerator
+    reading the answer would wait for the device (a host synchronisation every step), so the check is a
+    device-side assertion instead (`torch._assert_async`): the run still fails, naming the check, at the
+    next synchronisation (the same batch on the CPU names the row and the value)."""
+    if bad.device.type == "cpu":
+        return bool(bad.any())
+    torch._assert_async(~bad.any(), f"metadata check failed: {what}")
+    return False
+
+
 def _first_bad(mask: torch.Tensor, values: torch.Tensor) -> str:
     row = int(mask.nonzero()[0, 0])
     return f"{int(mask.sum())} of {mask.numel()} rows (first: row {row}, value {float(values[row])!r})"
@@ -54,7 +65,7 @@ def coordinates(meta: Mapping[str, torch.Tensor] | None, owner: str,
     if lat.shape != lon.shape:
         raise MetadataError(f"{owner}: meta['lat'] has {lat.numel()} values but meta['lon'] has {lon.numel()}")
     missing = ~(torch.isfinite(lat) & torch.isfinite(lon))
-    if bool(missing.any()) and not allow_missing:
+    if not allow_missing and any_bad(missing, f"{owner}: meta['lat'] or meta['lon'] is NaN/inf"):
         bad_field = LAT if bool((~torch.isfinite(lat)).any()) else LON
         values = lat if bad_field == LAT else lon
         raise MetadataError(
@@ -65,7 +76,7 @@ def coordinates(meta: Mapping[str, torch.Tensor] | None, owner: str,
     lon = torch.where(missing, torch.zeros_like(lon), lon)
     for name, values, bound in ((LAT, lat, 90.0), (LON, lon, 180.0)):
         out = values.abs() > bound
-        if bool(out.any()):
+        if any_bad(out, f"{owner}: meta[{name!r}] outside [-{bound:g}, {bound:g}]"):
             hint = " (wrap longitudes with ((lon + 180) % 360) - 180)" if name == LON else ""
             raise MetadataError(
                 f"{owner}: meta[{name!r}] must be degrees in [-{bound:g}, {bound:g}]; out of range in "
@@ -79,12 +90,12 @@ def location_ids(meta: Mapping[str, torch.Tensor] | None, num_ids: int, owner: s
     meta = require_fields(meta, (key,), owner)
     ids = meta[key].reshape(-1)
     if ids.is_floating_point():
-        if not bool(torch.isfinite(ids).all()) or not bool((ids == ids.round()).all()):
+        if any_bad(~torch.isfinite(ids) | (ids != ids.round()), f"{owner}: meta[{key!r}] holds non-integer ids"):
             raise MetadataError(f"{owner}: meta[{key!r}] must hold integer ids (use -1 for unknown), got {ids.dtype} "
                                 "with non-integer values")
     ids = ids.long()
     bad = (ids < -1) | (ids >= num_ids)
-    if bool(bad.any()):
+    if any_bad(bad, f"{owner}: meta[{key!r}] outside [-1, {num_ids})"):
         raise MetadataError(f"{owner}: meta[{key!r}] must be in [0, {num_ids}) or -1 for unknown; out of range in "
                             f"{_first_bad(bad, ids)}")
     return ids

@@ -20,7 +20,7 @@ from typing import Any, Callable, Literal, Mapping
 import torch
 import torch.nn as nn
 
-from dgmoe.data.geo.metadata import LOCATION_ID, TIME, MetadataError, coordinates, location_ids, require_fields
+from dgmoe.data.geo.metadata import LOCATION_ID, TIME, MetadataError, any_bad, coordinates, location_ids, require_fields
 from dgmoe.models.location.siren import SirenNet
 from dgmoe.models.location.spherical_harmonics import SphericalHarmonics
 from dgmoe.registry import Registry
@@ -109,7 +109,7 @@ class SHSirenEncoder(nn.Module):
     def time_features(self, meta: Meta) -> torch.Tensor:
         require_fields(meta, (TIME,), "location encoder 'sh_siren' with time_years")
         t = meta[TIME].reshape(-1).double()
-        if not bool(torch.isfinite(t).all()):
+        if any_bad(~torch.isfinite(t), "location encoder 'sh_siren': meta['time'] is NaN/inf"):
             raise MetadataError("location encoder 'sh_siren': meta['time'] has missing (NaN/inf) values")
         assert self.time_years is not None  # only encoders built with time_years read the time
         lo, hi = self.time_years

@@ -1,0 +1,37 @@
+"""torch.compile for dgmoe's models, block by block.
+
+`compile_blocks(model)` compiles, in place, each repeated block of a model (`nn.Module.compile`: the
+module keeps its parameters, names and state dict; only its call runs through dynamo). Blocks rather than
+the whole model because algorithms call `forward_features` / `forward_head` (timm's API), which a
+compiled `forward` would not cover, and because identical blocks share one compiled graph: a GMoE ViT
+compiles two graphs (its dense and its sparse block), whatever its depth. Models without `blocks` (ResNet)
+compile their top-level children (stem, stages, head).
+
+The sparse layers compile without graph breaks or recompiles in bf16 (their dispatch has fixed shapes,
+`dgmoe.moe.sync_free`, and their auxiliary terms are held in tensors); in fp32 the dispatch runs eagerly
+between graphs (torch's grouped GEMM is traced in bf16 only). docs/design.md, "torch.compile".
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch.nn as nn
+
+
+def compile_units(model: nn.Module) -> list[nn.Module]:
+    """The modules `compile_blocks` compiles: every block of every `blocks` container in `model` (and the
+    patch embedding beside it), or, without any, `model`'s children."""
+    units: list[nn.Module] = []
+    for module in model.modules():
+        blocks = getattr(module, "blocks", None)
+        if isinstance(blocks, (nn.Sequential, nn.ModuleList)):
+            embed = getattr(module, "patch_embed", None)
+            units += ([embed] if isinstance(embed, nn.Module) else []) + list(blocks)
+    return units or list(model.children())
+
+
+def compile_blocks(model: nn.Module, **compile_kwargs: Any) -> nn.Module:
+    """Compile `model`'s blocks in place (`torch.compile` keyword arguments apply to each); returns `model`."""
+    for unit in compile_units(model):
+        unit.compile(**compile_kwargs)
+    return model

@@ -1,0 +1,132 @@
+"""The sync-free dispatch (`dgmoe.moe.sync_free`) and what it enables: one compiled graph per block kind
+with no recompiles, and training steps that read nothing back from the device (issue: train at the speed of
+the GPU). The GPU versions of these checks are in tests/moe/test_sync_free_gpu.py (marked gpu)."""
+import pytest
+import torch
+import torch.nn.functional as F
+from host_reads import HostReads
+
+import dgmoe
+from dgmoe.algorithms import get_algorithm
+from dgmoe.data.base import Batch
+from dgmoe.engine.hparams import run_hparams
+from dgmoe.models.compiled import compile_blocks
+from dgmoe.moe import MoEConfig, MoEMlp, aux_losses, clear_aux
+from dgmoe.moe import layer as layer_module
+from dgmoe.moe.dispatch import sorted_autograd_dispatch
+from dgmoe.moe.sync_free import sync_free_dispatch
+
+pytestmark = pytest.mark.skipif(not hasattr(F, "grouped_mm") and not hasattr(torch, "_grouped_mm"),
+                                reason="torch has no grouped_mm (torch < 2.8)")
+BF16 = dict(device_type="cpu", dtype=torch.bfloat16)
+
+
+def _run(layer, dispatch, x, seed=5):
+    layer._dispatch = dispatch
+    for p in layer.parameters():
+        p.grad = None
+    x = x.detach().clone().requires_grad_(True)
+    torch.manual_seed(seed)
+    with torch.autocast(**BF16):
+        y = layer(x)
+    (y * torch.linspace(-1, 1, y.numel()).view_as(y)).sum().backward()
+    return y.detach(), x.grad, {n: p.grad.clone() for n, p in layer.named_parameters()}
+
+
+@pytest.mark.parametrize("kw", [{}, dict(capacity_factor=1.0), dict(top_k=1, num_experts=8)])
+def test_sync_free_dispatch_under_bf16_autocast_matches_the_autograd_path(kw):
+    torch.manual_seed(1)
+    layer = MoEMlp(8, 32, MoEConfig(**kw)).train()
+    with torch.no_grad():
+        layer.experts.fc1_bias.normal_(), layer.experts.fc2_bias.normal_()
+    x = torch.randn(4, 9, 8)
+    y, gx, grads = _run(layer, sync_free_dispatch, x)
+    y_ref, gx_ref, g_ref = _run(layer, sorted_autograd_dispatch, x)
+    assert y.dtype == y_ref.dtype == torch.float32 and gx.dtype == torch.float32
+    torch.testing.assert_close(y, y_ref, rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(gx, gx_ref, rtol=2e-2, atol=2e-2)
+    for name, g in g_ref.items():
+        assert grads[name].dtype == torch.float32
+        torch.testing.assert_close(grads[name], g, rtol=5e-2, atol=5e-2, msg=name)
+
+
+def test_the_layer_chooses_the_sync_free_dispatch_where_grouped_gemm_is_fused(monkeypatch):
+    x = torch.randn(6, 8)
+    assert layer_module.choose_dispatch("grouped", x) is not sync_free_dispatch  # eager CPU: sorted
+    monkeypatch.setattr(layer_module, "_fused_grouped_gemm", lambda device, dtype: dtype == torch.bfloat16)
+    with torch.autocast(**BF16):
+        assert layer_module.choose_dispatch("grouped", x) is sync_free_dispatch
+    assert layer_module.choose_dispatch("grouped", x) is not sync_free_dispatch  # fp32
+    assert layer_module.choose_dispatch("mask", x) is layer_module.DISPATCH["mask"]
+
+
+def _micro(name):
+    torch.manual_seed(0)
+    if name.startswith("gmoe_micro"):
+        return dgmoe.create_model(name, num_classes=5, depth=4)
+    layout = {"moe_layers": "[S,F]x2"} if name.startswith("sfmoe") else {}
+    return dgmoe.create_model(name, num_classes=5, img_size=16, patch_size=4, embed_dim=32, depth=4, num_heads=2,
+                              **layout)
+
+
+def _images(model, b=6, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    size = model.patch_embed.img_size
+    size = size[0] if isinstance(size, tuple) else size
+    x = torch.randn(b, 3, size, size, generator=g)
+    meta = {"lat": torch.rand(b, generator=g) * 160 - 80, "lon": torch.rand(b, generator=g) * 340 - 170}
+    return x, torch.randint(5, (b,), generator=g), meta
+
+
+def test_a_gmoe_compiles_into_one_graph_per_block_kind_without_recompiles():
+    """fullgraph=True fails on any graph break (a host read, an untraceable call); the number of graphs
+    must not grow after the first update (no recompiles), also with two forwards in one update."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    model = _micro("gmoe_micro_patch7_28").train()
+    eager = _micro("gmoe_micro_patch7_28").train()
+    compile_blocks(model, backend="aot_eager", fullgraph=True)
+    x, _, _ = _images(model)
+    graphs = []
+    for step in range(4):
+        for net in (model, eager):
+            clear_aux(net)
+            torch.manual_seed(step)
+            with torch.autocast(**BF16):
+                out = net(x)
+                if step == 2:  # an algorithm with two forwards in one update (aux terms averaged)
+                    out = out + net(x)
+            loss = out.float().square().mean() + sum(aux_losses(net).values())
+            loss.backward()
+            if net is model:
+                compiled_loss = loss.detach()
+        torch.testing.assert_close(compiled_loss, loss.detach(), rtol=1e-2, atol=1e-3)
+        graphs.append(counters["stats"]["unique_graphs"])
+    # the patch embedding, the dense block and the sparse block (shared by both sparse blocks); a second
+    # forward in one update adds the sparse block's variant that adds to the auxiliary sums, once
+    assert graphs[0] == graphs[1] == 3, f"graphs after each update: {graphs}"
+    assert graphs[2] == graphs[3] == 4, f"graphs after each update: {graphs}"
+
+
+@pytest.mark.parametrize("model_name, algorithm", [("gmoe_micro_patch7_28", "ERM"), ("sfmoe_small_patch16_224", "ERM"),
+                                                   ("moge_tiny_patch16_224", "MoGE")])
+def test_a_training_step_reads_nothing_back_from_the_device(monkeypatch, model_name, algorithm):
+    """With the dispatch a GPU runs (the fused grouped GEMM, forced here on the CPU), a whole update (forward,
+    auxiliary losses, backward, optimiser step, metrics) makes no host read: on CUDA, no synchronisation."""
+    monkeypatch.setattr(layer_module, "_fused_grouped_gemm", lambda device, dtype: dtype == torch.bfloat16)
+    model = _micro(model_name)
+    hparams = run_hparams(algorithm, "RotatedMNIST", model_name, 0, 0)
+    alg = get_algorithm(algorithm)(model, 5, 2, hparams)
+    x, y, meta = _images(model)
+    batches = [Batch(x[:3], y[:3], {k: v[:3] for k, v in meta.items()}),
+               Batch(x[3:], y[3:], {k: v[3:] for k, v in meta.items()})]
+    with torch.autocast(**BF16):
+        alg.update(batches, 0)  # first update: optimiser state is created
+        with HostReads() as spy:
+            metrics = alg.update(batches, 1)
+    # the metadata checks read CPU tensors on the CPU only (on a GPU: device-side asserts, `any_bad`)
+    reads = [call for call in spy.calls if not call[1].rsplit(":", 1)[0].endswith("dgmoe/data/geo/metadata.py")]
+    assert reads == [], reads
+    assert all(isinstance(v, torch.Tensor) for v in metrics.values()), metrics
