@@ -3,9 +3,15 @@
     dgmoe bench layer --tokens 6304 --dim 384 --experts 6 --top-k 2 --repeats 3
 
 Candidates, all with the router, its auxiliary loss and gate noise included (training mode): the dropless
-paths of `MoEConfig.dispatch`, the grouped path with the official code's capacity 1.5 (token dropping),
-a Tutel-style capacity dispatch (capacity 1.5, tokens placed in a fixed [N, C, d] buffer, one batched
-matmul pair: how Tutel and V-MoE lay out the work), and the router alone.
+paths of `MoEConfig.dispatch` ("grouped" as the layer chooses it for the device, and each of its two
+implementations forced: the sync-free grouped GEMM and the sorted per-expert loop), the grouped path with
+the official code's capacity 1.5 (token dropping), a Tutel-style capacity dispatch (capacity 1.5, tokens
+placed in a fixed [N, C, d] buffer, one batched matmul pair: how Tutel and V-MoE lay out the work), and
+the router alone. Without the router, on a fixed routing: the sync-free dispatch and the peers' experts
+(`dgmoe.bench.peers`: transformers' grouped-GEMM experts when installed, a transformers-style eager loop).
+
+A round is several back-to-back calls and one device synchronisation on a GPU (`interleaved_times`), so
+paths that never synchronise are credited as they run in training.
 
 Every candidate is timed in its own fresh processes, round-robin against the limit; its ratio is the
 median over rounds of the per-round ratio, then the median over `repeats` processes; next to it, the IQR
@@ -27,9 +33,12 @@ from typing import Any, Callable
 import torch
 import torch.nn as nn
 
+from dgmoe.bench.peers import peer_dispatches
 from dgmoe.bench.timing import (
     MAX_SPREAD,
     Spread,
+    calls_per_round,
+    device_sync,
     interleaved_times,
     round_ratios,
     run_in_fresh_process,
@@ -42,7 +51,9 @@ from dgmoe.engine.progress import Progress
 from dgmoe.models.layers import Mlp
 from dgmoe.moe import MoEConfig, MoEMlp
 from dgmoe.moe import dispatch as dispatch_module
-from dgmoe.moe.dispatch import expert_capacity
+from dgmoe.moe.dispatch import expert_capacity, sorted_dispatch
+from dgmoe.moe.experts import Experts
+from dgmoe.moe.sync_free import sync_free_dispatch
 
 LIMIT = "limit (k dense FFNs)"
 ROUTER = "router alone"
@@ -50,7 +61,11 @@ ROUTER = "router alone"
 MOE_PATHS: dict[str, dict[str, Any] | None] = {
     "moe grouped (default)": {}, "moe mask": {"dispatch": "mask"},
     "moe grouped + capacity 1.5": {"capacity_factor": 1.5}, "moe Tutel-style capacity 1.5": None}
-CANDIDATES = (*MOE_PATHS, ROUTER)
+#: the layer (router, noise, balance loss) with one implementation of "grouped" forced, whatever the device
+FORCED = {"moe sync-free grouped_mm": sync_free_dispatch, "moe sorted per-expert": sorted_dispatch}
+#: the dispatch alone (no router), on a fixed routing: dgmoe's sync-free path and the peers' experts
+DISPATCH_ONLY = ("dispatch sync-free grouped_mm", "transformers-style eager loop", "transformers grouped_mm experts")
+CANDIDATES = (*MOE_PATHS, *FORCED, *DISPATCH_ONLY, ROUTER)
 
 
 @dataclass(frozen=True)
@@ -86,13 +101,17 @@ def limit_flops(cfg: LayerBenchConfig) -> float:
 
 def _moe_layer(name: str, cfg: LayerBenchConfig) -> MoEMlp:
     base: dict[str, Any] = dict(num_experts=cfg.experts, top_k=cfg.top_k, router=cfg.router)
+    if name in FORCED:
+        layer = MoEMlp(cfg.dim, 4 * cfg.dim, MoEConfig(**base))
+        layer._dispatch = FORCED[name]
+        return layer
     overrides = MOE_PATHS[name]
     if overrides is None:
         return TutelStyleMoE(cfg.dim, 4 * cfg.dim, MoEConfig(**base, capacity_factor=1.5))
     return MoEMlp(cfg.dim, 4 * cfg.dim, MoEConfig(**base, **overrides))
 
 
-def _fwd_bwd(module: nn.Module, x: torch.Tensor, sync: Callable[[], None], amp) -> Callable[[], None]:
+def _fwd_bwd(module: nn.Module, x: torch.Tensor, amp) -> Callable[[], None]:
     def run() -> None:
         x.grad = None
         module.zero_grad(set_to_none=True)
@@ -102,11 +121,10 @@ def _fwd_bwd(module: nn.Module, x: torch.Tensor, sync: Callable[[], None], amp) 
                 loss = loss + sum(module.aux_losses().values())
                 module.clear_aux()
         loss.backward()
-        sync()
     return run
 
 
-def _router_only(layer: MoEMlp, x: torch.Tensor, sync: Callable[[], None], amp) -> Callable[[], None]:
+def _router_only(layer: MoEMlp, x: torch.Tensor, amp) -> Callable[[], None]:
     def run() -> None:
         x.grad = None
         layer.zero_grad(set_to_none=True)
@@ -114,8 +132,34 @@ def _router_only(layer: MoEMlp, x: torch.Tensor, sync: Callable[[], None], amp) 
             routing = layer.route(x)
             loss = routing.gates.sum() + layer.balance_loss(routing)
         loss.backward()
-        sync()
     return run
+
+
+def _dispatch_only(name: str, cfg: LayerBenchConfig, x: torch.Tensor, amp) -> Callable[[], None]:
+    """Forward + backward of a dispatch on a fixed routing (renormalised top-k of random logits)."""
+    experts = Experts(cfg.experts, cfg.dim, 4 * cfg.dim).to(x.device)
+    gates, idx = torch.randn(cfg.tokens, cfg.experts, device=x.device).softmax(-1).topk(cfg.top_k, dim=-1)
+    gates = (gates / gates.sum(-1, keepdim=True)).requires_grad_(True)
+    dispatch = sync_free_dispatch if name == "dispatch sync-free grouped_mm" else peer_dispatches(experts).get(name)
+    if dispatch is None:
+        raise ValueError(f"{name} is not available here (it needs transformers >= 5 with its experts integration)")
+
+    def run() -> None:
+        x.grad = gates.grad = None
+        experts.zero_grad(set_to_none=True)
+        with amp():
+            y = dispatch(x, idx, gates, experts)
+        y.float().sum().backward()
+    return run
+
+
+def available_candidates() -> tuple[str, ...]:
+    """`CANDIDATES` that can run here (the transformers peer needs transformers installed)."""
+    try:
+        from transformers.integrations.moe import grouped_mm_experts_forward  # noqa: F401
+        return CANDIDATES
+    except Exception:  # noqa: BLE001
+        return tuple(c for c in CANDIDATES if c != "transformers grouped_mm experts")
 
 
 def bench_moe_layer(cfg: LayerBenchConfig, candidate: str) -> dict[str, dict]:
@@ -127,27 +171,31 @@ def bench_moe_layer(cfg: LayerBenchConfig, candidate: str) -> dict[str, dict]:
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(0)
     device = torch.device(cfg.device)
-    sync = partial(torch.cuda.synchronize, device) if device.type == "cuda" else (lambda: None)
     amp = partial(torch.autocast, device.type, dtype=torch.bfloat16, enabled=cfg.precision == "bf16")
     x = torch.randn(cfg.tokens, cfg.dim, device=device, requires_grad=True)
     x_k = torch.randn(cfg.tokens * cfg.top_k, cfg.dim, device=device, requires_grad=True)
     dense = Mlp(cfg.dim, 4 * cfg.dim).to(device)
     torch.manual_seed(1)  # every candidate gets the same router and experts
     if candidate == ROUTER:
-        run = _router_only(_moe_layer("moe grouped (default)", cfg).to(device).train(), x, sync, amp)
+        run = _router_only(_moe_layer("moe grouped (default)", cfg).to(device).train(), x, amp)
+    elif candidate in DISPATCH_ONLY:
+        run = _dispatch_only(candidate, cfg, x, amp)
     else:
-        run = _fwd_bwd(_moe_layer(candidate, cfg).to(device).train(), x, sync, amp)
-    times = interleaved_times({LIMIT: _fwd_bwd(dense, x_k, sync, amp), candidate: run}, rounds=cfg.rounds)
+        run = _fwd_bwd(_moe_layer(candidate, cfg).to(device).train(), x, amp)
+    times = interleaved_times({LIMIT: _fwd_bwd(dense, x_k, amp), candidate: run}, rounds=cfg.rounds,
+                              calls=calls_per_round(cfg.device), sync=device_sync(cfg.device))
     ratios = round_ratios(times, LIMIT)
     return {n: {"seconds": statistics.median(t), "ratio": statistics.median(ratios[n]), "times": t,
                 "ratios": ratios[n]} for n, t in times.items()}
 
 
 def bench_moe_layer_repeated(cfg: LayerBenchConfig, repeats: int,
-                             candidates: tuple[str, ...] = CANDIDATES) -> tuple[list[dict], list[str]]:
+                             candidates: tuple[str, ...] | None = None) -> tuple[list[dict], list[str]]:
     """(table rows, warnings). Rows: median seconds, the median ratio to the limit, the IQR of the per-round
     ratios over all processes, and the min and max over `repeats` fresh processes (run repeat-major, so slow
-    drifts of the machine spread over all candidates). Warnings: see the module docstring."""
+    drifts of the machine spread over all candidates). Warnings: see the module docstring. `candidates`
+    defaults to every available one."""
+    candidates = available_candidates() if candidates is None else candidates
     runs: dict[str, list[dict]] = {c: [] for c in candidates}
     with Progress(repeats * len(candidates), unit="process", desc="bench layer") as progress:
         for _ in range(repeats):

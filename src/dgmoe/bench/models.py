@@ -6,6 +6,8 @@ memory is measured per model in a fresh subprocess over a training step that fol
 the optimiser state exists): CUDA `max_memory_allocated`; on CPU the peak of live tensor bytes (see
 `_measure_memory_child`).
 The compute floor of a model is the reference's step time scaled by the ratio of their training FLOPs.
+A train step is ERM's: the task loss plus the sparse layers' auxiliary losses. On a GPU a round is 10
+back-to-back steps and one synchronisation (`interleaved_times`), as training runs them.
 Every time ratio is printed with the IQR of its per-round ratios over all processes; warnings
 (`dgmoe.bench.timing`) flag spreads above 10%, unstable medians, calls under 5 ms and a reference train step
 under 1 GFLOP (3x its forward FLOPs: too small to time reliably, whatever the machine).
@@ -24,6 +26,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from dgmoe.bench.timing import (
     Spread,
+    calls_per_round,
+    device_sync,
     interleaved_times,
     round_ratios,
     run_in_fresh_process,
@@ -34,6 +38,8 @@ from dgmoe.bench.timing import (
 )
 from dgmoe.engine.progress import Progress
 from dgmoe.models import count_parameters, create_model
+from dgmoe.models.compiled import compile_blocks
+from dgmoe.moe import aux_losses, clear_aux
 
 DEFAULT_MODELS = ("vit_small_patch16_224", "gmoe_small_patch16_224", "sfmoe_small_patch16_224",
                   "moge_small_patch16_224", "resnet50")
@@ -64,24 +70,27 @@ def _inputs(model, cfg: ModelBenchConfig):
 
 
 def _build(name: str, cfg: ModelBenchConfig):
+    """The model on its device; with `compile`, compiled block by block as `dgmoe train --compile` does (a
+    `torch.compile` wrapper of the whole module would leave `forward_features`, which is what runs, eager)."""
     model = create_model(name, num_classes=cfg.num_classes, img_size=cfg.img_size).to(cfg.device)
-    return torch.compile(model) if cfg.compile else model
+    return compile_blocks(model) if cfg.compile else model
 
 
 def _steps(model, cfg: ModelBenchConfig):
     x, y, kw = _inputs(model, cfg)
     opt = torch.optim.Adam(model.parameters(), lr=1e-5)
     amp = torch.autocast(device_type=cfg.device.split(":")[0], dtype=torch.bfloat16, enabled=cfg.precision == "bf16")
-    sync = torch.cuda.synchronize if cfg.device.startswith("cuda") else (lambda: None)
 
-    def train_step() -> None:
+    def train_step() -> None:  # as ERM trains: task loss + the sparse layers' auxiliary losses
         model.train()
+        clear_aux(model)
         with amp:
             loss = F.cross_entropy(model.forward_head(model.forward_features(x, **kw)).float(), y)
+            loss = loss + sum(aux_losses(model).values(), torch.zeros((), device=loss.device))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        sync()
+        clear_aux(model)
 
     # read by _measure_memory_child
     train_step.optimizer, train_step.inputs = opt, (x, y)  # type: ignore[attr-defined]
@@ -91,7 +100,6 @@ def _steps(model, cfg: ModelBenchConfig):
         model.eval()
         with amp:
             model.forward_head(model.forward_features(x, **kw))
-        sync()
 
     return train_step, infer
 
@@ -153,7 +161,8 @@ def time_models(cfg: ModelBenchConfig) -> dict[str, dict]:
     ref = cfg.models[0]
     result: dict[str, dict] = {n: {} for n in cfg.models}
     for i, kind in enumerate(("train", "infer")):
-        times = interleaved_times({n: s[i] for n, s in steps.items()}, rounds=cfg.rounds)
+        times = interleaved_times({n: s[i] for n, s in steps.items()}, rounds=cfg.rounds,
+                                  calls=calls_per_round(cfg.device), sync=device_sync(cfg.device))
         for n, ratios in round_ratios(times, ref).items():
             result[n] |= {kind: statistics.median(times[n]), f"{kind}_ratio": statistics.median(ratios),
                           f"{kind}_times": times[n], f"{kind}_ratios": ratios}
@@ -203,26 +212,56 @@ def bench_models(cfg: ModelBenchConfig, repeats: int = 1) -> tuple[list[dict], l
     return rows, warnings
 
 
-def bench_memory(cfg: ModelBenchConfig, batch_sizes: tuple[int, ...]) -> list[dict]:
-    """Peak training memory of every model at every batch size, as GB and as a ratio to the first model."""
-    rows = []
-    progress = Progress(len(batch_sizes) * len(cfg.models), unit="process", desc="bench memory")
+def _cuda_memory_child(name: str, cfg: ModelBenchConfig, batch_sizes: list[int]) -> dict[str, dict[str, float]]:
+    """CUDA, one process for all batch sizes of a model: `max_memory_allocated` over a second step at each
+    (a fresh process per cell spent most of its time starting CUDA)."""
+    torch.manual_seed(0)
+    model, out = _build(name, cfg), {}
     for batch in batch_sizes:
-        at = ModelBenchConfig(**{**asdict(cfg), "batch_size": batch})
-        memory = {}
+        train_step, _ = _steps(model, ModelBenchConfig(**{**asdict(cfg), "batch_size": batch}))
+        train_step()
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        train_step()
+        torch.cuda.synchronize()
+        out[str(batch)] = {"total": torch.cuda.max_memory_allocated() / 2**30, "states": float("nan")}
+        del train_step
+    return out
+
+
+def bench_memory(cfg: ModelBenchConfig, batch_sizes: tuple[int, ...]) -> list[dict]:
+    """Peak training memory of every model at every batch size, as GB and as a ratio to the first model:
+    on CUDA one fresh process per model, on the CPU one per model and batch size (`MemTracker`)."""
+    cuda = cfg.device.startswith("cuda")
+    memory: dict[tuple[int, str], dict[str, float]] = {}
+    with Progress(len(cfg.models) * (1 if cuda else len(batch_sizes)), unit="process", desc="bench memory") as bar:
         for n in cfg.models:
-            progress.describe(f"bench memory: {n} at batch {batch}")
-            memory[n] = peak_memory_gb(n, at)
-            progress.update()
-        ref = memory[cfg.models[0]]["total"]
-        rows += [{"batch": batch, "model": n, "peak mem (GB)": m["total"],
-                  "of which weights+grads+optimiser": m["states"], "mem vs ref": m["total"] / ref}
-                 for n, m in memory.items()]
-    progress.close()
+            if cuda:
+                bar.describe(f"bench memory: {n}")
+                spec = {"task": "memory_batches", "name": n, "batches": list(batch_sizes), "cfg": asdict(cfg)}
+                for batch, m in run_in_fresh_process("dgmoe.bench.models", spec).items():
+                    memory[int(batch), n] = m
+                bar.update()
+                continue
+            for batch in batch_sizes:
+                bar.describe(f"bench memory: {n} at batch {batch}")
+                memory[batch, n] = peak_memory_gb(n, ModelBenchConfig(**{**asdict(cfg), "batch_size": batch}))
+                bar.update()
+    rows = []
+    for batch in batch_sizes:
+        ref = memory[batch, cfg.models[0]]["total"]
+        rows += [{"batch": batch, "model": n, "peak mem (GB)": memory[batch, n]["total"],
+                  "of which weights+grads+optimiser": memory[batch, n]["states"],
+                  "mem vs ref": memory[batch, n]["total"] / ref} for n in cfg.models]
     return rows
 
 
 if __name__ == "__main__":
     spec = json.loads(sys.argv[1])
     config = ModelBenchConfig(**{**spec["cfg"], "models": tuple(spec["cfg"]["models"])})
-    print(json.dumps(time_models(config) if spec["task"] == "time" else _measure_memory_child(spec["name"], config)))
+    if spec["task"] == "time":
+        print(json.dumps(time_models(config)))
+    elif spec["task"] == "memory_batches":
+        print(json.dumps(_cuda_memory_child(spec["name"], config, spec["batches"])))
+    else:
+        print(json.dumps(_measure_memory_child(spec["name"], config)))

@@ -96,22 +96,51 @@ def tune_malloc() -> bool:
 
 
 def interleaved_times(candidates: dict[str, Callable[[], None]], rounds: int = 7, warmup: int = 2,
-                      seed: int = 0) -> dict[str, list[float]]:
-    """Seconds of every call of each candidate, measured round-robin in a seeded random order per round
-    (so no candidate always runs right after the same one), after `warmup` untimed rounds."""
+                      seed: int = 0, calls: int = 1, sync: Callable[[], None] | None = None) -> dict[str, list[float]]:
+    """Seconds per call of each candidate, measured round-robin in a seeded random order per round (so no
+    candidate always runs right after the same one), after `warmup` untimed rounds.
+
+    A round of a candidate is `calls` back-to-back calls, then one `sync()` (e.g. `torch.cuda.synchronize`),
+    timed together and divided by `calls`: on a GPU a path without host synchronisations then overlaps its
+    Python with the device's work as it does in training, where a sync after every call would charge it
+    the launch latency it hides (`calls_per_round` picks the count per device)."""
     check_rounds(rounds, warmup)
+    if calls < 1:
+        raise ValueError(f"calls must be >= 1, got {calls}")
+    done = sync or (lambda: None)
     names = list(candidates)
     for _ in range(warmup):
         for fn in candidates.values():
             fn()
+        done()
     order = random.Random(seed)
     times: dict[str, list[float]] = {name: [] for name in names}
     for _ in range(rounds):
         for name in order.sample(names, len(names)):
+            fn = candidates[name]
+            done()
             start = time.perf_counter()
-            candidates[name]()
-            times[name].append(time.perf_counter() - start)
+            for _ in range(calls):
+                fn()
+            done()
+            times[name].append((time.perf_counter() - start) / calls)
     return times
+
+
+def device_sync(device: str) -> Callable[[], None]:
+    """What waits for `device`'s queued work: `torch.cuda.synchronize` on CUDA, nothing on the CPU."""
+    import torch
+
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        return lambda: torch.cuda.synchronize(dev)
+    return lambda: None
+
+
+def calls_per_round(device: str) -> int:
+    """Back-to-back calls timed together: 10 on an accelerator (host and device overlap as in training),
+    1 on the CPU (which executes each call as it is made)."""
+    return 1 if device.split(":")[0] == "cpu" else 10
 
 
 def round_ratios(times: Mapping[str, Sequence[float]], reference: str) -> dict[str, list[float]]:

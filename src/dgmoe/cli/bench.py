@@ -5,8 +5,13 @@ from __future__ import annotations
 import click
 
 from dgmoe.bench.timing import MIN_ROUNDS
+from dgmoe.cli.options import config_from_options, run_options
 
 ROUNDS = click.IntRange(min=MIN_ROUNDS)
+#: the `dgmoe train` settings that describe what `bench data` loads and steps (not where results go)
+BENCH_DATA_SETTINGS = ("dataset", "test_envs", "holdout_fraction", "img_size", "n_per_domain", "model", "patch_size",
+                       "model_kwargs", "pretrained", "algorithm", "hparams", "trial_seed", "hparams_seed", "seed",
+                       "precision", "data_dir", "device", "num_threads")
 
 
 def _print_table(result: tuple[list[dict], list[str]] | list[dict]) -> None:
@@ -58,9 +63,9 @@ def command() -> None:
               "'moe grouped (default),router alone' (names as printed).")
 def layer(repeats, paths, **kw) -> None:
     """MoE layer forward+backward vs the limit (k dense FFNs over all tokens)."""
-    from dgmoe.bench.layer import CANDIDATES, LayerBenchConfig, bench_moe_layer_repeated
+    from dgmoe.bench.layer import CANDIDATES, LayerBenchConfig, available_candidates, bench_moe_layer_repeated
 
-    chosen = CANDIDATES if paths is None else tuple(p.strip() for p in paths.split(","))
+    chosen = available_candidates() if paths is None else tuple(p.strip() for p in paths.split(","))
     unknown = [p for p in chosen if p not in CANDIDATES]
     if unknown:
         raise click.BadParameter(f"unknown {unknown}; valid: {', '.join(CANDIDATES)}", param_hint="--paths")
@@ -133,3 +138,30 @@ def stem(**kw) -> None:
     _print_machine(cfg.threads, "cpu")
     click.echo(f"{cfg.rounds} rounds; batch {cfg.batch_size} at {cfg.img_size} px")
     _print_table(bench_stem(cfg))
+
+
+@command.command("data")
+@click.option("--workers", default="0,2,4,8", show_default=True,
+              help="Comma list of loader worker counts to measure.")
+@click.option("--timed-steps", type=click.IntRange(min=1), default=20, show_default=True,
+              help="Steps timed per measurement, after 3 warm-up steps.")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False),
+              help="Start from a run config (config.json); the train flags given override it.")
+@run_options(only=BENCH_DATA_SETTINGS)
+@click.pass_context
+def data(ctx: click.Context, workers: str, timed_steps: int, config_file: str | None, **kw) -> None:
+    """Does loading keep up? Loader img/s per worker count next to the model step's img/s, for the run the
+    `dgmoe train` flags describe (same data, transforms, batch and device)."""
+    from dgmoe.bench.data import DataBenchConfig, bench_data
+    from dgmoe.engine.config import RunConfig
+
+    try:
+        counts = tuple(int(w) for w in workers.split(","))
+    except ValueError:
+        raise click.BadParameter(f"expected a comma list of integers, got {workers!r}", param_hint="--workers")
+    base = RunConfig.from_file(config_file) if config_file else None
+    run = config_from_options(ctx, kw, base)
+    _print_machine(run.execution.num_threads, run.execution.device)
+    click.echo(f"{run.data.dataset} with {run.model.name} ({run.algorithm.name}, {run.training.precision}) on "
+               f"{run.execution.device}; {timed_steps} timed steps per measurement")
+    _print_table(bench_data(run, DataBenchConfig(workers=counts, steps=timed_steps)))

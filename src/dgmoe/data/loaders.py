@@ -192,3 +192,52 @@ def eval_loader(dataset: Dataset, indices: Sequence[int] | np.ndarray | torch.Te
         return (chunks[k] for k in range(len(chunks)))
     return iter(DataLoader(chunks, batch_size=None, shuffle=False, num_workers=num_workers, collate_fn=_identity,
                            worker_init_fn=_single_thread))
+
+
+class _Parts(Dataset):
+    """Every `batch_size` chunk of several (dataset, indices) parts, in order: item k is (part, x, y, meta)."""
+
+    def __init__(self, parts: Sequence[tuple[Dataset, torch.Tensor]], transform, batch_size: int):
+        self.parts, self.transform, self.batch_size = list(parts), transform, batch_size
+        self.chunks = [(p, start) for p, (_, idx) in enumerate(self.parts) for start in range(0, len(idx), batch_size)]
+
+    def __len__(self) -> int:
+        return len(self.chunks)
+
+    def __getitem__(self, k: int):
+        part, start = self.chunks[k]
+        env, idx = self.parts[part]
+        x, y, meta = gather_items(env, idx[start:start + self.batch_size])
+        if self.transform is not None:
+            x = self.transform(x, generator=None)
+        return part, x, y, meta
+
+
+class EvalBatches:
+    """Ordered evaluation batches over many (dataset, indices) parts in one pass, tagged with their part.
+
+    With workers, one DataLoader per distinct set of parts is kept with persistent workers, so the
+    evaluation at every checkpoint reuses the worker processes started at the first one (starting them
+    cost ~2.5 s per evaluation on a 16-core GPU host); `pin_memory` pins batches for asynchronous copies to a
+    GPU. Without workers, batches are built in this process as `eval_loader` does."""
+
+    def __init__(self, transform: Transform | None, batch_size: int = 64, num_workers: int = 0,
+                 pin_memory: bool = False):
+        self.transform, self.batch_size = transform, batch_size
+        self.num_workers, self.pin_memory = num_workers, pin_memory
+        self._loaders: dict[tuple, DataLoader] = {}
+
+    def __call__(self, parts: Sequence[tuple[Dataset, Sequence[int] | np.ndarray | torch.Tensor]]
+                 ) -> Iterator[tuple[int, Batch]]:
+        tensors = [(env, torch.as_tensor(np.asarray(idx), dtype=torch.long)) for env, idx in parts]
+        dataset = _Parts(tensors, self.transform, self.batch_size)
+        if self.num_workers <= 0:
+            items = (dataset[k] for k in range(len(dataset)))
+        else:
+            key = tuple((id(env), len(idx), hash(idx.numpy().tobytes())) for env, idx in tensors)
+            if key not in self._loaders:
+                self._loaders[key] = DataLoader(dataset, batch_size=None, shuffle=False, num_workers=self.num_workers,
+                                                collate_fn=_identity, worker_init_fn=_single_thread,
+                                                persistent_workers=True, pin_memory=self.pin_memory)
+            items = iter(self._loaders[key])
+        return ((part, Batch(x, y, meta)) for part, x, y, meta in items)

@@ -10,77 +10,90 @@ These come from the predictions the accuracies are computed from: no extra forwa
 """
 from __future__ import annotations
 
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from dgmoe.data.base import MultiDomainDataset
-from dgmoe.data.loaders import eval_loader
+from dgmoe.data.base import Batch, MultiDomainDataset
+from dgmoe.data.loaders import EvalBatches
 
 #: record keys: the validation domain's index (`dgmoe.selection.WorstGroupSelection`), the group field
 VAL_ENV_KEY, GROUPS_KEY = "wilds_val_env", "wilds_groups"
 
 
 @torch.no_grad()
-def _predict(predict: Callable, dataset, indices, transform, device: str, batch_size: int, num_workers: int,
-             group_field: str | None) -> tuple[float, float, list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]]:
-    """(accuracy, mean loss, [(y, predicted class, group) per batch] when `group_field` is given)."""
-    correct, total, loss_sum, kept = 0, 0, 0.0, []
-    for batch in eval_loader(dataset, indices, transform, batch_size, num_workers):
+def _predict_parts(predict: Callable, batches: Iterator[tuple[int, Batch]], num_parts: int, device: str,
+                   group_parts: Mapping[int, str]) -> tuple[list[float], list[float], dict[int, list]]:
+    """Accuracy and mean loss of every part, and [(y, predicted class, group) per batch] of the parts in
+    `group_parts` (part -> group field). Sums stay on the device and are read back once, at the end: on a
+    GPU an evaluation then never waits for a batch before queueing the next."""
+    correct = torch.zeros(num_parts, dtype=torch.float64, device=device)
+    losses = torch.zeros(num_parts, dtype=torch.float64, device=device)
+    totals = [0] * num_parts
+    kept: dict[int, list] = {p: [] for p in group_parts}
+    for part, batch in batches:
         batch = batch.to(device)
         logits = predict(batch.x, batch.meta).float()
-        loss_sum += F.cross_entropy(logits, batch.y, reduction="sum").item()
+        losses[part] += F.cross_entropy(logits, batch.y, reduction="sum").double()
         pred = logits.argmax(1)
-        correct += (pred == batch.y).sum().item()
-        total += len(batch.y)
-        if group_field is not None and batch.meta is not None:
-            kept.append((batch.y.cpu(), pred.cpu(), batch.meta[group_field].reshape(-1).cpu()))
-    if total == 0:
-        return float("nan"), float("nan"), kept
-    return correct / total, loss_sum / total, kept
+        correct[part] += (pred == batch.y).sum().double()
+        totals[part] += len(batch.y)
+        field = group_parts.get(part)
+        if field is not None and batch.meta is not None:
+            kept[part].append((batch.y, pred, batch.meta[field].reshape(-1)))
+    sums = torch.stack([correct, losses]).cpu().tolist()
+    accs = [c / n if n else float("nan") for c, n in zip(sums[0], totals)]
+    mean_losses = [loss / n if n else float("nan") for loss, n in zip(sums[1], totals)]
+    kept = {p: [tuple(t.cpu() for t in k) for k in ks] for p, ks in kept.items()}
+    return accs, mean_losses, kept
 
 
 def split_metrics(predict: Callable, dataset, indices, transform, device: str, batch_size: int = 64,
-                  num_workers: int = 0) -> tuple[float, float]:
-    acc, loss, _ = _predict(predict, dataset, indices, transform, device, batch_size, num_workers, None)
-    return acc, loss
+                  num_workers: int = 0, batches: EvalBatches | None = None) -> tuple[float, float]:
+    """(accuracy, mean cross-entropy) of `predict` on `indices` of `dataset`."""
+    batches = batches or EvalBatches(transform, batch_size, num_workers)
+    accs, losses, _ = _predict_parts(predict, batches([(dataset, indices)]), 1, device, {})
+    return accs[0], losses[0]
 
 
 def evaluate_domains(algorithm, dataset: MultiDomainDataset, splits: Sequence[tuple[np.ndarray, np.ndarray]],
                      transform, device: str, batch_size: int = 64, num_workers: int = 0,
-                     test_envs: Sequence[int] = (), uda: Mapping[int, np.ndarray] | None = None
-                     ) -> dict[str, float | int | str]:
+                     test_envs: Sequence[int] = (), uda: Mapping[int, np.ndarray] | None = None,
+                     batches: EvalBatches | None = None) -> dict[str, float | int | str]:
     """`env{i}_{in,out}_{acc,loss}` for every domain i, in eval mode, plus the WILDS metrics of the held-out
     domains `test_envs` when the dataset declares a group evaluation; restores train mode after.
 
     `uda` (test domain -> its unlabeled split, `dgmoe.data.uda_splits`) adds `env{k}_uda_{acc,loss}` where k
-    counts the uda splits in domain order, as DomainBed names them (its k is not the domain's index)."""
+    counts the uda splits in domain order, as DomainBed names them (its k is not the domain's index).
+    `batches` (one `EvalBatches` per run) keeps the loader workers alive between checkpoints."""
     evaluation = dataset.evaluation
     was_training = algorithm.training
     algorithm.eval()
-    results: dict[str, float | int | str] = {}
+    parts = [(dataset[i], idx) for i, split in enumerate(splits) for idx in split]  # env i: parts 2i (in), 2i+1 (out)
+    uda_items = sorted((uda or {}).items())
+    parts += [(dataset[i], idx) for i, idx in uda_items]
+    group_parts = {}
+    if evaluation is not None:
+        group_parts = {2 * i + j: evaluation.field for i in test_envs for j in (0, 1)}
+    batches = batches or EvalBatches(transform, batch_size, num_workers)
     try:
-        for i, (in_idx, out_idx) in enumerate(splits):
-            field = evaluation.field if evaluation is not None and i in test_envs else None
-            kept = []
-            for name, idx in (("in", in_idx), ("out", out_idx)):
-                acc, loss, part = _predict(algorithm.predict, dataset[i], idx, transform, device, batch_size,
-                                           num_workers, field)
-                results[f"env{i}_{name}_acc"] = acc
-                results[f"env{i}_{name}_loss"] = loss
-                kept += part
-            if evaluation is not None and field is not None:
-                y, pred, groups = (torch.cat([k[j] for k in kept]) if kept else torch.zeros(0, dtype=torch.long)
-                                   for j in range(3))
-                results.update(evaluation.record(f"env{i}_", y, pred, groups))
-        for k, (i, idx) in enumerate(sorted((uda or {}).items())):
-            acc, loss, _ = _predict(algorithm.predict, dataset[i], idx, transform, device, batch_size, num_workers,
-                                    None)
-            results[f"env{k}_uda_acc"], results[f"env{k}_uda_loss"] = acc, loss
+        accs, losses, kept = _predict_parts(algorithm.predict, batches(parts), len(parts), device, group_parts)
     finally:
         algorithm.train(was_training)
+    results: dict[str, float | int | str] = {}
+    for i in range(len(splits)):
+        for j, name in enumerate(("in", "out")):
+            results[f"env{i}_{name}_acc"], results[f"env{i}_{name}_loss"] = accs[2 * i + j], losses[2 * i + j]
+        if evaluation is not None and i in test_envs:
+            both = kept[2 * i] + kept[2 * i + 1]
+            y, pred, groups = (torch.cat([k[j] for k in both]) if both else torch.zeros(0, dtype=torch.long)
+                               for j in range(3))
+            results.update(evaluation.record(f"env{i}_", y, pred, groups))
+    for k in range(len(uda_items)):
+        part = 2 * len(splits) + k
+        results[f"env{k}_uda_acc"], results[f"env{k}_uda_loss"] = accs[part], losses[part]
     if evaluation is not None and test_envs:
         results[GROUPS_KEY] = evaluation.field
         val = dataset.domains.index(evaluation.val_domain) if evaluation.val_domain in dataset.domains else None

@@ -28,7 +28,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 import torch
 
-from dgmoe.data.loaders import TrainBatches
+from dgmoe.data.loaders import EvalBatches, TrainBatches
 from dgmoe.engine.config import RunConfig, identity_differences
 from dgmoe.engine.distributed import DistInfo, barrier, init_from_env, make_gradient_averager, shard
 from dgmoe.engine.evaluate import evaluate_domains, split_metrics
@@ -214,6 +214,7 @@ def _run_loop(cfg: RunConfig, setup: RunSetup, writer: RunWriter, run_log: RunLo
     autocast = (torch.autocast(device_type=ex.device.split(":")[0], dtype=torch.bfloat16)
                 if cfg.training.precision == "bf16" else contextlib.nullcontext())
     sums = StepMetrics()  # on the device until a checkpoint reads them: no host sync per step
+    eval_batches = EvalBatches(setup.eval_transform, ex.eval_batch_size, ex.num_workers, pin_memory=on_gpu)
     algorithm.train()
     step, stopped_early, due = start, False, set(checkpoints)
     try:
@@ -228,7 +229,7 @@ def _run_loop(cfg: RunConfig, setup: RunSetup, writer: RunWriter, run_log: RunLo
             for sink in sinks:
                 sink.step(step, LazyMetrics(metrics), seconds)
             if step in due:
-                record = _checkpoint(step, cfg, setup, writer, progress, sums, info)
+                record = _checkpoint(step, cfg, setup, writer, progress, sums, info, eval_batches)
                 if record is not None:  # (rank 0's)
                     for sink in sinks:
                         sink.checkpoint(record)
@@ -270,16 +271,16 @@ def _sinks(cfg: RunConfig, setup: RunSetup, writer: RunWriter, run_log: RunLog, 
 
 
 def _checkpoint(step: int, cfg: RunConfig, setup: RunSetup, writer: RunWriter, progress: Progress,
-                sums: StepMetrics, info: DistInfo) -> dict[str, Any] | None:
+                sums: StepMetrics, info: DistInfo, eval_batches: EvalBatches) -> dict[str, Any] | None:
     """Evaluate every domain, append the record, write records, weights and resume state (rank 0 only)."""
     ex, algorithm = cfg.execution, setup.algorithm
     means = sums.means(info.world_size if info.enabled else 1)  # (every rank: a collective under torchrun)
     eval_start = time.perf_counter()
-    algorithm.on_checkpoint(step, _online_val_loss(algorithm, setup, cfg))
+    algorithm.on_checkpoint(step, _online_val_loss(algorithm, setup, cfg, eval_batches))
     record = None
     if info.is_main:  # only rank 0 evaluates and writes
         results = evaluate_domains(algorithm, setup.dataset, setup.splits, setup.eval_transform, ex.device,
-                                   ex.eval_batch_size, ex.num_workers, setup.test_envs, setup.uda)
+                                   ex.eval_batch_size, ex.num_workers, setup.test_envs, setup.uda, eval_batches)
         steps_per_epoch = min(len(setup.splits[i][0]) / setup.hparams["batch_size"] for i in setup.train_envs)
         record = {"step": step, "epoch": step / steps_per_epoch, **means,
                   **results, "eval_time": time.perf_counter() - eval_start, "mem_gb": _peak_memory_gb(ex.device),
@@ -308,7 +309,7 @@ def _peak_memory_gb(device: str) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB on Linux
 
 
-def _online_val_loss(algorithm, setup: RunSetup, cfg: RunConfig) -> float | None:
+def _online_val_loss(algorithm, setup: RunSetup, cfg: RunConfig, eval_batches: EvalBatches) -> float | None:
     """Mean cross-entropy of the weights being trained on the training domains' out splits, for
     algorithms that select on it (SWAD); None for the others, at no cost."""
     if not getattr(algorithm, "NEEDS_VAL_LOSS", False):
@@ -320,7 +321,7 @@ def _online_val_loss(algorithm, setup: RunSetup, cfg: RunConfig) -> float | None
         for i in setup.train_envs:
             out_idx = setup.splits[i][1]
             _, loss = split_metrics(algorithm.predict_online, setup.dataset[i], out_idx, setup.eval_transform,
-                                    ex.device, ex.eval_batch_size, ex.num_workers)
+                                    ex.device, ex.eval_batch_size, ex.num_workers, eval_batches)
             total, count = total + loss * len(out_idx), count + len(out_idx)
     finally:
         algorithm.train(was_training)
