@@ -5,6 +5,7 @@ dense-to-sparse path can be exercised without downloaded weights (the contract t
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,8 @@ def dense_twin(name: str, **kwargs: Any) -> tuple[str, dict[str, Any]]:
 
 def write_dense_checkpoint(path: str | Path, name: str, seed: int = 0, **kwargs: Any) -> Path:
     """Write a timm-format `.safetensors` (or, for another suffix, a `torch.save`d state dict) of `name`'s dense
-    twin built with `kwargs` and weights drawn from `seed` (the global RNG is left as it was); returns `path`."""
+    twin built with `kwargs` and weights drawn from `seed` (the global RNG is left as it was), atomically;
+    returns `path`."""
     from dgmoe.models.factory import create_model
 
     twin, twin_kwargs = dense_twin(name, **kwargs)
@@ -37,10 +39,12 @@ def write_dense_checkpoint(path: str | Path, name: str, seed: int = 0, **kwargs:
         state = {k: v.contiguous() for k, v in create_model(twin, **twin_kwargs).state_dict().items()}
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # written whole, then renamed: a reader never sees half
     if path.suffix == ".safetensors":
         from safetensors.torch import save_file
 
-        save_file(state, str(path))
+        save_file(state, str(tmp))
     else:
-        torch.save(state, path)
+        torch.save(state, tmp)
+    os.replace(tmp, path)
     return path
