@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from dgmoe.models.info import describe_model
 from dgmoe.recipes import list_recipes
 from dgmoe.recipes.plan import SMOKE
 
@@ -28,7 +29,7 @@ def test_smoke_scale_end_to_end(recipe, cli, tmp_path):
         build = json.loads(config.read_text())["model_build"]
         if config.relative_to(out).parts[0] in weighted:
             assert build["pretrained_load"].startswith(f"loaded {(out / SMOKE.weights_dir).absolute()}"), build
-            if build["name"].startswith(("gmoe", "sfmoe", "moge")):
+            if describe_model(build["name"], **build["kwargs"]).is_sparse:
                 assert "copied dense FFN into experts" in build["pretrained_load"]
                 assert "initialised, not in the checkpoint" in build["pretrained_load"]
     result = cli("results", out, "--recipe", recipe.name)
