@@ -118,7 +118,7 @@ def test_gmoe_from_dense_checkpoint_copies_experts_and_reports(tmp_path):
     model = dgmoe.create_model("gmoe_tiny_patch16_224", pretrained=str(path), **TINY)
     report = model.load_report
     assert report.expanded == ["blocks.8.mlp", "blocks.10.mlp"]
-    assert report.fresh == ["blocks.10.mlp.router", "blocks.8.mlp.router"]
+    assert report.initialised == ["blocks.8.mlp.router", "blocks.10.mlp.router"]
     assert report.reinitialized == ["head.weight", "head.bias"] and model.head.out_features == 5
     for e in range(6):
         assert torch.equal(model.blocks[8].mlp.experts.fc1_weight[e], dense.blocks[8].mlp.fc1.weight)

@@ -5,29 +5,11 @@ auxiliary losses after a training forward."""
 import pytest
 import torch
 import torch.nn as nn
+from toy_models import NUM_CLASSES, inputs, toy_kwargs
 
 from dgmoe.models import MODELS, create_model
 from dgmoe.models.info import describe_model, model_info
 from dgmoe.moe.aux import AUX_LOSSES, aux_losses, sparse_layers
-
-NUM_CLASSES = 3
-
-
-def toy_kwargs(name: str) -> dict:
-    """Toy size from the model's own description: ViTs at 32 px and width 32, ResNets at 32 px."""
-    info = describe_model(name)
-    if info.family == "resnet":
-        return {"num_classes": NUM_CLASSES, "img_size": 32}
-    kwargs = {"num_classes": NUM_CLASSES, "img_size": 32, "embed_dim": 32, "num_heads": 2}
-    if "r26" not in info.architecture:  # a hybrid's patch grid comes from its ResNet stem
-        kwargs["patch_size"] = 8
-    return kwargs
-
-
-def inputs(info, batch: int = 2):
-    x = torch.randn(batch, *info.input_size)
-    meta = {"lat": torch.tensor([10.0, -45.0]), "lon": torch.tensor([100.0, -3.0])} if info.uses_metadata else None
-    return x, meta
 
 
 @pytest.mark.parametrize("name", MODELS.names())

@@ -10,7 +10,7 @@ from dgmoe.data.catalogue import evaluation_envs, get_spec
 from dgmoe.engine.config import RunConfig
 from dgmoe.recipes import get_recipe, list_recipes
 from dgmoe.recipes.base import AVG, OOD_AVG, SWEEP_KINDS
-from dgmoe.recipes.plan import available_rows, part_sweeps, parts_for
+from dgmoe.recipes.plan import SMOKE, available_rows, part_sweeps, parts_for
 from dgmoe.recipes.run import prepare
 from dgmoe.sweep.jobs import build_jobs, check_sweep
 
@@ -156,10 +156,13 @@ def test_smoke_scale_needs_no_data_and_is_small(recipe, tmp_path):
     assert not (tmp_path / "out").exists()
     jobs = [j for part in plan.jobs.values() for j in part]
     assert len(jobs) <= 16
-    for job in jobs:
-        c = job.config
-        assert c.model.pretrained is None and c.training.steps <= 2 and c.execution.num_threads == 1
-        assert c.data.dataset in ("Debug28", "RotatedMNIST", "GeoMNIST")
+    checkpoints = {c.path for c in plan.checkpoints}  # written by the launch, under the output dir
+    assert all(Path(p).parent == (tmp_path / "out" / SMOKE.weights_dir).absolute() for p in checkpoints)
+    for name, part_jobs in plan.jobs.items():
+        for c in (job.config for job in part_jobs):
+            assert c.model.pretrained in (checkpoints if recipe.part(name).pretrained else {None})
+            assert c.training.steps <= 2 and c.execution.num_threads == 1
+            assert c.data.dataset in ("Debug28", "RotatedMNIST", "GeoMNIST")
 
 
 def test_rows_filter_and_unavailable_rows(cli, tmp_path):

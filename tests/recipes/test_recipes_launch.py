@@ -60,7 +60,7 @@ def test_no_data_dir_at_all(cli, tmp_path):
     (("--pretrained", "vit=x.pth"), "expects weights deit_small, resnet50, not 'vit'"),
     (("--rows", "GMoE-S/32"), "--rows 'GMoE-S/32': recipe gmoe-table1 has rows"),
     (("--", "--steps", "3"), "--steps after `--` would change what the recipe computes"),
-    (("--scale", "smoke", "--pretrained", "x.pth"), "--pretrained is for the paper scale"),
+    (("--scale", "smoke", "--pretrained", "x.pth"), "--pretrained is for the paper scale; the smoke scale writes"),
 ])
 def test_bad_launch_flags_fail_in_one_line(cli, tmp_path, args, message):
     result = cli("recipe", "launch", "gmoe-table1", "--output-dir", tmp_path / "out", *args)
@@ -111,3 +111,24 @@ def test_launch_records_the_recipe_and_refuses_another_in_its_folder(tmp_path):
     with pytest.raises(UsageError, match="holds recipe gmoe-table3"):
         write_manifest(other)
     assert json.loads((tmp_path / "out" / "recipe.json").read_text())["recipe"] == "gmoe-table3"
+
+
+def test_smoke_scale_loads_dense_checkpoints_it_writes_at_launch(tmp_path):
+    """Every smoke run of a part with weights loads its backbone's dense-twin checkpoint (MoGE and ERM+LE share
+    the ViT-Tiny one); `prepare` writes none, the launch writes each once, and it loads into the run's model."""
+    import dgmoe
+    from dgmoe.data import get_dataset
+
+    plan = prepare(get_recipe("moge-table1a"), "smoke", tmp_path / "out")
+    paths = {c.path for c in plan.checkpoints}
+    assert {c.model for c in plan.checkpoints} == {"vit_tiny_patch16_224", "vit_micro_patch7_28"}
+    jobs = [j for part_jobs in plan.jobs.values() for j in part_jobs]
+    assert {j.config.model.pretrained for j in jobs} == paths and not (tmp_path / "out").exists()
+    assert [c.write() for c in plan.checkpoints] == [True, True]
+    assert [c.write() for c in plan.checkpoints] == [False, False]  # once
+    moge = next(j.config for j in jobs if j.config.model.name == "moge_tiny_patch16_224")
+    data = get_dataset("GeoMNIST", None, None, n_per_domain=2)
+    model = dgmoe.create_model(moge.model.name, num_classes=data.num_classes, img_size=data.input_shape[-1],
+                               patch_size=moge.model.patch_size, pretrained=moge.model.pretrained, **moge.model.kwargs)
+    assert "blocks.8.mlp.gamma_logit" in model.load_report.initialised
+    assert model.load_report.resized == ["patch_embed.proj.weight", "pos_embed"]  # 224 px / 16 -> 28 px / 7

@@ -18,6 +18,10 @@ from dgmoe.models.builder import build_vit
 from dgmoe.models.location.encoders import build_location_encoder
 from dgmoe.models.registry import register_model
 from dgmoe.models.vit import VisionTransformer
+from dgmoe.models.zoo import vit_tiny_patch16_224
+
+#: ERM+LE's own arguments beyond the location encoder's (`builder.LOCATION_FIELDS`): the MLP's widths
+LE_FIELDS = ("le_hidden", "le_dim")
 
 
 class LocationConcatViT(VisionTransformer):
@@ -35,7 +39,6 @@ class LocationConcatViT(VisionTransformer):
         self.le_dim = le_dim
         self.num_features = self.embed_dim + le_dim
         self.reset_classifier(self.num_classes)
-        self.fresh_prefixes: tuple[str, ...] = ("location_encoder.", "location_mlp.")
         self._location: torch.Tensor | None = None
 
     def reset_classifier(self, num_classes: int) -> None:
@@ -52,7 +55,7 @@ class LocationConcatViT(VisionTransformer):
         kept = super().prune_intermediate_layers(indices, prune_norm, prune_head)
         if prune_head:
             del self.location_encoder, self.location_mlp
-            self.le_dim, self.fresh_prefixes = 0, ()
+            self.le_dim = 0
             self.num_features = self.embed_dim
         return kept
 
@@ -77,6 +80,7 @@ class LocationConcatViT(VisionTransformer):
 def vit_le_tiny_patch16_224(**kwargs: Any) -> LocationConcatViT:
     """ERM+LE backbone: ViT-Tiny/16 + SH(L=10) -> 2-layer MLP (256) concatenated before the head."""
     arch = dict(patch_size=16, embed_dim=192, depth=12, num_heads=3)
-    model = build_vit("vit_le_tiny_patch16_224", arch, cls=LocationConcatViT, **kwargs)
+    model = build_vit("vit_le_tiny_patch16_224", arch, cls=LocationConcatViT, dense_twin=vit_tiny_patch16_224.__name__,
+                      **kwargs)
     assert isinstance(model, LocationConcatViT)
     return model

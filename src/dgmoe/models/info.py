@@ -26,7 +26,8 @@ RESNET_HPARAMS = {"resnet_dropout": "drop_rate"}
 class ModelInfo:
     """A model's facts: architecture name and family, input geometry and normalisation, its classifier's
     attribute, its sparse layers (config and block indices; None for a dense model), whether it reads
-    metadata, and which hyperparameters are its own constructor arguments."""
+    metadata, which hyperparameters are its own constructor arguments, and its dense twin: the registered
+    dense model whose checkpoints `pretrained=` adapts to it (GMoE App. C.2, MoGE §2.3; None: its own)."""
 
     architecture: str
     family: Literal["vit", "resnet"]
@@ -39,6 +40,7 @@ class ModelInfo:
     sparse_blocks: tuple[int, ...] = ()
     uses_metadata: bool = False
     hparam_kwargs: dict[str, str] = field(default_factory=dict)
+    dense_twin: str | None = None
 
     @property
     def is_sparse(self) -> bool:

@@ -27,6 +27,7 @@ from dgmoe.models.info import ModelInfo
 from dgmoe.models.location.encoders import build_location_encoder
 from dgmoe.models.registry import register_model
 from dgmoe.models.vit import VisionTransformer
+from dgmoe.models.zoo import vit_small_patch16_224, vit_tiny_patch16_224
 from dgmoe.moe.aux import sparse_layers
 from dgmoe.moe.layer import MoEMlp, RoutingMode, routing_context
 
@@ -52,7 +53,6 @@ class MoGEVisionTransformer(VisionTransformer):
     def __init__(self, location_encoder: nn.Module, **vit_kwargs: Any):
         super().__init__(**vit_kwargs)
         self.location_encoder = location_encoder
-        self.fresh_prefixes = ("location_encoder.",)
 
     def moge_layers(self) -> list[MoEMlp]:
         return list(sparse_layers(self).values())
@@ -93,9 +93,11 @@ class MoGEVisionTransformer(VisionTransformer):
         return self.forward_head(self.forward_features(x, meta=meta))
 
 
-def build_moge(name: str, arch: dict[str, Any], **kwargs: Any) -> MoGEVisionTransformer:
-    """A MoGE ViT: `build_vit` with MoGE's sparse layer at the GMoE "last-two" positions by default."""
-    model = build_vit(name, arch, layout="last-two", moe_defaults=MOGE, **{**MOGE_LOCATION, **kwargs})
+def build_moge(name: str, arch: dict[str, Any], dense_twin: str | None = None, **kwargs: Any) -> MoGEVisionTransformer:
+    """A MoGE ViT: `build_vit` with MoGE's sparse layer at the GMoE "last-two" positions by default, started
+    from `dense_twin`'s checkpoints (§2.3: DeiT-Ti ImageNet-pretrained)."""
+    model = build_vit(name, arch, layout="last-two", moe_defaults=MOGE, dense_twin=dense_twin,
+                      **{**MOGE_LOCATION, **kwargs})
     assert isinstance(model, MoGEVisionTransformer)
     return model
 
@@ -103,10 +105,12 @@ def build_moge(name: str, arch: dict[str, Any], **kwargs: Any) -> MoGEVisionTran
 @register_model
 def moge_tiny_patch16_224(**kwargs: Any) -> MoGEVisionTransformer:
     """MoGE on ViT-Tiny/16 (§2.3): MoGE blocks 8 and 10, E = 6, K = 3, SH(L=10) + SIREN -> 256."""
-    return build_moge("moge_tiny_patch16_224", dict(patch_size=16, embed_dim=192, depth=12, num_heads=3), **kwargs)
+    return build_moge("moge_tiny_patch16_224", dict(patch_size=16, embed_dim=192, depth=12, num_heads=3),
+                      dense_twin=vit_tiny_patch16_224.__name__, **kwargs)
 
 
 @register_model
 def moge_small_patch16_224(**kwargs: Any) -> MoGEVisionTransformer:
     """MoGE on ViT-S/16 (the cost comparison with GMoE-S/16)."""
-    return build_moge("moge_small_patch16_224", dict(patch_size=16, embed_dim=384, depth=12, num_heads=6), **kwargs)
+    return build_moge("moge_small_patch16_224", dict(patch_size=16, embed_dim=384, depth=12, num_heads=6),
+                      dense_twin=vit_small_patch16_224.__name__, **kwargs)

@@ -3,14 +3,17 @@
 Safe by construction: `.safetensors` through safetensors, `.pth`/`.pt`/`.bin` through
 `torch.load(weights_only=True)`, so no arbitrary object is ever unpickled. Loading is strict: every key
 must be accounted for. The only tolerated differences are reported in a `LoadReport`:
-- each MoE block's dense `mlp.fc1/fc2` is copied into every expert (`expanded`);
-- routers have no pretrained counterpart and start fresh (`fresh`);
+- each MoE block's dense `mlp.fc1/fc2` is copied into every expert, and into MoGE's shared expert (`expanded`);
+- what a dense checkpoint cannot hold keeps the model's own initialisation and is listed as "initialised, not
+  in the checkpoint" (`initialised`, see `no_dense_value`): in each expanded block everything the FFN does not
+  fill (the router, MoGE's gate logit g = logit(gamma_init), anything a sparse layer adds), and the top-level
+  modules a sparse or located family adds to the dense ViT (MoGE's and ERM+LE's location encoder);
 - a classifier head with another class count is re-initialised (`reinitialized`);
 - a position embedding for another grid is resampled bicubically, and a patch embedding kernel for
   another patch size with FlexiViT's pseudo-inverse resize (`resized`, `resize_method`); antialiased as
   timm >= 0.9 by default, `antialias=False` for timm 0.5-0.6's plain bicubic (`dgmoe.models.resample`).
-Anything else (an unexpected key, a missing key, a shape mismatch) raises `CheckpointMismatchError`
-naming the first offending key.
+Anything else (an unexpected key, a missing key the checkpoint could hold, a shape mismatch) raises
+`CheckpointMismatchError` naming the first offending key.
 
 `load_checkpoint` is timm's `create_model(checkpoint_path=...)`: the file is the model's own state dict
 (e.g. a fine-tuned run's weights) and loads as-is, with no adaptation and the same strict checks and errors.
@@ -44,7 +47,7 @@ class CheckpointMismatchError(UsageError):
 class LoadReport:
     path: str
     expanded: list[str] = field(default_factory=list)
-    fresh: list[str] = field(default_factory=list)
+    initialised: list[str] = field(default_factory=list)  # modules/parameters kept at the model's initialisation
     reinitialized: list[str] = field(default_factory=list)
     resized: list[str] = field(default_factory=list)
     resize_method: str | None = None  # how `resized` tensors were resampled (`RESIZE_METHODS`)
@@ -53,8 +56,8 @@ class LoadReport:
         parts = [f"loaded {self.path}"]
         if self.expanded:
             parts.append(f"copied dense FFN into experts: {', '.join(self.expanded)}")
-        if self.fresh:
-            parts.append(f"freshly initialised (no pretrained counterpart): {', '.join(self.fresh)}")
+        if self.initialised:
+            parts.append(f"initialised, not in the checkpoint: {', '.join(self.initialised)}")
         if self.reinitialized:
             parts.append(f"re-initialised (class count differs): {', '.join(self.reinitialized)}")
         if self.resized:
@@ -134,10 +137,12 @@ def adapt_state_dict(model: nn.Module, state: dict[str, torch.Tensor], report: L
     _resample_embeddings(model, state, own, report, antialias)
     net: Any = model  # duck-typed: dgmoe's `info`, timm's `get_classifier`
     classifier = net.info.classifier if hasattr(net, "info") else "head"
-    for key in (f"{classifier}.weight", f"{classifier}.bias"):
-        if key in state and key in own and state[key].shape != own[key].shape:
-            state.pop(key)
-            report.reinitialized.append(key)
+    keys = (f"{classifier}.weight", f"{classifier}.bias")
+    if any(k in state and k in own and state[k].shape != own[k].shape for k in keys):  # the whole head, not half
+        for key in keys:
+            if key in state and key in own:
+                state.pop(key)
+                report.reinitialized.append(key)
     head = net.get_classifier() if hasattr(net, "get_classifier") else None
     if report.reinitialized and isinstance(head, nn.Linear):
         nn.init.trunc_normal_(head.weight, std=0.02)
@@ -201,21 +206,51 @@ def load_pretrained(model: nn.Module, path: str | Path, strict: bool = True, ant
     report = LoadReport(str(path))
     try:
         state = adapt_state_dict(model, load_checkpoint_file(path), report, antialias)
+    except KeyError as e:  # a dense FFN with fc1 but not all of fc1/fc2's weight and bias
+        raise CheckpointMismatchError(f"{path}: missing key {e.args[0]!r} (a sparse block's dense FFN is "
+                                      "incomplete)") from None
     except (ValueError, RuntimeError) as e:
         if isinstance(e, CheckpointError | CheckpointMismatchError):
             raise
         raise CheckpointMismatchError(f"{path}: cannot adapt it to {type(model).__name__}: {e}") from e
     own = model.state_dict()
     missing = [k for k in own if k not in state]
-    fresh_prefixes = tuple(getattr(model, "fresh_prefixes", ()))
-    allowed = {k for k in missing if ".router." in k or k in report.reinitialized
-               or (fresh_prefixes and k.startswith(fresh_prefixes))}
-    check_fit(path, own, state, tolerated=allowed if strict else set(missing))
-    report.fresh = sorted({k.rsplit(".router.", 1)[0] + ".router" for k in allowed if ".router." in k})
-    # Keys without a checkpoint value keep the model's own (fresh) tensors, so the load itself is strict.
+    initialised = no_dense_value(model, state, report.expanded)
+    check_fit(path, own, state, tolerated={*initialised, *report.reinitialized} if strict else set(missing))
+    report.initialised = list(dict.fromkeys(initialised.values()))
+    # Keys without a checkpoint value keep the model's own (initial) tensors, so the load itself is strict.
     model.load_state_dict({**{k: own[k] for k in missing}, **state}, strict=True)
     log.info(report.summary())
     return report
+
+
+def no_dense_value(model: nn.Module, state: dict[str, torch.Tensor], expanded: Collection[str]) -> dict[str, str]:
+    """The model's keys that the dense checkpoint `state` (adapted: `expanded` are the sparse blocks whose dense
+    FFN it held) cannot hold, each mapped to the module or parameter the load report names for it:
+
+    - in an expanded block, every key the dense FFN does not fill: the router, MoGE's gate logit (eq. 1), any
+      parameter a sparse layer adds (a block whose checkpoint value is not a dense FFN stays strict);
+    - a top-level module or parameter that the dense ViT does not build (not in the model's `dense_names`:
+      MoGE's location encoder phi, ERM+LE's location MLP, anything a family adds), when the checkpoint holds
+      none of its keys (a checkpoint holding part of it stays strict).
+
+    These keep the model's own initialisation; every other key must come from the checkpoint.
+    """
+    own = model.state_dict()
+    dense_names = getattr(model, "dense_names", None)
+    in_checkpoint = {k.split(".", 1)[0] for k in state}
+    added = set() if dense_names is None else {k.split(".", 1)[0] for k in own} - set(dense_names) - in_checkpoint
+    out = {}
+    for key in own:
+        if key in state:
+            continue
+        top = key.split(".", 1)[0]
+        layer = next((name for name in expanded if key.startswith(name + ".")), None)
+        if top in added:
+            out[key] = top
+        elif layer is not None:
+            out[key] = f"{layer}.{key[len(layer) + 1:].split('.', 1)[0]}"
+    return out
 
 
 def check_fit(path: str | Path, own: dict[str, torch.Tensor], state: dict[str, torch.Tensor],

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dgmoe.models.builder import build_vit
 from dgmoe.models.hybrid import HybridEmbed
 from dgmoe.models.registry import register_model
-from dgmoe.models.zoo import SMALL
+from dgmoe.models.zoo import SMALL, vit_small_patch16_224
 
 SFMOE = dict(num_experts=6, top_k=2, router="linear")
 SFMOE_LAYOUT = "[S,F]x6"
@@ -18,7 +18,8 @@ SFMOE_LAYOUT = "[S,F]x6"
 
 @register_model
 def sfmoe_small_patch16_224(**kwargs):
-    return build_vit("sfmoe_small_patch16_224", SMALL, layout=SFMOE_LAYOUT, moe_defaults=SFMOE, **kwargs)
+    return build_vit("sfmoe_small_patch16_224", SMALL, layout=SFMOE_LAYOUT, moe_defaults=SFMOE,
+                     dense_twin=vit_small_patch16_224.__name__, **kwargs)
 
 
 @register_model
@@ -32,7 +33,7 @@ def vit_small_r26_s32_224(**kwargs):
 def hybrid_sfmoe_small_r26_s32_224(**kwargs):
     kwargs.setdefault("patch_size", 1)
     return build_vit("hybrid_sfmoe_small_r26_s32_224", dict(SMALL, patch_size=1), layout=SFMOE_LAYOUT,
-                     moe_defaults=SFMOE, embed_layer=HybridEmbed, **kwargs)
+                     moe_defaults=SFMOE, embed_layer=HybridEmbed, dense_twin=vit_small_r26_s32_224.__name__, **kwargs)
 
 
 __all__ = ["SFMOE", "SFMOE_LAYOUT"]

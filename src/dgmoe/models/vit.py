@@ -110,6 +110,9 @@ class VisionTransformer(nn.Module):
         self.head_drop = Dropout(drop_rate)
         self.head = nn.Linear(embed_dim, num_classes) if num_classes > 0 else nn.Identity()
         self.grad_checkpointing = False
+        #: the dense ViT's own top-level modules and parameters; what a subclass adds (MoGE's location encoder)
+        #: has no value in a dense checkpoint (`dgmoe.models.pretrained.no_dense_value`)
+        self.dense_names = frozenset(self._modules) | frozenset(self._parameters)
         self.init_weights()
 
     def init_weights(self) -> None:

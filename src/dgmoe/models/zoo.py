@@ -2,7 +2,8 @@
 
 ViT/DeiT sizes: tiny / small / base = width 192 / 384 / 768, 3 / 6 / 12 heads, 12 blocks, MLP ratio 4.
 GMoE (Li et al., ICLR 2023): MoE in the `last-two` blocks (0-indexed 8 and 10), 6 experts, top-2 cosine
-router (§4.3, App. C). Every function accepts timm-style overrides and MoE options (see `MoEConfig`).
+router (§4.3, App. C), started from the dense ViT of the same size (its dense twin, App. C.2). Every function
+accepts timm-style overrides and MoE options (see `MoEConfig`).
 """
 from __future__ import annotations
 
@@ -47,17 +48,20 @@ def deit_base_patch16_224(**kwargs):
 
 @register_model
 def gmoe_tiny_patch16_224(**kwargs):
-    return build_vit("gmoe_tiny_patch16_224", TINY, layout="last-two", moe_defaults=GMOE, **kwargs)
+    return build_vit("gmoe_tiny_patch16_224", TINY, layout="last-two", moe_defaults=GMOE,
+                     dense_twin=vit_tiny_patch16_224.__name__, **kwargs)
 
 
 @register_model
 def gmoe_small_patch16_224(**kwargs):
-    return build_vit("gmoe_small_patch16_224", SMALL, layout="last-two", moe_defaults=GMOE, **kwargs)
+    return build_vit("gmoe_small_patch16_224", SMALL, layout="last-two", moe_defaults=GMOE,
+                     dense_twin=vit_small_patch16_224.__name__, **kwargs)
 
 
 @register_model
 def gmoe_base_patch16_224(**kwargs):
-    return build_vit("gmoe_base_patch16_224", BASE, layout="last-two", moe_defaults=GMOE, **kwargs)
+    return build_vit("gmoe_base_patch16_224", BASE, layout="last-two", moe_defaults=GMOE,
+                     dense_twin=vit_base_patch16_224.__name__, **kwargs)
 
 
 # Small models for CPU runs, tests and the offline main job (28 px digits, 4 x 4 patches of 7 px).
@@ -72,4 +76,5 @@ def vit_micro_patch7_28(**kwargs):
 @register_model
 def gmoe_micro_patch7_28(**kwargs):
     """GMoE's recipe on the micro ViT: MoE in blocks 2 and 4 (last-two of 6), 6 experts, top-2 cosine."""
-    return build_vit("gmoe_micro_patch7_28", MICRO, layout="last-two", moe_defaults=GMOE, **kwargs)
+    return build_vit("gmoe_micro_patch7_28", MICRO, layout="last-two", moe_defaults=GMOE,
+                     dense_twin=vit_micro_patch7_28.__name__, **kwargs)

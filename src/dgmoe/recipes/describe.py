@@ -123,7 +123,9 @@ def smoke_text(recipe: Recipe) -> str:
                                      if not r.unavailable))
     return (f"data {SMOKE.stand_ins[recipe.kind]} ({SMOKE.n_per_domain} images per domain), backbones {models} "
             f"({_settings(SMOKE.model_kwargs)}, patch {SMOKE.patch_size}), {SMOKE.steps} steps, 1 hparams setting, "
-            "1 trial, one held-out set, no pretrained weights.")
+            "1 trial, one held-out set, " + (f"a dense checkpoint of each backbone's dense twin (written into "
+                                             f"{SMOKE.weights_dir}/) for the paper's weights." if recipe.weights
+                                             else "no pretrained weights."))
 
 
 def launch_line(recipe: Recipe) -> str:

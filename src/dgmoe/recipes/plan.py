@@ -9,21 +9,26 @@ layout or an expert count) and held-out-set shape, and swaps the rest for what r
 the datasets for an in-memory stand-in of the same kind (`Debug28`; `RotatedMNIST`, which has DomainNet's six
 domains, for single-source; `GeoMNIST`, which has coordinates, for the MoGE tables), the backbones for
 narrow ones of the same family (`vit_micro_patch7_28`, `gmoe_micro_patch7_28`, SF-MoE and MoGE at width 48
-on 7 px patches; a ResNet becomes the micro ViT), no pretrained weights, a few steps, one hparams setting,
-one trial, one held-out set (the first domain; single-source: the first training domain). Without pair runs,
-the smoke summary selects by training-domain validation.
+on 7 px patches; a ResNet becomes the micro ViT), the paper's weights for a dense checkpoint the launch writes
+(`SmokeCheckpoint`: each backbone's dense twin, loaded with --pretrained as the paper's runs load DeiT: experts
+copied from the FFN, what a dense checkpoint cannot hold initialised, the head and embeddings adapted), a few
+steps, one hparams setting, one trial, one held-out set (the first domain; single-source: the first training
+domain). Without pair runs, the smoke summary selects by training-domain validation.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from dgmoe.data.catalogue import check_data
+from dgmoe.data.catalogue import check_data, get_spec
 from dgmoe.data.errors import DatasetError
 from dgmoe.engine.config import RunConfig
 from dgmoe.errors import UsageError
+from dgmoe.models.twin import dense_twin, write_dense_checkpoint
 from dgmoe.recipes.base import Part, Recipe, Row
 from dgmoe.sweep.jobs import SweepConfig
 
@@ -47,6 +52,10 @@ class SmokeScale:
     dropped_kwargs: tuple[str, ...] = ("location_encoder", "location_encoder_kwargs")
     execution: Mapping[str, Any] = field(default_factory=lambda: {
         "num_threads": 1, "skip_model_save": True, "save_best": False, "progress": "none"})
+    #: where the launch writes the dense checkpoints of the parts that load weights (under the output dir), and
+    #: their class count: an ImageNet head, which the load re-initialises as in the paper's runs
+    weights_dir: str = "smoke-weights"
+    weights_classes: int = 1000
 
     def model(self, model: str) -> str:
         """The narrow backbone of `model`'s family."""
@@ -62,6 +71,43 @@ class SmokeScale:
 
 
 SMOKE = SmokeScale()
+
+
+@dataclass(frozen=True)
+class SmokeCheckpoint:
+    """A dense checkpoint that smoke runs load with --pretrained: `model` (a registered dense model) built with
+    `kwargs`, written to `path` by the launch (`write`)."""
+
+    path: str
+    model: str
+    kwargs: tuple[tuple[str, Any], ...]
+
+    def write(self) -> bool:
+        """Write the file unless it is there (the same weights every time: seed 0); True if written."""
+        if Path(self.path).is_file():
+            return False
+        write_dense_checkpoint(self.path, self.model, seed=0, **dict(self.kwargs))
+        return True
+
+
+def smoke_checkpoints(recipe: Recipe, part: Part, models: Iterable[str],
+                      output_dir: str | Path) -> dict[SmokeCheckpoint | None, tuple[str, ...]]:
+    """`part`'s smoke backbones grouped by the checkpoint they load (None: the part loads no weights). Each
+    backbone's is its dense twin at the smoke width and the stand-in's channels, at the twin's own image and
+    patch size (the load resamples them, as the paper's iWildCam runs resample 384 px weights to 448)."""
+    models = tuple(dict.fromkeys(SMOKE.model(m) for m in models))
+    if not part.pretrained:
+        return {None: models}
+    channels = get_spec(SMOKE.stand_ins[recipe.kind]).channels
+    groups: dict[SmokeCheckpoint | None, tuple[str, ...]] = {}
+    for model in models:
+        twin, kwargs = dense_twin(model, **smoke_settings(part)["model_kwargs"])
+        kwargs.update(in_chans=channels, num_classes=SMOKE.weights_classes)
+        digest = hashlib.sha1(json.dumps([twin, kwargs], sort_keys=True).encode()).hexdigest()[:8]
+        path = Path(output_dir).absolute() / SMOKE.weights_dir / f"{twin}-{digest}.safetensors"
+        checkpoint = SmokeCheckpoint(str(path), twin, tuple(sorted(kwargs.items())))
+        groups[checkpoint] = (*groups.get(checkpoint, ()), model)
+    return groups
 
 
 def check_scale(scale: str) -> None:
@@ -153,9 +199,11 @@ def part_sweeps(recipe: Recipe, part: Part, algorithms: tuple[str, ...], models:
     if scale == "smoke":
         stand_in = SMOKE.stand_ins[recipe.kind]
         sets = part.test_env_sets[:1] or ((0,),)
-        smoke_models = tuple(dict.fromkeys(SMOKE.model(m) for m in models))
-        return [SweepConfig((stand_in,), algorithms, smoke_models, out, RunConfig.from_flat(smoke_settings(part),
-                            base=base), n_hparams=1, n_trials=1, test_env_sets=sets)]
+        settings = smoke_settings(part)
+        return [SweepConfig((stand_in,), algorithms, group, out, RunConfig.from_flat(
+                    {**settings, "pretrained": checkpoint.path} if checkpoint else settings, base=base),
+                    n_hparams=1, n_trials=1, test_env_sets=sets)
+                for checkpoint, group in smoke_checkpoints(recipe, part, models, output_dir).items()]
     groups: dict[str, list[str]] = {}
     for dataset in part.datasets:
         groups.setdefault(repr(sorted(part.per_dataset.get(dataset, {}).items())), []).append(dataset)

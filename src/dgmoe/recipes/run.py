@@ -4,7 +4,8 @@ cost and synthetic tables, its measurement in this process.
 Nothing is written before every input is found: `prepare` checks the grid (`check_sweep`: algorithms,
 models, hparams overrides), the data folders and the weight files, and raises a `UsageError` listing what is
 missing (one line each). A launch records what it launched in `<output-dir>/recipe.json`, which
-`dgmoe results --recipe` reads; the runs of a part live in `<output-dir>/<part>`, a plain sweep folder.
+`dgmoe results --recipe` reads; the runs of a part live in `<output-dir>/<part>`, a plain sweep folder. At
+the smoke scale it first writes the dense checkpoints its runs load (`SmokeCheckpoint`).
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from dgmoe.errors import UsageError
 from dgmoe.recipes.base import SWEEP_KINDS, Recipe
 from dgmoe.recipes.plan import (
     SMOKE,
+    SmokeCheckpoint,
     available_rows,
     check_scale,
     missing_inputs,
@@ -27,6 +29,7 @@ from dgmoe.recipes.plan import (
     parts_for,
     resolve_weights,
     row_model,
+    smoke_checkpoints,
 )
 from dgmoe.sweep.jobs import Job, build_jobs, check_sweep
 from dgmoe.sweep.launchers import LaunchOptions, LaunchReport, launch_sweep
@@ -47,13 +50,15 @@ class MissingInputsError(UsageError):
 
 @dataclass(frozen=True)
 class Plan:
-    """What a launch will run: the recipe, the scale, the rows and, per part, its jobs."""
+    """What a launch will run: the recipe, the scale, the rows, per part its jobs, and the dense checkpoints
+    the launch writes for them (smoke scale)."""
 
     recipe: Recipe
     scale: str
     output_dir: str
     rows: tuple[str, ...]
     jobs: Mapping[str, list[Job]]
+    checkpoints: tuple[SmokeCheckpoint, ...] = ()
 
 
 def prepare(recipe: Recipe, scale: str, output_dir: str | Path, data_dir: str | None = None,
@@ -77,9 +82,12 @@ def prepare(recipe: Recipe, scale: str, output_dir: str | Path, data_dir: str | 
         if missing:
             raise MissingInputsError(recipe.name, missing)
     elif list(pretrained):
-        raise UsageError("--pretrained is for the paper scale; the smoke scale trains from random weights")
+        raise UsageError("--pretrained is for the paper scale; the smoke scale writes the dense checkpoints it loads")
     jobs: dict[str, list[Job]] = {}
+    checkpoints: dict[SmokeCheckpoint, None] = {}
     for part, algorithms, models in todo:
+        if scale == "smoke":
+            checkpoints.update((c, None) for c in smoke_checkpoints(recipe, part, models, output_dir) if c)
         for sweep in part_sweeps(recipe, part, algorithms, models, scale, output_dir, base, weights, n_hparams,
                                  n_trials):
             try:
@@ -87,7 +95,7 @@ def prepare(recipe: Recipe, scale: str, output_dir: str | Path, data_dir: str | 
             except ValueError as err:
                 raise UsageError(f"recipe {recipe.name}, part {part.name}: {err}") from None
             jobs.setdefault(part.name, []).extend(build_jobs(sweep))
-    return Plan(recipe, scale, str(output_dir), tuple(r.label for r in chosen), jobs)
+    return Plan(recipe, scale, str(output_dir), tuple(r.label for r in chosen), jobs, tuple(checkpoints))
 
 
 def write_manifest(plan: Plan) -> Path:
@@ -133,6 +141,9 @@ def launch(plan: Plan, launcher: str, opts: LaunchOptions = LaunchOptions(), ech
         return []
     if launcher != "dummy":
         write_manifest(plan)
+        for checkpoint in plan.checkpoints:
+            if checkpoint.write():
+                echo(f"wrote {checkpoint.path}: a {checkpoint.model} checkpoint for --pretrained")
     for part, jobs in plan.jobs.items():
         echo(f"{part}: {len(jobs)} job(s) into {Path(plan.output_dir) / part}")
     if not opts.submitit_folder:
