@@ -25,17 +25,19 @@ def _records(run: Path) -> list[dict]:
 @pytest.fixture(scope="module")
 def wilds_runs(tmp_path_factory):
     """FMoW (ERM and GroupDRO on the region domains), FMoW-LAO, iWildCam and Camelyon17 (WILDS' official
-    hospitals 1 and 2 held out, and GMoE's leave-one-hospital-out) trained for 3 steps."""
+    hospitals 1 and 2 held out, and GMoE's leave-one-hospital-out) trained for 3 steps; FMoW, FMoW-LAO and
+    iWildCam without --test-envs (their official split), iWildCam's categories.csv as published (y = 99999
+    rows)."""
     from dgmoe.cli import run
 
     root = tmp_path_factory.mktemp("wilds")
     data, runs = root / "data", root / "runs"
     write_fmow(data), write_iwildcam(data), write_camelyon(data)
-    for name, dataset, envs, extra in (
-        ("fmow_erm", "FMoW", (5, 6, 7, 8), ()),
+    for name, dataset, envs, extra in (  # no --test-envs: WILDS' official split (the evaluation splits)
+        ("fmow_erm", "FMoW", (), ()),
         ("fmow_dro", "FMoW", (5, 6, 7, 8), ("--algorithm", "GroupDRO")),
-        ("lao", "FMoW-LAO", (4, 5, 6, 7), ()),
-        ("iwildcam", "iWildCam", (1, 2, 3, 4), ()),
+        ("lao", "FMoW-LAO", (), ()),
+        ("iwildcam", "iWildCam", (), ()),
         ("camelyon", "Camelyon17", (1, 2), ()),
         ("camelyon_loo", "Camelyon17", (2,), ()),
     ):
@@ -46,6 +48,8 @@ def wilds_runs(tmp_path_factory):
 
 
 def test_records_carry_wilds_metrics(wilds_runs):
+    for name, official in (("fmow_erm", [5, 6, 7, 8]), ("lao", [4, 5, 6, 7]), ("iwildcam", [1, 2, 3, 4])):
+        assert _records(wilds_runs / name)[-1]["args"]["test_envs"] == official  # trained without --test-envs
     rec = _records(wilds_runs / "fmow_erm")[-1]
     assert rec["args"]["domains"][5:] == ["id_val", "id_test", "val", "test"]
     assert rec["wilds_val_env"] == 7 and rec["wilds_groups"] == "region"
