@@ -40,6 +40,7 @@ def wilds_runs(tmp_path_factory):
         ("iwildcam", "iWildCam", (), ()),
         ("camelyon", "Camelyon17", (1, 2), ()),
         ("camelyon_loo", "Camelyon17", (2,), ()),
+        ("camelyon_h0", "Camelyon17", (), ()),  # hospital 0 held out, the default
     ):
         code = run(["train", "--dataset", dataset, "--data-dir", str(data), *_envs(*envs), *TINY, *extra,
                     "--output-dir", str(runs / name)])
@@ -78,6 +79,14 @@ def test_results_show_wilds_columns_with_worst_group_selection(wilds_runs, cli):
     assert "### Camelyon17: checkpoints chosen by worst-slide accuracy on hospital_1" in out
     assert "hospital_2 worst-slide acc" in out
     assert "### Camelyon17\n" in out  # the leave-one-hospital-out run in DomainBed's tables (GMoE's protocol)
+    # ... with its held-out hospital's worst-slide accuracy at the checkpoint each DomainBed method selects
+    assert out.count("### Camelyon17: worst-slide accuracy of the test domain") == 3  # iid, loo, oracle
+    h0 = _records(wilds_runs / "camelyon_h0")
+    assert h0[-1]["args"]["test_envs"] == [0] and "env0_acc_worst_group" in h0[-1]
+    oracle = out[out.index("## Model selection: test-domain"):]
+    table = oracle[oracle.index("### Camelyon17: worst-slide"):]
+    erm = next(line for line in table.splitlines() if line.startswith("| ERM "))
+    assert erm.split("|")[2].strip() == f"{100 * h0[-1]['env0_acc_worst_group']:.1f} +/- 0.0"  # oracle: last step
     # the FMoW ERM cell is the chosen checkpoint's whole-split accuracy on the OOD test split
     recs = _records(wilds_runs / "fmow_erm")
     best = recs[worst_group_checkpoint(recs, ["env7_acc_worst_group"], "env7_acc_avg")]
