@@ -15,7 +15,7 @@ from dgmoe.algorithms.irm import irm_penalty
 from dgmoe.algorithms.miro import VarianceEncoder, miro_penalty
 from dgmoe.algorithms.mixup import mixup_loss, random_pairs
 from dgmoe.algorithms.mldg import meta_splits
-from dgmoe.algorithms.mmd import KERNEL_GAMMAS, mmd_penalty, pairwise_penalty
+from dgmoe.algorithms.mmd import KERNEL_GAMMAS, mmd_penalty, pairwise_penalty, self_distance_of, squared_distances
 from dgmoe.algorithms.rdm import rdm_penalties
 from dgmoe.algorithms.swad import AVERAGING, ENDED, SEARCH, LossValley
 from dgmoe.algorithms.vrex import vrex_penalty
@@ -60,6 +60,24 @@ def test_mmd_zero_for_identical_and_grows_with_shift():
     assert all(x < y for x, y in zip(vals, vals[1:])) and vals[0] > 0
     b = feats(d=2, seed=5)
     assert mmd_penalty(a, b).item() == pytest.approx(mmd_penalty(b, a).item(), rel=1e-5)
+
+
+def test_kernel_self_distances_are_domainbeds_expansion_by_default_exact_zeros_as_the_variant():
+    a = feats(16, 8) * 3
+    exact = torch.cdist(a.double(), a.double()).pow(2)
+    default, zero = squared_distances(a, a), squared_distances(a, a, "zero")
+    eps, norms = torch.finfo(torch.float32).eps, a.pow(2).sum(1)
+    bound = 4 * a.shape[1] * eps * (norms[:, None] + norms[None, :])  # |a|^2 - 2 a.b + |b|^2 rounded in float32
+    off = ~torch.eye(16, dtype=torch.bool)
+    assert ((default.double() - exact).abs() <= bound.double())[off].all()
+    assert ((zero.double() - exact).abs() <= bound.double())[off].all()
+    assert torch.equal(zero.diagonal(), torch.full((16,), 1e-30))  # exact zeros (clamped as DomainBed)
+    assert (default.diagonal().double() <= bound.diagonal().double()).all()  # DomainBed's: rounding residue
+    assert (default.diagonal() > 1e-30).any()  # ... which is not all zero (it is what exp(-1000 d) sees)
+    losses = torch.tensor([[0.3], [0.3], [1.7]])  # RDM's scalars: the variant takes plain differences
+    assert squared_distances(losses, losses, "zero")[0, 1] == torch.tensor(1e-30)  # equal losses: exactly 0
+    with pytest.raises(ValueError, match="kernel_self_distance"):
+        self_distance_of({"kernel_self_distance": "exact"})
 
 
 def test_mmd_hand_computed_single_points():

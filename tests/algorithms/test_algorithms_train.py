@@ -74,8 +74,11 @@ def train(alg, steps, start=0):
 
 
 def predictions(alg, batch):
+    """Eval-mode predictions from a fixed random stream (MTL's default, DomainBed's noise embedding, draws in
+    `predict`), leaving the training stream as it was."""
     alg.eval()
-    with torch.no_grad():
+    with torch.no_grad(), torch.random.fork_rng():
+        torch.manual_seed(7)
         out = alg.predict(batch.x, batch.meta)
     alg.train()
     return out

@@ -59,6 +59,7 @@ def test_iwildcam_layout_locations_and_classes(tmp_path):
     ds = get_dataset("iWildCam", tmp_path / "iwildcam_v2.0", 4)  # the dataset folder itself also works
     assert ds.domains == ["train", "id_val", "id_test", "val", "test"] and ds.num_classes == 182
     assert ds.classes[:4] == ["empty", "1", "2", "deer"] and ds.eval_domains == ("id_val", "id_test", "val", "test")
+    assert ds.classes[7] == "fox" and not {"unused_a", "unused_b"} & set(ds.classes)  # categories.csv's y = 99999
     _, y, meta = ds.environments[0][1]
     assert y == 3 and int(meta["location_id"]) == 1 and int(meta["hour"]) == 1
     train, ood = ds.environments[0].meta["location_id"].tolist(), ds.environments[3].meta["location_id"].tolist()

@@ -25,19 +25,22 @@ def _records(run: Path) -> list[dict]:
 @pytest.fixture(scope="module")
 def wilds_runs(tmp_path_factory):
     """FMoW (ERM and GroupDRO on the region domains), FMoW-LAO, iWildCam and Camelyon17 (WILDS' official
-    hospitals 1 and 2 held out, and GMoE's leave-one-hospital-out) trained for 3 steps."""
+    hospitals 1 and 2 held out, and GMoE's leave-one-hospital-out) trained for 3 steps; FMoW, FMoW-LAO and
+    iWildCam without --test-envs (their official split), iWildCam's categories.csv as published (y = 99999
+    rows)."""
     from dgmoe.cli import run
 
     root = tmp_path_factory.mktemp("wilds")
     data, runs = root / "data", root / "runs"
     write_fmow(data), write_iwildcam(data), write_camelyon(data)
-    for name, dataset, envs, extra in (
-        ("fmow_erm", "FMoW", (5, 6, 7, 8), ()),
+    for name, dataset, envs, extra in (  # no --test-envs: WILDS' official split (the evaluation splits)
+        ("fmow_erm", "FMoW", (), ()),
         ("fmow_dro", "FMoW", (5, 6, 7, 8), ("--algorithm", "GroupDRO")),
-        ("lao", "FMoW-LAO", (4, 5, 6, 7), ()),
-        ("iwildcam", "iWildCam", (1, 2, 3, 4), ()),
+        ("lao", "FMoW-LAO", (), ()),
+        ("iwildcam", "iWildCam", (), ()),
         ("camelyon", "Camelyon17", (1, 2), ()),
         ("camelyon_loo", "Camelyon17", (2,), ()),
+        ("camelyon_h0", "Camelyon17", (), ()),  # hospital 0 held out, the default
     ):
         code = run(["train", "--dataset", dataset, "--data-dir", str(data), *_envs(*envs), *TINY, *extra,
                     "--output-dir", str(runs / name)])
@@ -46,6 +49,8 @@ def wilds_runs(tmp_path_factory):
 
 
 def test_records_carry_wilds_metrics(wilds_runs):
+    for name, official in (("fmow_erm", [5, 6, 7, 8]), ("lao", [4, 5, 6, 7]), ("iwildcam", [1, 2, 3, 4])):
+        assert _records(wilds_runs / name)[-1]["args"]["test_envs"] == official  # trained without --test-envs
     rec = _records(wilds_runs / "fmow_erm")[-1]
     assert rec["args"]["domains"][5:] == ["id_val", "id_test", "val", "test"]
     assert rec["wilds_val_env"] == 7 and rec["wilds_groups"] == "region"
@@ -74,6 +79,14 @@ def test_results_show_wilds_columns_with_worst_group_selection(wilds_runs, cli):
     assert "### Camelyon17: checkpoints chosen by worst-slide accuracy on hospital_1" in out
     assert "hospital_2 worst-slide acc" in out
     assert "### Camelyon17\n" in out  # the leave-one-hospital-out run in DomainBed's tables (GMoE's protocol)
+    # ... with its held-out hospital's worst-slide accuracy at the checkpoint each DomainBed method selects
+    assert out.count("### Camelyon17: worst-slide accuracy of the test domain") == 3  # iid, loo, oracle
+    h0 = _records(wilds_runs / "camelyon_h0")
+    assert h0[-1]["args"]["test_envs"] == [0] and "env0_acc_worst_group" in h0[-1]
+    oracle = out[out.index("## Model selection: test-domain"):]
+    table = oracle[oracle.index("### Camelyon17: worst-slide"):]
+    erm = next(line for line in table.splitlines() if line.startswith("| ERM "))
+    assert erm.split("|")[2].strip() == f"{100 * h0[-1]['env0_acc_worst_group']:.1f} +/- 0.0"  # oracle: last step
     # the FMoW ERM cell is the chosen checkpoint's whole-split accuracy on the OOD test split
     recs = _records(wilds_runs / "fmow_erm")
     best = recs[worst_group_checkpoint(recs, ["env7_acc_worst_group"], "env7_acc_avg")]

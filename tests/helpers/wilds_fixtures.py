@@ -67,7 +67,9 @@ def write_iwildcam(data_dir: Path, rows: list[tuple] | None = None) -> Path:
     df = pd.DataFrame(rows or iwildcam_rows(), columns=["split", "location_remapped", "y", "datetime", "filename"])
     df.insert(2, "location", range(100, 100 + len(df)))  # the original camera ids (dgmoe reads the remapped ones)
     df.to_csv(root / "metadata.csv", index=False)
-    pd.DataFrame({"y": [0, 3, 7], "category_id": [0, 10, 20], "name": ["empty", "deer", "fox"]}).to_csv(
+    # the published layout: every iWildCam 2021 category, y = 99999 for those outside WILDS' classes
+    pd.DataFrame({"y": [0, 3, 7, 99999, 99999], "category_id": [0, 10, 20, 30, 31],
+                  "name": ["empty", "deer", "fox", "unused_a", "unused_b"]}).to_csv(
         root / "categories.csv", index=False)
     for i, f in enumerate(df["filename"]):
         _png(root / "train" / f, i)

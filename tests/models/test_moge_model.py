@@ -65,21 +65,27 @@ def test_routing_depends_only_on_metadata():
     assert not torch.allclose(gates_of(flipped, names[0]), gates_of(first, names[0]))
 
 
-def test_layer_output_is_equation_1():
-    model = _model().eval()
+@pytest.mark.parametrize("top_k", [1, 3, 5])
+def test_layer_output_is_equation_1(top_k):
+    """Eq. 1 written from the paper: alpha(r) = softmax over the top-K of s(r)/tau (zero elsewhere), for every
+    K; with K = 1 the one kept expert gets alpha = 1."""
+    model = _model(top_k=top_k).eval()
     x, _, meta = _batch(4)
     layer = model.moge_layers()[0]
     h = torch.randn(4, 17, 32)
-    with routing_context(model.context(meta)), record_routing(layer) as rec:
+    r = model.context(meta)
+    with routing_context(r):
         out = layer(h)
-    gates = gates_of(rec, "")
-    gamma = layer.gamma
-    assert torch.all((gates > 0).sum(1) == 3)
-    torch.testing.assert_close(gates.sum(1), torch.ones(4))
-    expected = torch.stack([
-        gamma * layer.shared(h[i]) + (1 - gamma) * sum(gates[i, e] * layer.experts.expert(e, h[i])
-                                                       for e in range(6)) for i in range(4)])
-    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    with torch.no_grad():
+        scores = layer.router(r).double()  # s(r) / tau_route, [B, E]
+        top, idx = scores.topk(top_k, dim=-1)
+        alpha = torch.zeros_like(scores).scatter(1, idx, top.softmax(dim=-1))
+        gamma = layer.gamma.double()
+        expected = torch.stack([
+            gamma * layer.shared(h[i]).double() + (1 - gamma) * sum(
+                alpha[i, e] * layer.experts.expert(e, h[i]).double() for e in range(6)) for i in range(4)])
+    assert torch.all((alpha > 0).sum(1) == top_k)
+    assert (out.double() - expected).abs().max() < 1e-6
 
 
 def test_gamma_codes_temperature_and_encoder_get_gradients():

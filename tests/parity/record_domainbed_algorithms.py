@@ -3,13 +3,15 @@
 Not a test (pytest does not collect it). It runs each algorithm that DomainBed and dgmoe share, on the tiny
 featurizers of `parity_nets.py` (patched in as DomainBed's `networks.Featurizer`), for 3 updates on fixed
 batches from fixed weights, in float64 (so that what remains of a difference is the algorithm, not
-rounding), and writes only numbers: the initial weights, the batches, the hyperparameters,
-the returned losses and the weights after the updates.
+rounding; the `*_float32` cases in float32, see `Case`), and writes only numbers: the initial weights, the
+batches, the hyperparameters, the returned losses and the weights after the updates.
 
 Regenerate (an environment with torch, numpy, torchvision's Python package, timm and, for Fishr,
 backpack-for-pytorch; DomainBed exported from its repository, commit b93c22a):
 
     python tests/parity/record_domainbed_algorithms.py --domainbed /path/to/DomainBed [--cases NAME ...]
+
+Without torchvision and timm, `--stub-vision` records every case but URM (and Fishr needs backpack).
 
 It writes `fixtures/domainbed_algorithms/<case>.{safetensors,json}` for each case of `CASES` (a new
 algorithm is a new entry there) and the shared `batches.safetensors`.
@@ -55,13 +57,17 @@ class Case:
     classifier. `parts`: DomainBed's (featurizer, classifier) attribute paths where they are not `featurizer`
     and `classifier`. `attributes`: DomainBed algorithm attributes to set after construction (constants of its
     code that dgmoe has as hyperparameters, so that a short run reaches them). Paths are dotted; a number
-    indexes a list (DomainBed keeps some heads in plain lists)."""
+    indexes a list (DomainBed keeps some heads in plain lists). `dtype`: float64 (the algorithm, not rounding),
+    or float32 for the cases whose DomainBed numbers depend on how float32 rounds (MMD's and RDM's kernels).
+    `featurizers`: which of parity_nets' featurizers the case runs on."""
 
     algorithm: str
     hparams: dict = field(default_factory=dict)
     extras: dict = field(default_factory=dict)
     parts: tuple[str, str] | None = None
     attributes: dict = field(default_factory=dict)
+    dtype: str = "float64"
+    featurizers: tuple[str, ...] = tuple(FEATURIZERS)
 
 
 #: case name -> what to run. Penalties switch on after one update, so the three updates cover the warm-up,
@@ -113,14 +119,14 @@ CASES: dict[str, Case] = {
 }
 #: ANDMask, SANDMask, IGA, SD, SelfReg, MTL, CausIRL_CORAL/MMD, EQRM, IB_ERM, IB_IRM. SelfReg's projection layer
 #: and MTL's classifier (on [features, embedding]) and domain embeddings (a buffer) are compared too. MTL runs
-#: dgmoe's `mtl_embedding='noise'`, DomainBed's embedding overwritten with noise (see dgmoe.algorithms.mtl).
+#: dgmoe's default `mtl_embedding='noise'`, DomainBed's embedding overwritten with noise (dgmoe.algorithms.mtl).
 CASES.update({
     "ANDMask": Case("ANDMask", {"tau": 0.6}),
     "SANDMask": Case("SANDMask", {"tau": 0.5, "k": 0.01}),
     "IGA": Case("IGA", {"penalty": 100.0}),
     "SD": Case("SD", {"sd_reg": 0.05}),
     "SelfReg": Case("SelfReg", {}, {"cdpl": ("cdpl", "cdpl")}),
-    "MTL": Case("MTL", {"mtl_ema": 0.9, "mtl_embedding": "noise"},
+    "MTL": Case("MTL", {"mtl_ema": 0.9},
                 {"classifier": ("classifier", "mtl_classifier"), "embeddings": ("embeddings", "embeddings")}),
     "CausIRL_CORAL": Case("CausIRL_CORAL", {"mmd_gamma": 1.0}),
     "CausIRL_MMD": Case("CausIRL_MMD", {"mmd_gamma": 1.0}),
@@ -129,6 +135,13 @@ CASES.update({
     "IB_IRM": Case("IB_IRM", {"irm_lambda": 10.0, "irm_penalty_anneal_iters": 1, "ib_lambda": 10.0,
                               "ib_penalty_anneal_iters": 2}),
 })
+#: float32: the Gaussian-kernel distances of MMD, CausIRL_MMD and RDM (DomainBed's `my_cdist`, whose value for a
+#: sample and itself is rounding noise that exp(-1000 d) turns into gradient); dgmoe's default
+#: `kernel_self_distance='domainbed'` computes them as DomainBed does. On the BatchNorm featurizer only, where
+#: dgmoe forwards each domain as DomainBed does (with LayerNorm it forwards the pooled batch once, whose float32
+#: rounding differs, and the kernels amplify that as much as the self-distances).
+CASES.update({f"{name}_float32": Case(name, CASES[name].hparams, dtype="float32", featurizers=("batchnorm",))
+              for name in ("MMD", "CausIRL_MMD", "RDM")})
 WEIGHT_SEED, UPDATE_SEED = 1234, 99
 
 
@@ -171,6 +184,8 @@ def record_case(name: str, featurizer: str, batches, domainbed) -> tuple[dict[st
     algorithms, hparams_registry, networks = domainbed
     case = CASES[name]
     hparams = {**hparams_registry.default_hparams(case.algorithm, "PACS"), **BASE, **case.hparams}
+    dtype = getattr(torch, case.dtype)
+    torch.set_default_dtype(dtype)
     networks.Featurizer = lambda input_shape, hp: FEATURIZERS[featurizer](input_shape[0])
     # URM accepts only DomainBed's own featurizer classes: the parity featurizer stands in for the ResNet
     networks.ResNet = FEATURIZERS[featurizer]
@@ -186,7 +201,7 @@ def record_case(name: str, featurizer: str, batches, domainbed) -> tuple[dict[st
     np.random.seed(UPDATE_SEED)
     outputs = []
     for step in batches:
-        result = algorithm.update([(x.double(), y.clone()) for x, y in step])
+        result = algorithm.update([(x.to(dtype), y.clone()) for x, y in step])
         outputs.append({k: float(v) for k, v in result.items()})
     for group, module in modules_of(algorithm, case).items():
         for i, t in enumerate(float_state(module)):
@@ -199,8 +214,21 @@ def main() -> None:
     parser.add_argument("--domainbed", required=True, help="a DomainBed checkout (the folder holding domainbed/)")
     parser.add_argument("--out", default=str(FIXTURES))
     parser.add_argument("--cases", nargs="*", default=list(CASES), help="which cases to (re)record")
+    parser.add_argument("--stub-vision", action="store_true",
+                        help="stand in empty `torchvision` and `timm` modules where they are not installed: "
+                             "DomainBed's networks.py imports them, and the parity featurizers replace every "
+                             "network the recorded cases build (not for URM, which needs torchvision's ResNet)")
     args = parser.parse_args()
     sys.path.insert(0, args.domainbed)
+    if args.stub_vision:
+        import importlib.util
+        import types
+
+        for name in ("torchvision", "timm"):
+            if importlib.util.find_spec(name) is None:
+                sys.modules[name] = types.ModuleType(name)
+        if isinstance(sys.modules.get("torchvision"), types.ModuleType) and "torchvision.models" not in sys.modules:
+            sys.modules["torchvision.models"] = types.ModuleType("torchvision.models")
     torch.Tensor.cuda = lambda self, *a, **k: self  # DomainBed's RDM calls .cuda(); everything runs on CPU
     torch.nn.Module.cuda = lambda self, *a, **k: self  # TRM's heads
     # With torch >= 2.x, BackPACK's module hooks do not fire under `backward(inputs=...)` (no gradient flows to
@@ -216,25 +244,24 @@ def main() -> None:
     batches = make_batches()
     save_file({f"{u}/{d}/{k}": t for u, step in enumerate(batches) for d, xy in enumerate(step)
                for k, t in zip("xy", xy)}, str(out / "batches.safetensors"))
-    torch.set_default_dtype(torch.float64)
     commit = subprocess.run(["git", "-C", args.domainbed, "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip() or "b93c22a (exported tree, no git metadata)"
     for name in args.cases:
         tensors: dict[str, torch.Tensor] = {}
         runs: dict[str, dict] = {}
-        for featurizer in FEATURIZERS:
+        for featurizer in CASES[name].featurizers:
             found, runs[featurizer] = record_case(name, featurizer, batches, (algorithms, hparams_registry, networks))
             tensors.update(found)
         case = CASES[name]
         meta = {
-            "peer": "DomainBed", "peer_commit": commit, "torch": torch.__version__, "dtype": "float64",
+            "peer": "DomainBed", "peer_commit": commit, "torch": torch.__version__, "dtype": case.dtype,
             "regenerate": "python tests/parity/record_domainbed_algorithms.py --domainbed /path/to/DomainBed "
                           f"--cases {name}",
             "what": "DomainBed's algorithm on parity_nets' featurizers, 3 updates from fixed weights on the fixed "
                     "batches of batches.safetensors; tensors '<featurizer>/{init,final}/<module>/<i>' are "
                     "float_state() entries",
             "seeds": {"weights": WEIGHT_SEED, "updates (torch and numpy)": UPDATE_SEED},
-            "algorithm": case.algorithm, "hparams": runs["layernorm"]["hparams"],
+            "algorithm": case.algorithm, "hparams": runs[case.featurizers[0]]["hparams"],
             "extras": {group: mine for group, (_, mine) in case.extras.items()},
             "domainbed_attributes": case.attributes,
             "outputs": {f: r["outputs"] for f, r in runs.items()},

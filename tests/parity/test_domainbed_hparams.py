@@ -25,9 +25,10 @@ DOMAINBED_ONLY = {"resnet18", "resnet50_augmix", "dinov2", "vit", "vit_attn_tune
 #: dgmoe's named options (fixed in random search, DomainBed's behaviour by default) and the MoE weight.
 DGMOE_ONLY = {"moe_aux_weight", "coral_variant", "fish_inner_optimizer", "mldg_inner_optimizer",
               "fishr_ema_correction", "cdann_balance"}
-#: MTL's `mtl_embedding` ('features', fixed): DomainBed b93c22a overwrites MTL's embedding with noise (its issue
-#: #159); 'noise' reproduces that, the default is the paper's embedding.
-DGMOE_ONLY |= {"mtl_embedding"}
+#: MTL's `mtl_embedding` ('noise', fixed: DomainBed b93c22a overwrites MTL's embedding with noise, its issue
+#: #159; 'features' is the paper's embedding) and MMD's, CausIRL_MMD's and RDM's `kernel_self_distance`
+#: ('domainbed', fixed: DomainBed's expansion of the squared distances; 'zero' makes self-distances exact).
+DGMOE_ONLY |= {"mtl_embedding", "kernel_self_distance"}
 #: ARM's context-network training (paper) and TRM's/ADRMX's paper variants, off by default; ERM++'s averaging
 #: start, a constant (600) of DomainBed's ErmPlusPlusMovingAvg.
 DGMOE_ONLY |= {"arm_train_context", "trm_variant", "adrmx_remix", "ermpp_sma_start_iter"}

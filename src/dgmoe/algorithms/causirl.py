@@ -4,7 +4,8 @@
 Each training domain's minibatch is cut at a uniformly random position s_e in [0, n_e) (numpy's global
 generator, as DomainBed); the first parts of all domains are pooled into one sample, the second parts into
 another, and the penalty is the distance between the two pooled feature distributions: the
-multi-bandwidth Gaussian-kernel MMD^2 of `dgmoe.algorithms.mmd` (CausIRL_MMD) or the mean-and-covariance
+multi-bandwidth Gaussian-kernel MMD^2 of `dgmoe.algorithms.mmd` (CausIRL_MMD, with its
+`kernel_self_distance`) or the mean-and-covariance
 distance of `dgmoe.algorithms.coral` (CausIRL_CORAL, DomainBed's form). The penalty is 0 when either pooled
 sample has fewer than 2 rows, and NaN or infinite values are replaced as `torch.nan_to_num` (DomainBed).
 Objective: mean_e CE_e + mmd_gamma * penalty. Features are computed per domain for BatchNorm backbones (as
@@ -17,7 +18,7 @@ import torch
 
 from dgmoe.algorithms.base import Algorithm, at_least_fp32, cross_entropy
 from dgmoe.algorithms.coral import coral_penalty
-from dgmoe.algorithms.mmd import mmd_penalty
+from dgmoe.algorithms.mmd import SELF_DISTANCE, mmd_penalty, self_distance_of
 from dgmoe.algorithms.registry import register_algorithm
 from dgmoe.data.base import Batch
 from dgmoe.hparams import HParam, log_uniform
@@ -60,9 +61,14 @@ class AbstractCausIRL(Algorithm):
 class CausIRL_MMD(AbstractCausIRL):
     DESCRIPTION = "CausIRL: match the feature distributions of two random mixtures of the domains (Gaussian-kernel MMD)"
     REFERENCE = "Chevalley et al., Invariant Causal Mechanisms through Distribution Matching, arXiv:2206.11646, 2022"
+    HPARAMS = {**AbstractCausIRL.HPARAMS, "kernel_self_distance": SELF_DISTANCE}
+
+    def __init__(self, network, num_classes, num_domains, hparams):
+        super().__init__(network, num_classes, num_domains, hparams)
+        self.self_distance = self_distance_of(self.hparams)
 
     def distance(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        return mmd_penalty(a, b)
+        return mmd_penalty(a, b, self_distance=self.self_distance)
 
 
 @register_algorithm

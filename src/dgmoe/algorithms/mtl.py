@@ -9,11 +9,12 @@ predicted (the test domain's sample, as the paper). The loss is the sum over dom
 cross-entropies (DomainBed). Per-domain forwards for BatchNorm backbones, as DomainBed; under multi-process
 training the means are the whole minibatches'.
 
-`mtl_embedding='features'` (default) is the method above. `'noise'` reproduces DomainBed b93c22a, whose
-`predict` overwrites the embedding in place with standard normal noise (`.normal_()`, DomainBed issue #159):
-the classifier then reads [z; N(0, 1) noise] in training and at prediction, and the stored means are
-updated but never used. The backbone's own head is not used: MTL has its classifier on 2 x num_features
-inputs, saved with the algorithm's state (the run's model file holds the backbone).
+`mtl_embedding='features'` is the method above (dgmoe's named variant). The default, `'noise'`, is DomainBed
+b93c22a's behaviour: its `predict` overwrites the embedding in place with standard normal noise
+(`.normal_()`, DomainBed issue #159), so the classifier reads [z; N(0, 1) noise] in training and at
+prediction, and the stored means are updated but never used (every prediction is random, and evaluation
+draws from the training random stream). The backbone's own head is not used: MTL has its classifier on
+2 x num_features inputs, saved with the algorithm's state (the run's model file holds the backbone).
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ class MTL(Algorithm):
     REFERENCE = "Blanchard et al., Domain Generalization by Marginal Transfer Learning, JMLR 2021"
     HPARAMS = {
         "mtl_ema": HParam(0.99, choice([0.5, 0.9, 0.99, 1.0])),
-        "mtl_embedding": HParam("features", fixed("features")),
+        "mtl_embedding": HParam("noise", fixed("noise")),
     }
 
     # buffers, registered in __init__

@@ -85,5 +85,14 @@ def given_settings(ctx: click.Context, values: dict[str, Any], only: Iterable[st
 
 
 def config_from_options(ctx: click.Context, values: dict[str, Any], base: RunConfig | None = None) -> RunConfig:
-    """The run the command line describes: the given flags over `base` (a `--config` file) or the defaults."""
-    return RunConfig.from_flat(given_settings(ctx, values), base=base)
+    """The run the command line describes: the given flags over `base` (a `--config` file) or the defaults.
+    Without `--test-envs` (and without `base`) a dataset with evaluation-only domains (FMoW, FMoW-LAO,
+    iWildCam) holds out those domains, WILDS' official split, as the sweep does (`evaluation_envs`)."""
+    given = given_settings(ctx, values)
+    if base is None and "test_envs" not in given:
+        from dgmoe.data.catalogue import evaluation_envs
+
+        official = evaluation_envs(given.get("dataset", RunConfig().data.dataset))
+        if official:
+            given["test_envs"] = tuple(official)
+    return RunConfig.from_flat(given, base=base)

@@ -24,9 +24,11 @@ class MoEConfig:
             itself (MoGE's router compares r with the expert codes directly).
         temperature_init, temperature_min: the cosine router's learnable tau (0.5, floor 0.01).
         noise_std: std of the Gaussian gate noise added to the logits in training; None means 1/N (App. C.3).
-        renormalize: renormalise the kept top-k gates to sum to one (on by default: the official code does it
-            for k > 1, MoGE takes the softmax over the top-K, and experts copied from a pretrained FFN then
-            reproduce that FFN exactly, App. C.2). False keeps eq. 3's raw softmax values.
+        renormalize: renormalise the kept top-k gates to sum to one (on by default: the official GMoE code does
+            it for k > 1 with token routing, and keeps the raw top-1 value for k = 1; image routing does it for
+            every K, MoGE's alpha being the softmax over the top-K (eq. 1), so K = 1 gives alpha = 1; experts
+            copied from a pretrained FFN then reproduce that FFN exactly, App. C.2). False keeps eq. 3's raw
+            softmax values.
     Capacity and compute:
         capacity_factor: None = dropless (default). A float gives per-expert capacity
             k * int(factor * ceil(T / N)) with token dropping, as the official GMoE code (1.5).

@@ -156,7 +156,7 @@ class MoEMlp(nn.Module):
                 noisy = logits
             probs = noisy.softmax(dim=-1)
             gates, expert_idx = probs.topk(cfg.top_k, dim=-1)
-            if cfg.renormalize and cfg.top_k > 1:
+            if cfg.renormalize and (cfg.top_k > 1 or cfg.routing == "image"):  # MoGE: softmax_top-K, any K
                 gates = gates / gates.sum(dim=-1, keepdim=True)
         if cfg.routing == "image":  # MoGE balances the combine weights alpha (zero outside the top-K)
             probs = torch.zeros_like(probs).scatter(1, expert_idx, gates)

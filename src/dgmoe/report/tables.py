@@ -18,7 +18,9 @@ Columns are the domain names from `args.domains` when the records carry them, el
 
 DomainBed's tables are made for datasets with runs that hold out one domain. Datasets whose records carry
 WILDS metrics (FMoW, iWildCam, ...) get WILDS tables (`dgmoe.report.wilds`) under worst-group selection,
-which `selection="all"` adds after DomainBed's three methods.
+which `selection="all"` adds after DomainBed's three methods. A DomainBed-table dataset whose single-domain
+runs record the held-out domain's worst-group accuracy (Camelyon17, leave-one-hospital-out) gets a second
+table beside its accuracy table: that worst-group accuracy at the checkpoints the same method selects.
 """
 from __future__ import annotations
 
@@ -125,7 +127,7 @@ def table_block(title: str, header: Sequence[str], rows: Sequence[Sequence[str]]
     return heading(title, 3, latex) + "\n\n" + body
 
 
-def _row_keys(records: pd.DataFrame) -> list[RowKey]:
+def row_keys(records: pd.DataFrame) -> list[RowKey]:
     """(algorithm, model) of the runs a results table is about: those with exactly one test env."""
     single = records[records["test_envs"].map(len) == 1]
     return sorted(set(zip(single["algorithm"], single["model"])))
@@ -134,7 +136,7 @@ def _row_keys(records: pd.DataFrame) -> list[RowKey]:
 def dataset_table(records: pd.DataFrame, sweep: pd.DataFrame, dataset: str, latex: bool,
                   names: Mapping[RowKey, str] | None = None) -> str:
     domains = dataset_domains(records, dataset)
-    keys = _row_keys(records[records["dataset"] == dataset])
+    keys = row_keys(records[records["dataset"] == dataset])
     labels = row_labels(keys, names)
     rows = []
     for alg, model in keys:
@@ -170,7 +172,7 @@ def cell_accs(sweep: pd.DataFrame, dataset: str, algorithm: str, model: str, n_e
 
 def averages_table(records: pd.DataFrame, sweep: pd.DataFrame, datasets: Sequence[str], latex: bool,
                    complete_trials: bool = False, names: Mapping[RowKey, str] | None = None) -> str:
-    keys = _row_keys(records[records["dataset"].isin(datasets)])
+    keys = row_keys(records[records["dataset"].isin(datasets)])
     labels = row_labels(keys, names)
     n_envs = {d: len(dataset_domains(records, d)) for d in datasets}
     rows = []
@@ -209,7 +211,7 @@ def results_tables(
     cover the datasets with single-test-domain runs; under worst-group selection the WILDS datasets get their
     WILDS tables instead. `complete_trials` leaves trial seeds that lack a test domain out of the Averages.
     """
-    from dgmoe.report.wilds import wilds_datasets, wilds_table
+    from dgmoe.report.wilds import has_worst_group, wilds_datasets, wilds_table, worst_group_table
 
     if records.empty:
         raise ValueError("no records to report")
@@ -235,7 +237,10 @@ def results_tables(
         tables = [wilds_table(records, d, latex, names) for d in wilds] if worst else []
         if datasets:
             sweep = sweep_accs(records, method)
-            tables += [dataset_table(records, sweep, d, latex, names) for d in datasets]
+            for d in datasets:  # Camelyon17: beside the accuracy, the held-out hospital's worst-slide accuracy
+                tables.append(dataset_table(records, sweep, d, latex, names))
+                if has_worst_group(records, d):
+                    tables.append(worst_group_table(records, sweep, d, latex, names))
             tables.append(averages_table(records, sweep, datasets, latex, complete_trials, names))
         if tables:
             parts.append(heading(f"Model selection: {method.name}", 2, latex))

@@ -10,6 +10,11 @@ iWildCam's `F1-macro_all`). Checkpoint and hparams seed are chosen per (algorith
 `dgmoe.selection.WorstGroupSelection` on the dataset's OOD validation split; cells are mean +/- SE over
 trial seeds in %, as the DomainBed tables. MoGE Table 1 reads: FMoW `test` worst-region and overall
 accuracy, FMoW-LAO `test_asia` accuracy, iWildCam `test` (F1-ood) and `id_test` (F1-id) macro-F1.
+
+Runs that hold out one domain without the validation split (Camelyon17 under GMoE's and DomainBed's
+leave-one-hospital-out protocol, hospital 0 by default) are in DomainBed's tables; `worst_group_table` adds
+their held-out domain's worst-group accuracy (over the whole domain, in + out) at the checkpoint each
+DomainBed selection method picks, in a table of the same shape (domains as columns, "Avg").
 """
 from __future__ import annotations
 
@@ -17,7 +22,7 @@ from typing import Mapping
 
 import pandas as pd
 
-from dgmoe.report.tables import RowKey, dataset_domains, format_mean, row_labels, table_block
+from dgmoe.report.tables import RowKey, dataset_domains, format_avg, format_mean, row_keys, row_labels, table_block
 from dgmoe.selection import VAL_ENV, WorstGroupSelection, sweep_accs
 
 GROUPS = "wilds_groups"
@@ -75,3 +80,36 @@ def wilds_table(records: pd.DataFrame, dataset: str, latex: bool = False,
     val_env = int(mine[VAL_ENV].iloc[0])
     title = f"{dataset}: checkpoints chosen by worst-{groups} accuracy on {domains[val_env]}"
     return table_block(title, ["Algorithm", *(c for _, _, c in columns)], rows, latex)
+
+
+def has_worst_group(records: pd.DataFrame, dataset: str) -> bool:
+    """Whether the dataset's single-test-domain runs record their held-out domain's worst-group accuracy."""
+    single = records[(records["dataset"] == dataset) & (records["test_envs"].map(len) == 1)]
+    by_env = single.groupby(single["test_envs"].map(lambda envs: int(list(envs)[0])))
+    return any(f"env{t}_acc_worst_group" in runs.columns and runs[f"env{t}_acc_worst_group"].notna().any()
+               for t, runs in by_env)
+
+
+def worst_group_table(records: pd.DataFrame, sweep: pd.DataFrame, dataset: str, latex: bool = False,
+                      names: Mapping[RowKey, str] | None = None) -> str:
+    """The held-out domain's worst-group accuracy (`env{t}_acc_worst_group`) at the checkpoints that `sweep`
+    (one DomainBed selection method's `sweep_accs`) picks: per test domain, mean +/- SE over trial seeds."""
+    mine = records[records["dataset"] == dataset]
+    domains = dataset_domains(records, dataset)
+    groups = next((str(g) for g in mine.get(GROUPS, pd.Series(dtype=object)).dropna()), "group")
+    chosen = {(r["run_dir"], int(r["step"])): r for r in mine.to_dict("records")}
+    picks = sweep[sweep["dataset"] == dataset].to_dict("records")
+    keys = row_keys(mine)
+    labels = row_labels(keys, names)
+    rows = []
+    for key in keys:
+        cells, means = [], []
+        for env in range(len(domains)):
+            values = [_value(chosen[(p["run_dir"], int(p["step"]))], f"env{env}_acc_worst_group") for p in picks
+                      if (p["algorithm"], p["model"]) == key and int(p["test_env"]) == env]
+            mean, text = format_mean([v for v in values if v is not None], latex)
+            cells.append(text)
+            means.append(mean)
+        rows.append([labels[key], *cells, format_avg(means)])
+    return table_block(f"{dataset}: worst-{groups} accuracy of the test domain", ["Algorithm", *domains, "Avg"],
+                       rows, latex)

@@ -10,7 +10,8 @@ every domain evaluated at every checkpoint), and why:
   VREx, ... baselines use the region labels) and every algorithm draws region-balanced batches; the 42
   `train` images from no named region ('Other') are in no training domain. Domains 5-8 `id_val`,
   `id_test`, `val` (OOD, 2013-15), `test` (OOD, 2016-17) are evaluation splits, always held out
-  (`--test-envs 5 --test-envs 6 --test-envs 7 --test-envs 8`). Groups: regions, 'Other' never the worst
+  (`--test-envs 5 --test-envs 6 --test-envs 7 --test-envs 8`, `dgmoe train`'s default for FMoW, FMoW-LAO and
+  iWildCam being their evaluation splits). Groups: regions, 'Other' never the worst
   (WILDS' `acc_worst_region`);
   selection: worst-region accuracy on `val` (WILDS' official model selection; MoGE).
 - **FMoW-LAO** (dgmoe's leave-Asia-out split; MoGE Table 1b, whose own split is not public). The FMoW

@@ -1,7 +1,8 @@
 """iWildCam2020-WILDS (Beery et al., 2021; Koh et al., ICML 2021) from its WILDS v2.0 file layout.
 
 `<root>/metadata.csv` (columns split, location_remapped, y, datetime, filename, ...), `<root>/categories.csv`
-(y, name, ...) and `<root>/train/<filename>` (reference notes §2.5, `wilds/datasets/iwildcam_dataset.py`):
+(y, category_id, name; y = 99999 for the categories outside the 182 classes) and `<root>/train/<filename>`
+(reference notes §2.5, `wilds/datasets/iwildcam_dataset.py`):
 
 - y = `y` (182 classes, WILDS' n_classes = max(y) + 1 on the full data), named from `categories.csv`;
 - location_id = `location_remapped` (0..322, contiguous camera ids); time = decimal year of `datetime`;
@@ -22,6 +23,8 @@ from dgmoe.data.wilds import tables
 IWILDCAM_DIR = "iwildcam_v2.0"
 IWILDCAM_DOMAINS = ("train", "id_val", "id_test", "val", "test")
 IWILDCAM_NUM_CLASSES = 182
+#: the y of `categories.csv` rows for iWildCam categories that are not among WILDS' classes
+IWILDCAM_UNUSED_Y = 99999
 META = {"location_id": np.int64, "time": np.float32, "hour": np.int64}
 
 
@@ -40,9 +43,12 @@ def read_iwildcam(root: Path) -> pd.DataFrame:
 
 
 def iwildcam_classes(root: Path) -> tuple[str, ...]:
-    """Class names from `categories.csv` (columns y, name); classes it does not name keep their number."""
+    """Class names from `categories.csv` (columns y, category_id, name); classes it does not name keep their
+    number. The published file lists every iWildCam 2021 category: those outside WILDS' 182 classes have
+    y = 99999 (`IWILDCAM_UNUSED_Y`) and name no class."""
     csv = root / "categories.csv"
     cats = tables.read_table(csv, ("y", "name"))
+    cats = cats[pd.to_numeric(cats["y"], errors="coerce") != IWILDCAM_UNUSED_Y]
     ids = tables.integers(csv, cats, "y", 0, IWILDCAM_NUM_CLASSES)
     names = {int(i): str(n) for i, n in zip(ids, cats["name"])}
     return tuple(names.get(i, str(i)) for i in range(IWILDCAM_NUM_CLASSES))
