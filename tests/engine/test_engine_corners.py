@@ -162,6 +162,26 @@ def test_unreadable_run_folders_are_named(tmp_path, cli, monkeypatch):
     monkeypatch.setattr(os, "scandir", umask_077)
     result = cli("results", tmp_path, "--no-save")
     assert result.exit_code == 0 and f"cannot read {tmp_path / 'theirs'}" in result.output
+    report = cli("report", tmp_path, "--no-params", "--out", tmp_path / "report")
+    assert report.exit_code == 0 and f"cannot read {tmp_path / 'theirs'}" in report.output
+
+
+def test_unreadable_job_folders_are_named_by_sweep_status(tmp_path, cli, monkeypatch):
+    from dgmoe.sweep import status
+
+    for job in ("a" * 32, "b" * 32):
+        (tmp_path / job).mkdir()
+    job_state = status.state.job_state
+
+    def umask_077(job_dir, *args):
+        if Path(job_dir).name == "b" * 32:
+            raise PermissionError(13, "Permission denied", str(job_dir))
+        return job_state(job_dir, *args)
+
+    monkeypatch.setattr(status.state, "job_state", umask_077)
+    result = cli("sweep", "status", "--output-dir", tmp_path)
+    assert result.exit_code == 0 and "1 job(s)" in result.output
+    assert f"cannot read {tmp_path / ('b' * 32)}" in result.output
 
 
 def _launch(output_dir: str, k: int, barrier) -> None:

@@ -34,7 +34,7 @@ class FiniteWatch:
         if not tensors:
             return
         names = tuple(tensors)
-        values = torch.stack([v.detach().reshape(()).float() for v in tensors.values()])
+        values = torch.stack([v.detach().float().sum() for v in tensors.values()])  # (a sum is finite iff all are)
         first = self._device.get(names)
         if first is None:
             first = self._device[names] = torch.full((len(names),), -1, dtype=torch.int64, device=values.device)
