@@ -92,11 +92,14 @@ def test_a_diverging_run_stops_and_leaves_no_usable_record(tmp_path, cli):
     assert (onward / "done").exists() and "non-finite at step 1" in (onward / "train.log").read_text()
 
 
-def test_nonfinite_terms_are_tracked_on_the_device_from_their_first_step():
+def test_nonfinite_terms_are_tracked_on_the_device_from_their_first_step(monkeypatch):
     watch = FiniteWatch()
-    for step, aux in [(0, 1.0), (1, 2.0), (2, float("nan")), (3, float("inf"))]:
-        watch.observe(step, {"loss": torch.tensor(aux + 1), "loss_aux": torch.tensor(aux), "host": 0.5})
-    watch.observe(4, {"loss": torch.tensor(float("nan")), "loss_aux": torch.tensor(1.0), "host": float("nan")})
+    with monkeypatch.context() as patch:  # observing reads nothing back from the device
+        for read_back in ("item", "tolist", "__bool__", "__float__", "__int__", "cpu", "numpy"):
+            patch.setattr(torch.Tensor, read_back, lambda *a, **k: pytest.fail("read back from the device"))
+        for step, aux in [(0, 1.0), (1, 2.0), (2, float("nan")), (3, float("inf"))]:
+            watch.observe(step, {"loss": torch.tensor(aux + 1), "loss_aux": torch.tensor(aux), "host": 0.5})
+        watch.observe(4, {"loss": torch.tensor(float("nan")), "loss_aux": torch.tensor(1.0), "host": float("nan")})
     assert watch.first_nonfinite() == (2, ["loss", "loss_aux"])
     with pytest.raises(NonFiniteLossError, match=r"run: .* at step 2 \(loss, loss_aux NaN"):
         watch.check("run")
