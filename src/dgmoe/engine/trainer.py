@@ -143,7 +143,8 @@ def _check_output_dir(cfg: RunConfig) -> str:
 def _tidy_finished(out: Path, keep_resume: bool) -> None:
     """Temporaries of killed writers and a resume.pt left by a crash after `done`, removed if no trainer
     holds the folder (a finished run is otherwise only read)."""
-    if not (any(out.glob(".*.tmp")) or (out / "resume.pt").exists()):
+    done = read_done(out) or {}
+    if not (any(out.glob(".*.tmp")) or ((out / "resume.pt").exists() and done.get("keep_resume") is False)):
         return
     try:
         with RunLock(out):
