@@ -6,6 +6,7 @@ traceback (`--debug` or `DGMOE_DEBUG=1` shows it), and exits with the error's `e
 - `RunLockedError` (exit 75, "try again later"): another process is training the same run folder.
 - `DiskFullError` (exit 1): the disk filled up while writing a file; the run resumes once space is freed.
 - `Interrupted` (exit 130): SIGINT or SIGTERM; the message says how to resume.
+- `NonFiniteLossError` (exit 3): a training loss became NaN or infinite; no record of it was written.
 Any other exception is a failure of dgmoe or of the machine (exit 1), reported in one line too.
 """
 from __future__ import annotations
@@ -31,6 +32,12 @@ class RunLockedError(DgmoeError):
 
 class DiskFullError(DgmoeError, OSError):
     """No space left while writing a file (the message names it and how to resume)."""
+
+
+class NonFiniteLossError(DgmoeError):
+    """Training diverged: a loss term was not finite (the message names the first such step and the terms)."""
+
+    exit_code = 3
 
 
 class Interrupted(DgmoeError):

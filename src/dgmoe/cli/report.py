@@ -29,7 +29,13 @@ def command(runs_dir: Path, out: Path | None, selection: str, include: tuple[Pat
     """Results tables, run index, cost table, and per run its accuracy per step and the `dgmoe analyze` figures:
     an index page that links one page per run (readable offline, nothing fetched). Run `dgmoe analyze routing
     RUN` first, or pass --analyze, to add routing maps."""
+    from dgmoe.report.collect import find_results_files
     from dgmoe.report.html import build_report, report_budget, report_size
+
+    unreadable: list[str] = []
+    find_results_files(runs_dir, unreadable)
+    for folder in unreadable:
+        click.echo(f"warning: cannot read {folder}: its runs are left out of the report", err=True)
 
     notes: dict[str | Path, str] = {}
     if analyze:

@@ -165,10 +165,13 @@ def status(output_dir: str, verbose: bool) -> None:
     """Counts of done / running / failed / queued / incomplete / not launched jobs."""
     from dgmoe.sweep.status import format_status, sweep_status
 
+    unreadable: list[str] = []
     try:
-        click.echo(format_status(sweep_status(output_dir), verbose=verbose))
+        click.echo(format_status(sweep_status(output_dir, unreadable), verbose=verbose))
     except (FileNotFoundError, ValueError) as err:
         raise UsageError(str(err)) from None
+    for folder in unreadable:
+        click.echo(f"warning: cannot read {folder}: its state is unknown, left out of the counts", err=True)
 
 
 @command.command("delete-incomplete")

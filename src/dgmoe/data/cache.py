@@ -8,12 +8,17 @@ Layout of `<cache_dir>/<Dataset>/<img_size>px/`:
   file names, and `source_hash` (sha256 over every source file's relative path and size, see
   `FolderListing.source_hash`).
 
+Writers take an exclusive `flock` on `.prepare.lock` in the folder (released by the kernel however the writer
+dies); the next writer removes the temporary files (`.*.tmp-<pid>`) that a killed one left.
+
 A cache is used only when the manifest matches the request and, when the source folder is available, the
 source hash still matches the files on disk; otherwise dgmoe falls back to decoding (with a warning).
 Arrays are opened memory-mapped, so a 224 px DomainNet cache needs no RAM beyond the page cache.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import time
@@ -28,6 +33,7 @@ from dgmoe.data.folder import FolderListing, decode_files
 
 CACHE_FORMAT = 1
 MANIFEST = "manifest.json"
+LOCK = ".prepare.lock"
 RESIZE = "PIL convert('RGB') + resize((S, S), BILINEAR)"
 
 
@@ -61,11 +67,30 @@ def _atomic_save(path: Path, array: np.ndarray) -> None:
         tmp.unlink(missing_ok=True)
 
 
+@contextlib.contextmanager
+def _writer_lock(folder: Path):
+    """The folder's writer lock (waits for another writer); temporaries of dead writers removed once held."""
+    fd = os.open(folder / LOCK, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        for tmp in folder.glob(".*.tmp-*"):
+            tmp.unlink(missing_ok=True)
+        yield
+    finally:
+        os.close(fd)
+
+
 def write_cache(dataset: str, listing: FolderListing, img_size: int, folder: Path, workers: int = 0,
                 progress: bool = False) -> CacheInfo:
     """Decode every image of `listing` at `img_size` into `folder` (see module docstring)."""
-    start = time.perf_counter()
     folder.mkdir(parents=True, exist_ok=True)
+    with _writer_lock(folder):
+        return _write_cache(dataset, listing, img_size, folder, workers, progress)
+
+
+def _write_cache(dataset: str, listing: FolderListing, img_size: int, folder: Path, workers: int,
+                 progress: bool) -> CacheInfo:
+    start = time.perf_counter()
     (folder / MANIFEST).unlink(missing_ok=True)  # the cache is invalid until the new manifest lands
     image_files, label_files, nbytes = [], [], 0
     for d, domain in enumerate(listing.domains):

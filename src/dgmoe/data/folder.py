@@ -34,16 +34,23 @@ def _visible_dirs(path: Path) -> list[str]:
     return sorted(e.name for e in os.scandir(path) if e.is_dir() and not e.name.startswith("."))
 
 
-def _images_under(path: Path) -> list[str]:
+def _images_under(path: Path, other_classes: dict[str, Path] | None = None) -> list[str]:
     """Image files below `path` (recursive, following links), as sorted paths relative to `path`. A folder
-    reached twice (a symlink loop, or two links to one folder) is refused: its images would count twice."""
+    reached twice (a symlink loop, or two links to one folder) is refused: its images would count twice; so is
+    a link into another class folder (`other_classes`: real path -> folder): its images would be relabelled."""
     found: list[str] = []
     seen: dict[str, str] = {}
+    own = os.path.realpath(path)
     for dirpath, dirnames, filenames in os.walk(path, followlinks=True):
         real = os.path.realpath(dirpath)
         if real in seen:
             raise LayoutError(f"{dirpath} is the folder {seen[real]} again (a symlink loop or a duplicate link); "
                               "its images would be counted twice: remove the link")
+        inside = [f for r, f in (other_classes or {}).items()
+                  if (real == r or real.startswith(r + os.sep)) and not (real == own or real.startswith(own + os.sep))]
+        if inside:
+            raise LayoutError(f"{dirpath} leads into the class folder {inside[0]} (a symlink): its images would be "
+                              f"labelled {Path(path).name}: remove the link")
         seen[real] = dirpath
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         rel = os.path.relpath(dirpath, path)
@@ -105,7 +112,7 @@ def scan_folder(
         )
     if not domains:
         raise LayoutError(f"{dataset}: no domain folders in {root} (expected layout {LAYOUT})")
-    per_domain_classes = {}
+    per_domain_classes: dict[str, list[str]] = {}
     for domain in domains:
         classes = _visible_dirs(root / domain)
         if not classes:
@@ -117,6 +124,7 @@ def scan_folder(
             )
         per_domain_classes[domain] = classes
     classes = sorted(set().union(*per_domain_classes.values()))
+    class_folders = {os.path.realpath(root / d / c): root / d / c for d, cs in per_domain_classes.items() for c in cs}
     if num_classes is not None and len(classes) != num_classes:
         raise LayoutError(
             f"{dataset}: expected {num_classes} class folders per domain in {root}, found {len(classes)} "
@@ -130,7 +138,7 @@ def scan_folder(
         dom_labels: list[int] = []
         empty = []
         for c in per_domain_classes[domain]:
-            imgs = _images_under(root / domain / c)
+            imgs = _images_under(root / domain / c, {r: f for r, f in class_folders.items() if f != root / domain / c})
             if not imgs:
                 empty.append(c)
             dom_files += [os.path.join(c, f) for f in imgs]

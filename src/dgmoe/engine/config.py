@@ -122,6 +122,9 @@ class ExecutionConfig(_Section):
     keep_resume: bool = setting(False, "Keep resume.pt after the run finished (to --extend it later).")
     extend: bool = setting(False, "Continue the run in --output-dir, finished or not, to a larger --steps (all else "
                                   "equal); a finished run needs the resume.pt that --keep-resume kept.")
+    on_nonfinite_loss: str = setting(
+        "stop", "A training loss that is NaN or infinite: stop (exit 3, naming the step and the loss terms; no "
+                "record of it is written) or continue (DomainBed's behaviour).", choices=("stop", "continue"))
     tensorboard: bool = setting(False, "Also log scalars to <output-dir>/tensorboard.")
     progress: str = setting("auto", "Progress display: auto = a bar on a terminal, else lines.",
                             choices=("auto", "bar", "lines", "none"))

@@ -1,7 +1,9 @@
 """One trainer per run folder: an exclusive `flock` on `<run>/.dgmoe.lock`.
 
 The lock is held for as long as the trainer lives, and the kernel releases it when the process dies,
-however it dies. The file names the holder (pid, host, since when, command), so a second trainer is refused
+however it dies. A trainer checks before each write that the file it locked is still the one at that
+path (`check`): a lock file deleted or replaced under it stops it before it writes. The file names the
+holder (pid, host, since when, command), so a second trainer is refused
 with a message a person can act on, and a sweep reads a job's liveness from its trainer (`lock_holder`),
 not from the launcher that started it. Imports no torch, so light tools (sweep status) stay fast.
 """
@@ -76,6 +78,21 @@ class RunLock:
                                  "since": time.strftime("%Y-%m-%dT%H:%M:%S"), "command": sys.argv}).encode())
         os.fsync(fd)
         self.fd = fd
+
+    def check(self) -> None:
+        """Raise `RunLockedError` if the lock file was deleted or replaced while held: another trainer could then
+        lock a new file and write the folder too, so this one must stop before its next write."""
+        if self.fd is None:
+            return
+        held = os.fstat(self.fd)
+        try:
+            now = os.stat(self.path)
+        except FileNotFoundError:
+            now = None
+        if now is None or (now.st_ino, now.st_dev) != (held.st_ino, held.st_dev):
+            raise RunLockedError(f"{self.path} was deleted or replaced while this trainer held it, so another "
+                                 "trainer may be writing the folder: stopped before writing; re-run the same "
+                                 "command once no other trainer runs there")
 
     def release(self) -> None:
         if self.fd is not None:

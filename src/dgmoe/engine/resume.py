@@ -1,14 +1,18 @@
 """The resume state of a run: everything that makes a killed run continue exactly where it left off
-(weights, optimiser and algorithm state, torch and numpy RNG, records so far, best validation)."""
+(weights, optimiser and algorithm state, torch and numpy RNG, records so far, best validation), and the
+identity of the run it belongs to, so that a state copied into another run's folder is refused."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Collection, Mapping
 
 import torch
 
 from dgmoe.engine.checkpoint import load_resume_state
+from dgmoe.engine.config import RunConfig, identity_differences
+from dgmoe.engine.settings import ConfigError
+from dgmoe.errors import UsageError
 from dgmoe.seeding import numpy_rng_state, set_numpy_rng_state
 
 
@@ -22,17 +26,54 @@ class Progress:
     best_val: float = -1.0
 
 
-def capture(step: int, algorithm, progress: Progress) -> dict[str, Any]:
-    """The resume state after `step` (tensors and plain types only: loaded with `weights_only=True`)."""
+def capture(step: int, algorithm, progress: Progress, identity: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The resume state after `step` (tensors and plain types only: loaded with `weights_only=True`);
+    `identity` is the run's (`RunConfig.identity()` with its schedule resolved)."""
     return {"step": step, "algorithm": algorithm.state_dict(), "records": progress.records,
             "best_val": progress.best_val,
             "optimizers": {k: o.state_dict() for k, o in dict(algorithm.optimizers()).items()},
-            "extra": algorithm.extra_state(), "rng": torch.get_rng_state(), "numpy_rng": numpy_rng_state()}
+            "extra": algorithm.extra_state(), "rng": torch.get_rng_state(), "numpy_rng": numpy_rng_state(),
+            "identity": dict(identity or {})}
 
 
-def restore(path: Path, algorithm) -> Progress:
-    """Load a resume state into `algorithm` and the RNGs; return where the run stands."""
+def _foreign(path: Path, why: str) -> UsageError:
+    return UsageError(f"{path} belongs to another run ({why}); it was left untouched: move it back to its own "
+                      "run folder, or delete it to train this run from its start")
+
+
+def load_checked(path: Path, identity: Mapping[str, Any], schedules: Collection[int], algorithm) -> dict[str, Any]:
+    """The resume state at `path`, refused (`UsageError`, nothing changed) unless it belongs to this run: the
+    same identity, with a step count among `schedules` (the run's, and those `--extend` lengthened). A state
+    written before states carried their identity must at least fit the algorithm's tensors."""
     state = load_resume_state(path)
+    if not isinstance(state, dict) or "algorithm" not in state or "step" not in state:
+        raise UsageError(f"{path} is not a dgmoe resume state; delete it to train this run from its start")
+    saved = state.get("identity")
+    if saved:
+        try:
+            theirs = RunConfig.from_dict({k: v for k, v in saved.items() if k != RunConfig.EXECUTION}, strict=False)
+        except (ConfigError, TypeError) as e:
+            raise _foreign(path, f"an unreadable identity: {e}") from None
+        ours = RunConfig.from_dict(dict(identity), strict=False)
+        diff = [k for k in identity_differences(theirs, ours) if k != "steps"]
+        if diff:
+            raise _foreign(path, f"differs in: {', '.join(diff)}")
+        if theirs.training.steps not in schedules:
+            raise _foreign(path, f"a schedule of {theirs.training.steps} steps, this run's are "
+                                 f"{', '.join(map(str, sorted(schedules)))}")
+        return state
+    mine = algorithm.state_dict()
+    theirs_shapes = {k: tuple(v.shape) for k, v in state["algorithm"].items() if isinstance(v, torch.Tensor)}
+    mismatch = sorted(set(mine) ^ set(theirs_shapes)) or sorted(
+        k for k, v in mine.items() if isinstance(v, torch.Tensor) and tuple(v.shape) != theirs_shapes[k])
+    if mismatch:
+        raise _foreign(path, f"its weights do not fit this model: {mismatch[0]}"
+                             + (f" and {len(mismatch) - 1} more" if len(mismatch) > 1 else ""))
+    return state
+
+
+def restore(state: Mapping[str, Any], algorithm) -> Progress:
+    """Load a resume state (`load_checked`'s) into `algorithm` and the RNGs; return where the run stands."""
     algorithm.load_state_dict(state["algorithm"])
     for name, opt in dict(algorithm.optimizers()).items():
         opt.load_state_dict(state["optimizers"][name])

@@ -38,7 +38,45 @@ def read_done(run_dir: str | Path) -> dict[str, Any] | None:
 
 def expected_steps(n_steps: int, checkpoint_freq: int) -> list[int]:
     """The steps a run evaluates at: every `checkpoint_freq`-th and the last (DomainBed's schedule)."""
-    return [s for s in range(n_steps) if s % checkpoint_freq == 0 or s == n_steps - 1]
+    return list(Schedule(n_steps, checkpoint_freq))
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """`expected_steps` without listing them: membership and counts in constant time, whatever `n_steps`."""
+
+    n_steps: int
+    checkpoint_freq: int
+
+    def __contains__(self, step: object) -> bool:
+        return isinstance(step, int) and 0 <= step < self.n_steps and (
+            step % self.checkpoint_freq == 0 or step == self.n_steps - 1)
+
+    def count_from(self, step: int) -> int:
+        """How many checkpoints are at `step` or later."""
+        step = max(step, 0)
+        if step >= self.n_steps:
+            return 0
+        regular = (self.n_steps - 1) // self.checkpoint_freq - (step - 1) // self.checkpoint_freq if step else \
+            (self.n_steps - 1) // self.checkpoint_freq + 1
+        return regular + (0 if (self.n_steps - 1) % self.checkpoint_freq == 0 else 1)
+
+    def __iter__(self):
+        yield from range(0, self.n_steps, self.checkpoint_freq)
+        if (self.n_steps - 1) % self.checkpoint_freq:
+            yield self.n_steps - 1
+
+
+def tidy_finished(out: Path, keep_resume: bool) -> list[Path]:
+    """In a finished run folder whose lock this process holds: remove temporaries of killed writers, and the
+    resume.pt a crash between `done` and its removal left (when neither the run nor this command keeps it)."""
+    removed = remove_stale_temporaries(out)
+    done = read_done(out)
+    resume = out / "resume.pt"
+    if done is not None and done.get("keep_resume") is False and not keep_resume and resume.exists():
+        resume.unlink()
+        removed.append(resume)
+    return removed
 
 
 @dataclass
@@ -52,23 +90,27 @@ class RunWriter:
     keep_resume: bool = False
     enabled: bool = True
     metadata: dict[str, str] = field(default_factory=dict)  # provenance, in every weights file
+    lock: RunLock | None = None  # checked before every write (its file deleted: stop)
     last_saved_step: int | None = field(default=None, init=False)
 
     @property
     def resume_path(self) -> Path:
         return self.out / "resume.pt"
 
-    def start(self, run_config: dict[str, Any]) -> None:
-        """After the lock is taken: remove temporaries of killed writers, write config.json once."""
+    def start(self, run_config: dict[str, Any], replace: bool = False) -> None:
+        """After the lock is taken: remove temporaries of killed writers, write config.json once (again when
+        `replace`: a corrected command takes over a folder that holds no record yet)."""
         if not self.enabled:
             return
         remove_stale_temporaries(self.out)
-        if not (self.out / "config.json").exists():
+        if replace or not (self.out / "config.json").exists():
             self._write(lambda: write_json_atomic(self.out / "config.json", run_config))
 
     def extend(self, run_config: dict[str, Any]) -> None:
-        """Before `start`, for `--extend`: give config.json the longer schedule (recording the ones it had under
-        "extended_from") and remove `done`, so the run resumes from its last resume state and trains on."""
+        """Before `start`, for `--extend`: remove `done`, then give config.json the longer schedule (recording the
+        ones it had under "extended_from"), so the run resumes from its last resume state and trains on. In this
+        order a kill at any point leaves a folder the same command completes, and never a `done` beside the
+        longer schedule."""
         path = self.out / "config.json"
         if not self.enabled or not path.exists():
             return
@@ -77,8 +119,8 @@ class RunWriter:
             return
         before = {"n_steps": old["n_steps"], "checkpoint_freq": old["checkpoint_freq"]}
         history = [*old.get("extended_from", []), before]
+        self._write(lambda: (self.out / DONE_NAME).unlink(missing_ok=True))
         self._write(lambda: write_json_atomic(path, {**run_config, "extended_from": history}))
-        (self.out / DONE_NAME).unlink(missing_ok=True)
 
     def records(self) -> list[dict[str, Any]]:
         return read_jsonl(self.out / "results.jsonl")
@@ -109,12 +151,14 @@ class RunWriter:
         if not self.enabled:
             return
         info = {"status": "done", "records": len(records), "last_step": records[-1]["step"] if records else None,
-                "stopped_early": stopped_early}
+                "stopped_early": stopped_early, "keep_resume": self.keep_resume}
         self._write(lambda: write_json_atomic(self.out / DONE_NAME, info))
         if not self.keep_resume:
-            self.resume_path.unlink(missing_ok=True)
+            self._write(lambda: self.resume_path.unlink(missing_ok=True))
 
     def _write(self, write) -> None:
+        if self.lock is not None:
+            self.lock.check()
         try:
             write()
         except DiskFullError as e:

@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
 import torch.nn as nn
 
 from dgmoe.algorithms import get_algorithm
@@ -73,10 +74,31 @@ class RunSetup:
                                 "pretrained_load": report.summary() if report is not None else None},
                 "n_steps": self.n_steps, "checkpoint_freq": self.checkpoint_freq}
 
+    def identity(self) -> dict[str, Any]:
+        """The run's identity with its schedule resolved (what its resume state carries)."""
+        return self.cfg.replace(steps=self.n_steps, checkpoint_freq=self.checkpoint_freq).identity()
+
+
+def check_device(device: str) -> None:
+    """Refuse a `--device` this machine does not have, before anything is written."""
+    try:
+        kind = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise UsageError(f"--device {device!r} is not a torch device (e.g. cpu, cuda, cuda:1, mps)") from None
+    if kind.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise UsageError(f"--device {device}: this machine has no CUDA device; use --device cpu")
+        if kind.index is not None and kind.index >= count:
+            raise UsageError(f"--device {device}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}")
+    elif kind.type == "mps" and not torch.backends.mps.is_available():
+        raise UsageError(f"--device {device}: MPS is not available on this machine; use --device cpu")
+
 
 def prepare_run(cfg: RunConfig) -> RunSetup:
     """Resolve names, hyperparameters, data and splits; raise a specific error on any bad input."""
     data, model, alg, seeds = cfg.data, cfg.model, cfg.algorithm, cfg.seeds
+    check_device(cfg.execution.device)
     MODELS.get(model.name)                  # unknown names fail before data is read
     algorithm_cls = get_algorithm(alg.name)
     spec = get_spec(data.dataset)

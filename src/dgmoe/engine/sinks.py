@@ -7,7 +7,7 @@ also in the run's `train.log`) and TensorBoard; a new sink is a subclass passed 
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from dgmoe.engine.progress import Progress, duration, resolve_mode
 from dgmoe.engine.runlog import RunLog
@@ -36,11 +36,14 @@ class ConsoleSink(Sink):
     first step, then every `every_s` seconds, and a line per checkpoint; `none`: the log file only (the lines
     still go to train.log)."""
 
-    def __init__(self, run_log: RunLog, mode: str, start: int, total: int, checkpoint_steps: Sequence[int],
+    def __init__(self, run_log: RunLog, mode: str, start: int, total: int, checkpoint_steps: Iterable[int],
                  images_per_step: int, test_envs: Sequence[int], every_s: float = 20.0):
         self.run_log, self.mode = run_log, resolve_mode(mode)  # type: ignore[arg-type]
         self.start, self.total, self.images_per_step = start, total, images_per_step
-        self.checkpoints_left = [s for s in checkpoint_steps if s >= start]
+        # checkpoints at or after a step: a `Schedule` counts them without listing (any --steps starts at once)
+        self._count_from = getattr(checkpoint_steps, "count_from", None) or (
+            lambda step, steps=sorted(checkpoint_steps): sum(1 for s in steps if s >= step))
+        self.next_checkpoint_from = start
         self.test_envs = list(test_envs)
         self.train_seconds, self.steps_done = 0.0, 0
         self.eval_seconds, self.evals_done = 0.0, 0
@@ -59,7 +62,7 @@ class ConsoleSink(Sink):
         steps_left = self.total - 1 - step
         per_step = self.train_seconds / max(self.steps_done, 1)
         per_eval = self.eval_seconds / self.evals_done if self.evals_done else 0.0
-        return steps_left * per_step + len(self.checkpoints_left) * per_eval
+        return steps_left * per_step + self._count_from(self.next_checkpoint_from) * per_eval
 
     def step(self, step: int, metrics: Mapping[str, float], train_seconds: float) -> None:
         self.train_seconds += train_seconds
@@ -76,7 +79,7 @@ class ConsoleSink(Sink):
 
     def checkpoint(self, record: dict[str, Any]) -> None:
         step = record["step"]
-        self.checkpoints_left = [s for s in self.checkpoints_left if s > step]
+        self.next_checkpoint_from = max(self.next_checkpoint_from, step + 1)
         self.eval_seconds += record.get("eval_time", 0.0)
         self.evals_done += 1
         domains = record["args"]["domains"]

@@ -32,15 +32,16 @@ from dgmoe.data.loaders import EvalBatches, TrainBatches
 from dgmoe.engine.config import RunConfig, identity_differences
 from dgmoe.engine.distributed import DistInfo, barrier, init_from_env, make_gradient_averager, shard
 from dgmoe.engine.evaluate import evaluate_domains, split_metrics
+from dgmoe.engine.finite import FiniteWatch
 from dgmoe.engine.io import read_jsonl
 from dgmoe.engine.provenance import as_metadata, provenance
-from dgmoe.engine.resume import Progress, capture, restore
-from dgmoe.engine.rundir import RunLock, RunWriter, expected_steps, read_done
+from dgmoe.engine.resume import Progress, capture, load_checked, restore
+from dgmoe.engine.rundir import RunLock, RunWriter, Schedule, read_done, tidy_finished
 from dgmoe.engine.runlog import RunLog
 from dgmoe.engine.setup import RunSetup, prepare_run
 from dgmoe.engine.sinks import ConsoleSink, Sink, TensorBoardSink, tensorboard_writer_class
 from dgmoe.engine.step_metrics import LazyMetrics, StepMetrics
-from dgmoe.errors import Interrupted, UsageError
+from dgmoe.errors import Interrupted, NonFiniteLossError, RunLockedError, UsageError
 from dgmoe.models.compiled import compile_blocks
 from dgmoe.seeding import make_deterministic, seed_hash
 
@@ -102,35 +103,65 @@ def train(cfg: RunConfig | None = None, *, sinks: Sequence[Sink] = (), **setting
             tensorboard_writer_class()
         if out.exists() and not out.is_dir():
             raise UsageError(f"--output-dir {out} is a file, not a folder")
-        if not _check_output_dir(cfg):  # read only: a folder holding another run is refused untouched
-            with RunLock(out) if info.is_main else contextlib.nullcontext():  # one trainer per run folder
-                if not _check_output_dir(cfg):  # (another trainer may have finished it meanwhile)
-                    return _train_locked(cfg, setup, out, info, run_log, sinks)
+        if _check_output_dir(cfg) != "done":  # read only: a folder holding another run is refused untouched
+            with RunLock(out) if info.is_main else contextlib.nullcontext() as lock:  # one trainer per run folder
+                state = _check_output_dir(cfg)  # (another trainer may have finished it meanwhile)
+                if state != "done":
+                    return _train_locked(cfg, setup, out, info, run_log, sinks, lock, state == "takeover")
+        if info.is_main:
+            _tidy_finished(out, cfg.execution.keep_resume)
         run_log.say(f"{out} is finished (its `done` marker is present); nothing to do")
     records = read_jsonl(out / "results.jsonl")
     return RunResult(out, records, None, True)
 
 
-def _check_output_dir(cfg: RunConfig) -> bool:
-    """Validate the output folder; True when it already holds this run, finished."""
+def _check_output_dir(cfg: RunConfig) -> str:
+    """Validate the output folder: "done" when it holds this run, finished; "takeover" when it holds another
+    run that wrote no record yet (it failed before its first checkpoint); "train" otherwise."""
     out = Path(cfg.execution.output_dir)
     config_path = out / "config.json"
     if not config_path.exists():
         if out.exists() and (out / "results.jsonl").exists():
             raise RunMismatchError(f"{out} holds results.jsonl but no config.json; refusing to mix runs")
-        return False
+        return "train"
     from dgmoe.engine.checkpoint import read_run_config, saved_run
 
     config = read_run_config(out)
     diff = identity_differences(saved_run(config), cfg)
     if cfg.execution.extend and diff == ["steps"]:
         _check_extension(out, config["n_steps"], cfg)
-        return False
+        return "train"
+    if diff and not (out / "done").exists() and not (out / "resume.pt").exists() \
+            and not read_jsonl(out / "results.jsonl"):
+        return "takeover"
     if diff:
         hint = " (to continue it to more steps, add --extend)" if diff == ["steps"] else ""
         raise RunMismatchError(f"{out} holds a different run (differs in: {', '.join(diff)}){hint}; "
                                "choose another --output-dir")
-    return (out / "done").exists()
+    return "done" if (out / "done").exists() else "train"
+
+
+def _tidy_finished(out: Path, keep_resume: bool) -> None:
+    """Temporaries of killed writers and a resume.pt left by a crash after `done`, removed if no trainer
+    holds the folder (a finished run is otherwise only read)."""
+    done = read_done(out) or {}
+    if not (any(out.glob(".*.tmp")) or ((out / "resume.pt").exists() and done.get("keep_resume") is False)):
+        return
+    try:
+        with RunLock(out):
+            tidy_finished(out, keep_resume)
+    except (RunLockedError, OSError):
+        pass
+
+
+def _schedules(out: Path, n_steps: int) -> set[int]:
+    """The step counts a resume state of this run may have: its own, and those `--extend` lengthened."""
+    if not (out / "config.json").exists():
+        return {n_steps}
+    from dgmoe.engine.checkpoint import read_run_config
+
+    config = read_run_config(out)
+    return {n_steps, config.get("n_steps"), *(h.get("n_steps") for h in config.get("extended_from", []))} - {None}
 
 
 def _check_extension(out: Path, old_steps: int, cfg: RunConfig) -> None:
@@ -147,22 +178,29 @@ def _check_extension(out: Path, old_steps: int, cfg: RunConfig) -> None:
 
 
 def _train_locked(cfg: RunConfig, setup: RunSetup, out: Path, info: DistInfo, run_log: RunLog,
-                  extra_sinks: Sequence[Sink]) -> RunResult:
+                  extra_sinks: Sequence[Sink], lock: RunLock | None = None, takeover: bool = False) -> RunResult:
     """The run, once this process holds the run folder (or is a non-writing rank under torchrun)."""
     ex, made_by = cfg.execution, provenance(cfg.execution.device)
     writer = RunWriter(out, ex.skip_model_save, ex.save_model_every_checkpoint, ex.save_best, ex.keep_resume,
-                       enabled=info.is_main, metadata=as_metadata(made_by))
+                       enabled=info.is_main, metadata=as_metadata(made_by), lock=lock)
+    resume: list[dict[str, Any]] = []  # the resume state, checked before anything is written; popped to restore
+    if writer.resume_path.exists():
+        resume.append(load_checked(writer.resume_path, setup.identity(), _schedules(out, setup.n_steps),
+                                   setup.algorithm))
+    if takeover:
+        run_log.say(f"{out} holds no record yet (a run that failed before its first checkpoint): this run "
+                    "replaces it")
     if ex.num_threads:
         torch.set_num_threads(ex.num_threads)
     make_deterministic()
     if ex.extend:
         writer.extend(setup.run_config(made_by))  # (a no-op unless the folder holds a shorter schedule)
-    writer.start(setup.run_config(made_by))
+    writer.start(setup.run_config(made_by), replace=takeover)
     if info.is_main:
         run_log.open(out)
     barrier(info)
     with _signals_interrupt():
-        return _run_loop(cfg, setup, writer, run_log, info, extra_sinks)
+        return _run_loop(cfg, setup, writer, run_log, info, extra_sinks, resume)
 
 
 @contextlib.contextmanager
@@ -184,7 +222,7 @@ def _signals_interrupt() -> Iterator[None]:
 
 
 def _run_loop(cfg: RunConfig, setup: RunSetup, writer: RunWriter, run_log: RunLog, info: DistInfo,
-              extra_sinks: Sequence[Sink] = ()) -> RunResult:
+              extra_sinks: Sequence[Sink] = (), resume: list[dict[str, Any]] | None = None) -> RunResult:
     """The step loop: one batch per training domain, an update, and at checkpoints an evaluation."""
     ex, algorithm = cfg.execution, setup.algorithm  # built and seeded by prepare_run
     algorithm.to(ex.device)
@@ -200,8 +238,8 @@ def _run_loop(cfg: RunConfig, setup: RunSetup, writer: RunWriter, run_log: RunLo
     torch.manual_seed(seed_hash(cfg.seeds.seed, "train"))
     np.random.seed(seed_hash(cfg.seeds.seed, "train"))
     progress = Progress(records=[])
-    if writer.resume_path.exists():
-        progress = restore(writer.resume_path, algorithm)
+    if resume:
+        progress = restore(resume.pop(), algorithm)
         writer.last_saved_step = progress.next_step - 1
         writer.rewrite_records(progress.records)  # drop any record written after the state
         run_log.say(f"resuming {writer.out} from step {progress.next_step}")
@@ -209,14 +247,14 @@ def _run_loop(cfg: RunConfig, setup: RunSetup, writer: RunWriter, run_log: RunLo
             writer.finish(progress.records, stopped_early=True)
             return RunResult(writer.out, progress.records, progress.next_step, False)
     start, n_steps = progress.next_step, setup.n_steps
-    checkpoints = expected_steps(n_steps, setup.checkpoint_freq)
+    checkpoints = Schedule(n_steps, setup.checkpoint_freq)
     sinks = _sinks(cfg, setup, writer, run_log, info, start, checkpoints) + (list(extra_sinks) if info.is_main else [])
     autocast = (torch.autocast(device_type=ex.device.split(":")[0], dtype=torch.bfloat16)
                 if cfg.training.precision == "bf16" else contextlib.nullcontext())
     sums = StepMetrics()  # on the device until a checkpoint reads them: no host sync per step
     eval_batches = EvalBatches(setup.eval_transform, ex.eval_batch_size, ex.num_workers, pin_memory=on_gpu)
     algorithm.train()
-    step, stopped_early, due = start, False, set(checkpoints)
+    step, stopped_early, due, watch = start, False, checkpoints, FiniteWatch()
     try:
         tic = time.perf_counter()
         for step, minibatches in zip(range(start, n_steps),
@@ -224,11 +262,14 @@ def _run_loop(cfg: RunConfig, setup: RunSetup, writer: RunWriter, run_log: RunLo
             minibatches = [b.to(ex.device) for b in shard(minibatches, info)]
             with autocast:
                 metrics = algorithm.update(minibatches, step)
+            watch.observe(step, metrics)  # on the device: read back at checkpoints, before any record
             seconds = time.perf_counter() - tic
             sums.add({**metrics, "step_time": seconds})
             for sink in sinks:
                 sink.step(step, LazyMetrics(metrics), seconds)
             if step in due:
+                if (warning := watch.check(str(writer.out), stop=ex.on_nonfinite_loss == "stop")) is not None:
+                    run_log.say(warning)
                 record = _checkpoint(step, cfg, setup, writer, progress, sums, info, eval_batches)
                 if record is not None:  # (rank 0's)
                     for sink in sinks:
@@ -247,6 +288,9 @@ def _run_loop(cfg: RunConfig, setup: RunSetup, writer: RunWriter, run_log: RunLo
                 else "no checkpoint was reached; re-run the same command to start again")
         run_log.record(f"{how} at step {step}; {kept}")
         raise Interrupted(f"{writer.out}: {how} at step {step}; {kept}") from None
+    except NonFiniteLossError as e:
+        run_log.record(str(e))
+        raise
     finally:
         for sink in sinks:
             sink.close()
@@ -258,7 +302,7 @@ def _run_loop(cfg: RunConfig, setup: RunSetup, writer: RunWriter, run_log: RunLo
 
 
 def _sinks(cfg: RunConfig, setup: RunSetup, writer: RunWriter, run_log: RunLog, info: DistInfo, start: int,
-           checkpoints: list[int]) -> list[Sink]:
+           checkpoints: Schedule) -> list[Sink]:
     if not info.is_main:
         return []
     ex = cfg.execution
@@ -291,7 +335,7 @@ def _checkpoint(step: int, cfg: RunConfig, setup: RunSetup, writer: RunWriter, p
         progress.best_val = max(val, progress.best_val)
         progress.next_step = step + 1
         writer.checkpoint(step, progress.records, algorithm.inference_network(), best,
-                          capture(step, algorithm, progress))
+                          capture(step, algorithm, progress, setup.identity()))
     barrier(info)
     return record
 

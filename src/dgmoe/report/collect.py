@@ -157,12 +157,26 @@ def check_complete(run_dir: Path, records: list[dict], done: dict) -> None:
         "the run's command to resume it, or move the folder out of the results root")
 
 
-def find_results_files(root: str | os.PathLike) -> list[Path]:
-    """Every `results.jsonl` under `root` (any depth), in sorted order."""
+def find_results_files(root: str | os.PathLike, unreadable: list[str] | None = None) -> list[Path]:
+    """Every `results.jsonl` under `root` (any depth), in sorted order. Folders that cannot be listed (another
+    user's runs made under a strict umask) are appended to `unreadable`, or warned about when it is None."""
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"runs directory {root} does not exist or is not a directory")
-    return sorted(root.rglob("results.jsonl"))
+    found, blocked = [], []
+    for dirpath, _, filenames in os.walk(root, onerror=lambda e: blocked.append(f"{e.filename} ({e.strerror})")):
+        if "results.jsonl" in filenames:
+            found.append(Path(dirpath) / "results.jsonl")
+    if unreadable is not None:
+        unreadable += blocked
+    else:
+        _warn_unreadable(blocked)
+    return sorted(found)
+
+
+def _warn_unreadable(folders: list[str]) -> None:
+    for folder in folders:
+        warnings.warn(f"cannot read {folder}: its runs are left out", stacklevel=3)
 
 
 def load_records(root: str | os.PathLike, include_unfinished: bool = False,
@@ -181,8 +195,13 @@ def load_records(root: str | os.PathLike, include_unfinished: bool = False,
     """
     rows: list[dict] = []
     unfinished: list[str] = []
-    for path in find_results_files(root):
-        done = read_done(path.parent)
+    unreadable: list[str] = []
+    for path in find_results_files(root, unreadable):
+        try:
+            done = read_done(path.parent)
+        except OSError as err:
+            unreadable.append(f"{path.parent} ({err.strerror})")
+            continue
         if done is None and not include_unfinished:
             unfinished.append(str(path.parent))
             continue
@@ -191,10 +210,13 @@ def load_records(root: str | os.PathLike, include_unfinished: bool = False,
             if done is not None:
                 check_complete(path.parent, [r for _, r in parsed], done)
             rows += [{**_row(record, path, lineno), "done": done is not None} for lineno, record in parsed]
+        except OSError as err:
+            unreadable.append(f"{path} ({err.strerror})")
         except RecordError as err:
             if not skip_broken:
                 raise
             warnings.warn(f"left out {path}: {err}", stacklevel=2)
+    _warn_unreadable(unreadable)
     if unfinished:
         shown = ", ".join(unfinished[:3]) + (", ..." if len(unfinished) > 3 else "")
         warnings.warn(

@@ -15,6 +15,7 @@ Two deliberate choices:
 """
 from __future__ import annotations
 
+import fcntl
 import itertools
 import json
 import os
@@ -30,6 +31,7 @@ from dgmoe.seeding import seed_hash
 
 DEFAULT_TRAIN_COMMAND: tuple[str, ...] = (sys.executable, "-m", "dgmoe", "train")
 MANIFEST_NAME = "sweep.json"
+MANIFEST_LOCK = ".sweep.json.lock"
 MANIFEST_VERSION = 2
 #: the run settings each job takes from the grid; a sweep's base config cannot set them
 GRID_KEYS = ("dataset", "algorithm", "model", "test_envs", "hparams_seed", "trial_seed", "seed", "output_dir")
@@ -234,9 +236,19 @@ class LegacySweepError(ValueError):
 
 
 def write_manifest(jobs: Sequence[Job], output_dir: str | os.PathLike) -> Path:
-    """Merge `jobs` into `output_dir/sweep.json` (a union over launches), written atomically."""
+    """Merge `jobs` into `output_dir/sweep.json` (a union over launches), written atomically, under an exclusive
+    `flock` of `.sweep.json.lock` so that simultaneous launches into one folder keep each other's jobs."""
     path = Path(output_dir) / MANIFEST_NAME
     path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path.parent / MANIFEST_LOCK, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # released by the kernel however its holder ends
+        return _merge_manifest(jobs, path, output_dir)
+    finally:
+        os.close(fd)
+
+
+def _merge_manifest(jobs: Sequence[Job], path: Path, output_dir: str | os.PathLike) -> Path:
     version, entries = _read_manifest_entries(path)
     if entries and version != MANIFEST_VERSION:
         raise LegacySweepError(

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
@@ -19,19 +20,30 @@ class JobStatus:
     detail: str = ""  # e.g. the return code of a failed job
 
 
-def sweep_status(output_dir: str | os.PathLike) -> list[JobStatus]:
+def sweep_status(output_dir: str | os.PathLike, unreadable: list[str] | None = None) -> list[JobStatus]:
     """States of the jobs in the sweep's manifest, plus any other job directory found on disk.
 
     Without a manifest (a sweep launched elsewhere), only job directories on disk are reported, so
-    nothing can be NOT_LAUNCHED.
+    nothing can be NOT_LAUNCHED. A job directory that cannot be read (another user's, under a strict umask)
+    is left out and named in `unreadable` (a warning when it is None).
     """
     root = Path(output_dir)
     if not root.is_dir():
         raise FileNotFoundError(f"sweep output dir {root} does not exist")
     jobs = read_manifest(root) if (root / MANIFEST_NAME).is_file() else []
     known = {j.job_id for j in jobs}
-    out = [_status(j.job_id, j.describe(), j.dir) for j in jobs]
-    out += [_status(d.name, "", d) for d in iter_job_dirs(root) if d.name not in known]
+    found = [(j.job_id, j.describe(), j.dir) for j in jobs]
+    found += [(d.name, "", d) for d in iter_job_dirs(root) if d.name not in known]
+    out, blocked = [], []
+    for job_id, description, job_dir in found:
+        try:
+            out.append(_status(job_id, description, job_dir))
+        except OSError as err:
+            blocked.append(f"{job_dir} ({err.strerror})")
+    if unreadable is not None:
+        unreadable += blocked
+    for folder in blocked if unreadable is None else ():
+        warnings.warn(f"cannot read {folder}: its state is unknown", stacklevel=2)
     return out
 
 
