@@ -231,6 +231,7 @@ class EvalBatches:
                  ) -> Iterator[tuple[int, Batch]]:
         tensors = [(env, torch.as_tensor(np.asarray(idx), dtype=torch.long)) for env, idx in parts]
         dataset = _Parts(tensors, self.transform, self.batch_size)
+        items: Iterator[tuple]
         if self.num_workers <= 0:
             items = (dataset[k] for k in range(len(dataset)))
         else:
