@@ -7,7 +7,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from dgmoe.bench.layer import CANDIDATES, LIMIT, LayerBenchConfig, bench_moe_layer, limit_flops
+from dgmoe.bench.layer import LIMIT, LayerBenchConfig, available_candidates, bench_moe_layer, limit_flops
 from dgmoe.bench.timing import (
     MIN_ROUNDS,
     Spread,
@@ -81,7 +81,7 @@ def test_tutel_style_fixed_slots_equal_the_grouped_capacity_dispatch():
         padded_dispatch(x, routing.expert_idx, routing.gates, layer.experts, slots=1)
 
 
-@pytest.mark.parametrize("candidate", CANDIDATES)
+@pytest.mark.parametrize("candidate", available_candidates())
 def test_every_layer_candidate_is_timed_against_the_limit(candidate):
     cfg = LayerBenchConfig(tokens=64, dim=16, experts=4, rounds=MIN_ROUNDS)
     result = bench_moe_layer(cfg, candidate)
@@ -160,3 +160,37 @@ def test_bench_stem_command_checks_and_times_the_stem_against_its_previous_formu
     assert len(rows) == 2 and rows[0].startswith("| inference") and rows[1].startswith("| forward+backward")
     assert "IQR over rounds" in result.output
     assert "WARNING: the stem's inference pass (batch 1 at 32 px) does" in result.output
+
+
+def test_back_to_back_calls_are_timed_between_two_syncs():
+    events = []
+    candidates = {"a": lambda: events.append("a"), "b": lambda: events.append("b")}
+    times = interleaved_times(candidates, rounds=MIN_ROUNDS, warmup=1, calls=3, sync=lambda: events.append("sync"))
+    assert all(len(t) == MIN_ROUNDS for t in times.values())
+    timed = events[events.index("sync") + 1:]  # after the warm-up round and its sync
+    rounds = "".join("|" if e == "sync" else e for e in timed).split("|")
+    assert sorted(r for r in rounds if r) == sorted(["aaa", "bbb"] * MIN_ROUNDS)  # 3 calls between two syncs
+
+
+def test_bench_models_compile_compiles_the_blocks_it_times():
+    from dgmoe.bench.models import ModelBenchConfig, _build
+
+    model = _build("gmoe_micro_patch7_28", ModelBenchConfig(("gmoe_micro_patch7_28",), img_size=28, compile=True))
+    assert all(block._compiled_call_impl is not None for block in model.blocks)
+    eager = _build("gmoe_micro_patch7_28", ModelBenchConfig(("gmoe_micro_patch7_28",), img_size=28))
+    assert all(block._compiled_call_impl is None for block in eager.blocks)
+
+
+def test_bench_data_prints_the_loader_beside_the_model_step():
+    result = CliRunner().invoke(main, ["bench", "data", "--dataset", "RotatedMNIST", "--model", "vit_micro_patch7_28",
+                                       "--n-per-domain", "40", "--workers", "0,1", "--timed-steps", "2"])
+    assert result.exit_code == 0, result.output
+    rows = [line.split("|") for line in result.output.splitlines() if line.startswith("|") and "---" not in line]
+    header, body = [c.strip() for c in rows[0]], rows[1:]
+    assert header[1:5] == ["workers", "loader (img/s)", "model step (img/s)", "loader / step"]
+    assert [int(r[1]) for r in body] == [0, 1]
+    for r in body:
+        loader, step, ratio = (float(r[i]) for i in (2, 3, 4))
+        assert loader > 0 and step > 0 and ratio == pytest.approx(loader / step, rel=1e-2)
+    bad = CliRunner().invoke(main, ["bench", "data", "--workers", "0,x"])
+    assert bad.exit_code != 0 and "--workers" in bad.output

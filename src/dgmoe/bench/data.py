@@ -77,6 +77,6 @@ def bench_data(run: RunConfig, cfg: DataBenchConfig = DataBenchConfig()) -> list
     rows = []
     for workers in cfg.workers:
         loader = _loader_rate(batches, workers, cfg, images, on_gpu, device)
-        rows.append({"workers": workers, "loader (img/s)": loader, "model step (img/s)": step,
+        rows.append({"workers": str(workers), "loader (img/s)": loader, "model step (img/s)": step,
                      "loader / step": loader / step})
     return rows
