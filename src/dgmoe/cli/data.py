@@ -7,18 +7,6 @@ from typing import Any, cast
 
 import click
 
-from dgmoe.data import cache as cache_mod
-from dgmoe.data.catalogue import (
-    DATASETS,
-    DEFAULT_IMG_SIZE,
-    cache_name,
-    get_dataset,
-    get_spec,
-    list_datasets,
-    prepare_dataset,
-    scan,
-)
-from dgmoe.data.errors import CacheError, DatasetError
 from dgmoe.errors import UsageError
 
 
@@ -38,6 +26,8 @@ def command() -> None:
 @command.command("list")
 def list_cmd() -> None:
     """The dataset catalogue with DomainBed's facts."""
+    from dgmoe.data.catalogue import DATASETS, list_datasets
+
     click.echo(f"{'name':<15} {'kind':<9} {'dir':<16} {'classes':>7} {'steps':>6} {'ckpt':>5}  domains")
     for name in list_datasets():
         s = DATASETS.get(name)
@@ -53,6 +43,10 @@ def list_cmd() -> None:
               "$DGMOE_CACHE_DIR or ~/.cache/dgmoe/data).")
 def info_cmd(dataset: str, data_dir: str | None, img_size: int | None, cache_dir: str | None) -> None:
     """Domains, classes and image counts (per domain and class) of a dataset, without decoding images."""
+    from dgmoe.data import cache as cache_mod
+    from dgmoe.data.catalogue import DEFAULT_IMG_SIZE, cache_name, get_dataset, get_spec, scan
+    from dgmoe.data.errors import CacheError, DatasetError
+
     try:
         spec = get_spec(dataset)
         if spec.kind == "folder":
@@ -99,6 +93,9 @@ def info_cmd(dataset: str, data_dir: str | None, img_size: int | None, cache_dir
 def prepare_cmd(dataset: str, data_dir: str, img_size: int, cache_dir: str | None, workers: int,
                 force: bool) -> None:
     """Decode a folder dataset once into uint8 arrays at --img-size (one .npy per domain + manifest.json)."""
+    from dgmoe.data.catalogue import prepare_dataset
+    from dgmoe.data.errors import DatasetError
+
     start = time.perf_counter()
     try:
         info = prepare_dataset(dataset, data_dir, img_size, cache_dir, workers=workers, force=force, progress=True)

@@ -11,7 +11,7 @@ from dgmoe.cli.sweep import launch_options, launcher_options, train_flags
 from dgmoe.engine.config import ExecutionConfig
 from dgmoe.engine.settings import flag, key_of
 from dgmoe.errors import DgmoeError, UsageError
-from dgmoe.recipes import get_recipe, list_recipes
+from dgmoe.recipes import get_recipe, list_recipes  # the paper modules load on first use
 from dgmoe.recipes.plan import SCALES
 
 #: the `dgmoe train` flags a recipe launch passes on (after `--`): where and how jobs execute, never what

@@ -94,14 +94,15 @@ def train(cfg: RunConfig | None = None, *, sinks: Sequence[Sink] = (), **setting
         torch.cuda.set_device(local)
         cfg = cfg.replace(device=f"cuda:{local}")
     with RunLog(console=info.is_main and cfg.execution.progress != "none") as run_log:
-        setup = prepare_run(cfg)  # validates data, test envs, model, algorithm before anything is written
-        run_log.say(setup.announcement())
-        run_log.say(setup.summary())
-        if cfg.execution.tensorboard:
-            tensorboard_writer_class()
         if out.exists() and not out.is_dir():
             raise UsageError(f"--output-dir {out} is a file, not a folder")
-        if not _check_output_dir(cfg):  # read only: a folder holding another run is refused untouched
+        # read only: a folder holding another run is refused untouched, a finished one before any data loads
+        if not _check_output_dir(cfg):
+            setup = prepare_run(cfg)  # validates data, test envs, model, algorithm before anything is written
+            run_log.say(setup.announcement())
+            run_log.say(setup.summary())
+            if cfg.execution.tensorboard:
+                tensorboard_writer_class()
             with RunLock(out) if info.is_main else contextlib.nullcontext():  # one trainer per run folder
                 if not _check_output_dir(cfg):  # (another trainer may have finished it meanwhile)
                     return _train_locked(cfg, setup, out, info, run_log, sinks)

@@ -20,8 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from dgmoe.data.catalogue import check_data
-from dgmoe.data.errors import DatasetError
 from dgmoe.engine.config import RunConfig
 from dgmoe.errors import UsageError
 from dgmoe.recipes.base import Part, Recipe, Row
@@ -194,6 +192,9 @@ def resolve_weights(recipe: Recipe, needed: Iterable[str], values: Iterable[str]
 def missing_inputs(recipe: Recipe, parts: Iterable[Part], data_dir: str | None,
                    weights: Mapping[str, str]) -> list[str]:
     """One line per missing data folder or weights file of a paper-scale launch of `parts` (none: ready)."""
+    from dgmoe.data.catalogue import check_data  # the catalogue imports torch: loaded when a launch checks
+    from dgmoe.data.errors import DatasetError
+
     parts = list(parts)
     lines = []
     for dataset in dict.fromkeys(d for p in parts for d in p.datasets):
