@@ -15,15 +15,17 @@ from typing import Sequence
 
 import click
 
+from dgmoe.cli.options import ListFlagsGroup
 from dgmoe.errors import DgmoeError
 
 SUBCOMMANDS = ("models", "train", "data", "results", "quickstart", "sweep", "bench", "analyze", "synthetic", "report",
                "algorithms", "geo", "recipe")
 
 
-class _LazyGroup(click.Group):
+class _LazyGroup(ListFlagsGroup):
     """The subcommands of `SUBCOMMANDS`, each imported when named (or listed by --help); every subcommand
-    module imports torch and pandas inside its function, so that help and argument errors start at once."""
+    module imports torch and pandas inside its function, so that help and argument errors start at once. List
+    flags take DomainBed's space-separated values (`dgmoe.cli.options.ListFlagsGroup`)."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(SUBCOMMANDS)

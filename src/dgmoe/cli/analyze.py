@@ -5,6 +5,8 @@ from pathlib import Path
 
 import click
 
+from dgmoe.cli.options import ListFlagsGroup
+
 RUN_DIR = click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 OUT = click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
                    help="Output folder (default: RUN_DIR/analysis, which `dgmoe report` embeds).")
@@ -23,7 +25,7 @@ def _out(run_dir: Path, out_dir: Path | None) -> Path:
     return out
 
 
-@click.group("analyze")
+@click.group("analyze", cls=ListFlagsGroup)
 def command() -> None:
     """Routing maps, expert usage, attention maps and CUB-DG attribute/expert histograms of a trained run."""
 

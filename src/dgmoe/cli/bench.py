@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from dgmoe.bench.timing import MIN_ROUNDS
+from dgmoe.cli.options import ListFlagsGroup
 
 ROUNDS = click.IntRange(min=MIN_ROUNDS)
 
@@ -35,7 +36,7 @@ def _print_machine(threads: int | None, device: str) -> None:
     click.echo(f"torch {torch.__version__}, {threads or torch.get_num_threads()} threads, {where}")
 
 
-@click.group("bench")
+@click.group("bench", cls=ListFlagsGroup)
 def command() -> None:
     """Cost benchmarks (MoE layer vs its limit; whole models vs a reference; R26 stem vs timm)."""
 

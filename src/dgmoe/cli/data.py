@@ -7,6 +7,7 @@ from typing import Any, cast
 
 import click
 
+from dgmoe.cli.options import ListFlagsGroup
 from dgmoe.errors import UsageError
 
 
@@ -18,7 +19,7 @@ def _fail(e: Exception) -> None:
     raise e if isinstance(e, UsageError) else UsageError(str(e)) from None
 
 
-@click.group("data")
+@click.group("data", cls=ListFlagsGroup)
 def command() -> None:
     """Datasets: catalogue, layout checks and the uint8 cache."""
 

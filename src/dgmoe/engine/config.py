@@ -35,7 +35,7 @@ class DataConfig(_Section):
     """Which images, which domains are held out, how each domain is split."""
 
     dataset: str = setting("RotatedMNIST", "Catalogue name (see `dgmoe data list`).")
-    test_envs: tuple[int, ...] = setting((0,), "Held-out domain index; repeat for several.", minimum=0)
+    test_envs: tuple[int, ...] = setting((0,), "Held-out domain indices (DomainBed's --test_envs).", minimum=0)
     holdout_fraction: float = setting(0.2, "Share of each domain held out as its 'out' split.", minimum=0,
                                       maximum=1, exclusive_min=True, exclusive_max=True)
     uda_holdout_fraction: float = setting(
@@ -103,7 +103,7 @@ class TrainingConfig(_Section):
 class ExecutionConfig(_Section):
     """Where and how the run executes; none of it changes what the run computes."""
 
-    output_dir: str = setting("runs/run", "Run folder (re-running the same command resumes).")
+    output_dir: str | None = setting(None, "Run folder, required (re-running the same command resumes).")
     data_dir: str | None = setting(None, "Root holding <Name>/<domain>/<class>/<img>; optional for MNIST.")
     label: str | None = setting(None, "Name of the run in results tables and reports; naming leaves the run's "
                                       "identity unchanged.")

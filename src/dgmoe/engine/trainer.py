@@ -87,6 +87,8 @@ def train(cfg: RunConfig | None = None, *, sinks: Sequence[Sink] = (), **setting
     `sinks` are more views of the progress (`dgmoe.engine.sinks.Sink`), beside the console and TensorBoard.
     """
     cfg = RunConfig.from_flat(settings, base=cfg)
+    if cfg.execution.output_dir is None:
+        raise UsageError("--output-dir is required (the run folder)")
     out = Path(cfg.execution.output_dir)
     info = init_from_env(cfg.execution.device)
     if info.enabled and cfg.execution.device.startswith("cuda"):
@@ -113,7 +115,7 @@ def train(cfg: RunConfig | None = None, *, sinks: Sequence[Sink] = (), **setting
 
 def _check_output_dir(cfg: RunConfig) -> bool:
     """Validate the output folder; True when it already holds this run, finished."""
-    out = Path(cfg.execution.output_dir)
+    out = Path(str(cfg.execution.output_dir))
     config_path = out / "config.json"
     if not config_path.exists():
         if out.exists() and (out / "results.jsonl").exists():
