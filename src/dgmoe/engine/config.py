@@ -125,6 +125,12 @@ class ExecutionConfig(_Section):
     log_every_s: float = setting(20.0, "Seconds between progress lines when the display is lines (logs, Slurm, "
                                        "sweep jobs); 0 = one line per checkpoint.", minimum=0)
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.skip_model_save and self.save_model_every_checkpoint:
+            raise ConfigError("--skip-model-save keeps no weights and --save-model-every-checkpoint keeps them at "
+                              "every checkpoint; give one of them")
+
 
 @dataclass(frozen=True)
 class RunConfig:

@@ -118,6 +118,9 @@ def _check_output_dir(cfg: RunConfig) -> bool:
     out = Path(str(cfg.execution.output_dir))
     config_path = out / "config.json"
     if not config_path.exists():
+        if cfg.execution.extend:
+            raise UsageError(f"--extend: {out} holds no run to extend (no config.json); without --extend the same "
+                             "command starts it")
         if out.exists() and (out / "results.jsonl").exists():
             raise RunMismatchError(f"{out} holds results.jsonl but no config.json; refusing to mix runs")
         return False

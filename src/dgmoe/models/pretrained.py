@@ -111,7 +111,10 @@ def load_checkpoint_file(path: str | Path, keys: tuple[str, ...] = STATE_KEYS) -
     except CheckpointError:
         raise
     except Exception as exc:  # corrupt file, pickle with objects, truncated archive...
-        raise CheckpointError(f"cannot read checkpoint {path}: {type(exc).__name__}: {exc}") from exc
+        reason = " ".join(str(exc).split())  # torch's own text runs to paragraphs: its first words say enough
+        reason = reason if len(reason) <= 80 else reason[:77] + "..."
+        raise CheckpointError(f"cannot read checkpoint {path}: not a .safetensors or .pth/.pt/.bin state dict "
+                              f"({type(exc).__name__}: {reason})") from exc
     for key in keys:
         if isinstance(state, dict) and key in state and isinstance(state[key], dict):
             log.info(f"{path}: the state dict under {key!r}")
