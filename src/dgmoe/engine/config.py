@@ -97,6 +97,10 @@ class TrainingConfig(_Section):
     steps: int | None = setting(None, "Training steps [dataset default: 5001, DomainNet 15001].", minimum=1)
     checkpoint_freq: int | None = setting(None, "Steps between evaluations [dataset default].", minimum=1)
     precision: str = setting("fp32", "Arithmetic of the training step (bf16: autocast).", choices=("fp32", "bf16"))
+    eval_sample: int | None = setting(
+        None, "Evaluate a fixed, seeded sample of this many images per split (in, out, uda) of every domain at the "
+              "intermediate checkpoints and every image at the last; records say which (eval_sample). Default: "
+              "every image at every checkpoint (DomainBed's).", minimum=1)
 
 
 @dataclass(frozen=True)

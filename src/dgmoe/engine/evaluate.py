@@ -7,6 +7,9 @@ gets the metrics of `GroupEvaluation.record` over its whole split, in and out pa
 the record names the group field, `wilds_groups` (e.g. 'region'), and the validation domain of
 worst-group selection, `wilds_val_env`, when it is held out.
 These come from the predictions the accuracies are computed from: no extra forward pass.
+
+`sampled_splits` gives the fixed, seeded per-split samples a run with `--eval-sample N` evaluates at its
+intermediate checkpoints (the same images at every checkpoint, so that they compare; every image at the last).
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ import torch.nn.functional as F
 
 from dgmoe.data.base import MultiDomainDataset
 from dgmoe.data.loaders import eval_loader
+from dgmoe.seeding import seed_hash
 
 #: record keys: the validation domain's index (`dgmoe.selection.WorstGroupSelection`), the group field
 VAL_ENV_KEY, GROUPS_KEY = "wilds_val_env", "wilds_groups"
@@ -40,6 +44,20 @@ def _predict(predict: Callable, dataset, indices, transform, device: str, batch_
     if total == 0:
         return float("nan"), float("nan"), kept
     return correct / total, loss_sum / total, kept
+
+
+def sampled_splits(splits: Sequence[tuple[np.ndarray, np.ndarray]], uda: Mapping[int, np.ndarray], n: int,
+                   seed: int) -> tuple[list[tuple[np.ndarray, np.ndarray]], dict[int, np.ndarray]]:
+    """(splits, uda) with every split cut to a fixed sample of at most `n` of its indices, drawn with a
+    seed derived from `seed`, the domain and the split (sorted, so that evaluation reads in index order)."""
+    def cut(idx: np.ndarray, *key: object) -> np.ndarray:
+        idx = np.asarray(idx)
+        if len(idx) <= n:
+            return idx
+        return np.sort(np.random.RandomState(seed_hash(seed, "eval_sample", *key)).choice(idx, n, replace=False))
+
+    return ([(cut(a, i, "in"), cut(b, i, "out")) for i, (a, b) in enumerate(splits)],
+            {i: cut(idx, i, "uda") for i, idx in uda.items()})
 
 
 def split_metrics(predict: Callable, dataset, indices, transform, device: str, batch_size: int = 64,

@@ -32,7 +32,7 @@ import torch
 from dgmoe.data.loaders import TrainBatches
 from dgmoe.engine.config import RunConfig, identity_differences
 from dgmoe.engine.distributed import DistInfo, average_metrics, barrier, init_from_env, make_gradient_averager, shard
-from dgmoe.engine.evaluate import evaluate_domains, split_metrics
+from dgmoe.engine.evaluate import evaluate_domains, sampled_splits, split_metrics
 from dgmoe.engine.io import read_jsonl
 from dgmoe.engine.provenance import as_metadata, provenance
 from dgmoe.engine.resume import Progress, capture, restore
@@ -279,11 +279,15 @@ def _checkpoint(step: int, cfg: RunConfig, setup: RunSetup, writer: RunWriter, p
     algorithm.on_checkpoint(step, _online_val_loss(algorithm, setup, cfg))
     record = None
     if info.is_main:  # only rank 0 evaluates and writes
-        results = evaluate_domains(algorithm, setup.dataset, setup.splits, setup.eval_transform, ex.device,
-                                   ex.eval_batch_size, ex.num_workers, setup.test_envs, setup.uda)
+        splits, uda, sample = _eval_splits(step, cfg, setup)
+        results = evaluate_domains(algorithm, setup.dataset, splits, setup.eval_transform, ex.device,
+                                   ex.eval_batch_size, ex.num_workers, setup.test_envs, uda)
+        # with --eval-sample, the images per split this record was computed on (None: every image)
+        sampled = {"eval_sample": sample} if cfg.training.eval_sample is not None else {}
         steps_per_epoch = min(len(setup.splits[i][0]) / setup.hparams["batch_size"] for i in setup.train_envs)
         record = {"step": step, "epoch": step / steps_per_epoch, **{k: sum(v) / len(v) for k, v in sums.items()},
-                  **results, "eval_time": time.perf_counter() - eval_start, "mem_gb": _peak_memory_gb(ex.device),
+                  **results, **sampled, "eval_time": time.perf_counter() - eval_start,
+                  "mem_gb": _peak_memory_gb(ex.device),
                   **algorithm.checkpoint_record(), "hparams": setup.hparams, "args": setup.record_args()}
         progress.records.append(record)
         val = _train_val_acc(record)
@@ -294,6 +298,16 @@ def _checkpoint(step: int, cfg: RunConfig, setup: RunSetup, writer: RunWriter, p
                           capture(step, algorithm, progress))
     barrier(info)
     return record
+
+
+def _eval_splits(step: int, cfg: RunConfig, setup: RunSetup) -> tuple[Any, Any, int | None]:
+    """(splits, uda splits, sample size or None) a checkpoint evaluates: every image, or with --eval-sample
+    the fixed seeded sample at an intermediate checkpoint (the last, or one an algorithm ends on, sees all)."""
+    n = cfg.training.eval_sample
+    if n is None or step == setup.n_steps - 1 or setup.algorithm.stop_requested:
+        return setup.splits, setup.uda, None
+    splits, uda = sampled_splits(setup.splits, setup.uda, n, cfg.seeds.trial_seed)
+    return splits, uda, n
 
 
 def _finished_line(result: RunResult) -> str:
