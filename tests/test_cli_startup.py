@@ -99,3 +99,20 @@ def test_light_modules_stay_light(module):
                            f"print([m for m in sys.modules if m.split('.')[0] in {HEAVY!r}])"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr[-1000:]
+
+
+def test_small_things_a_newcomer_meets(tmp_path, caplog):
+    import logging
+
+    from safetensors.torch import save_file
+
+    import dgmoe
+    from dgmoe.data.catalogue import get_spec
+
+    assert dir(dgmoe) == ["__version__", "count_parameters", "create_model", "list_models"]  # (IPython completion)
+    assert get_spec("Sentinel2Sample").kind == "geo-sample"  # not MNIST
+    save_file(dgmoe.create_model("vit_micro_patch7_28", num_classes=10).state_dict(), str(tmp_path / "vit.safetensors"))
+    with caplog.at_level(logging.WARNING, logger="dgmoe"):
+        dgmoe.create_model("gmoe_micro_patch7_28", pretrained=str(tmp_path / "vit.safetensors"), num_classes=3)
+    said = " ".join(r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING)
+    assert "copied dense FFN into experts" in said and "re-initialised (class count differs): head" in said

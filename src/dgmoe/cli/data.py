@@ -29,10 +29,10 @@ def list_cmd() -> None:
     """The dataset catalogue with DomainBed's facts."""
     from dgmoe.data.catalogue import DATASETS, list_datasets
 
-    click.echo(f"{'name':<15} {'kind':<9} {'dir':<16} {'classes':>7} {'steps':>6} {'ckpt':>5}  domains")
+    click.echo(f"{'name':<15} {'kind':<10} {'dir':<16} {'classes':>7} {'steps':>6} {'ckpt':>5}  domains")
     for name in list_datasets():
         s = DATASETS.get(name)
-        click.echo(f"{name:<15} {s.kind:<9} {s.dir_name or '-':<16} {s.num_classes or '?':>7} {s.n_steps:>6} "
+        click.echo(f"{name:<15} {s.kind:<10} {s.dir_name or '-':<16} {s.num_classes or '?':>7} {s.n_steps:>6} "
                    f"{s.checkpoint_freq:>5}  {', '.join(s.domains) or '(from folders)'}")
 
 

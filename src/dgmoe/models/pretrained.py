@@ -217,7 +217,10 @@ def load_pretrained(model: nn.Module, path: str | Path, strict: bool = True, ant
     report.fresh = sorted({k.rsplit(".router.", 1)[0] + ".router" for k in allowed if ".router." in k})
     # Keys without a checkpoint value keep the model's own (fresh) tensors, so the load itself is strict.
     model.load_state_dict({**{k: own[k] for k in missing}, **state}, strict=True)
-    log.info(report.summary())
+    adapted = report.expanded or report.fresh or report.reinitialized or report.resized
+    # what was adapted (experts copied, head replaced, embeddings resampled) is said even where logging is not
+    # set up (Python's last-resort handler prints warnings): a newcomer's create_model(..., pretrained=) too
+    log.log(logging.WARNING if adapted else logging.INFO, report.summary())
     return report
 
 
