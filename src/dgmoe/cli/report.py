@@ -1,4 +1,5 @@
-"""`dgmoe report RUNS_DIR`: a static HTML report (overview page, one page per run, figures) of a runs folder."""
+"""`dgmoe report RUNS_DIR`: a static HTML report (overview, grouped run index, pages for the selected runs, figures)
+of a runs folder."""
 from __future__ import annotations
 
 from pathlib import Path

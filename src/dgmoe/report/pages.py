@@ -1,5 +1,5 @@
 """The pages of the HTML report: the overview (`index_body`), the group and filter pages (`aux_pages`, see
-`dgmoe.report.groups`) and one page per run (`run_body`).
+`dgmoe.report.groups`) and a run's own page (`run_body`).
 
 `dgmoe.report.html.build_report` writes them; this module only turns `RunInfo`s and records into HTML.
 Every run is named by `RunInfo.label` (algorithm / model / test domains), every user-given string is escaped,
