@@ -100,7 +100,7 @@ def _option(f: dataclasses.Field, hint: Any, section: str) -> Callable:
         return click.option(*names, default=default, show_default=True, help=help_text)
     if base is tuple:
         return click.option(*names, multiple=True, type=INDEX_LIST, default=default, show_default=True,
-                            help=f"{help_text} ({LIST_HINT})")
+                            help=f"{help_text.rstrip('.')}: {LIST_HINT}.")
     if base is dict:
         return click.option(*names, default="", show_default=False, help=help_text)
     if meta.get("choices"):

@@ -35,7 +35,7 @@ class DataConfig(_Section):
     """Which images, which domains are held out, how each domain is split."""
 
     dataset: str = setting("RotatedMNIST", "Catalogue name (see `dgmoe data list`).")
-    test_envs: tuple[int, ...] = setting((0,), "Held-out domain indices (DomainBed's --test_envs).", minimum=0)
+    test_envs: tuple[int, ...] = setting((0,), "Held-out domain indices, DomainBed's --test_envs.", minimum=0)
     holdout_fraction: float = setting(0.2, "Share of each domain held out as its 'out' split.", minimum=0,
                                       maximum=1, exclusive_min=True, exclusive_max=True)
     uda_holdout_fraction: float = setting(
