@@ -259,3 +259,16 @@ def test_analyze_gives_moge_runs_the_geo_routing_analysis_and_the_report_shows_i
     for caption in ("Discovered domains on the map (top-1 expert)", "Routing frequency (top-1 expert per image)",
                     "Forced-expert accuracy"):
         assert f"<figcaption>{caption}</figcaption>" in page
+
+
+def test_cli_writes_the_pages_of_the_runs_it_is_given(tmp_path, cli):
+    from report_sweep import make_runs
+
+    runs = make_runs(tmp_path / "runs", 8)
+    result = cli("report", tmp_path / "runs", "--no-params", "--pages", "none", "--run", runs[3], runs[5])
+    assert result.exit_code == 0, result.output
+    pages = [p.read_text() for p in (tmp_path / "runs" / "report" / "runs").glob("*.html")]
+    assert len(pages) == 2 and all(any(r.name in p for p in pages) for r in (runs[3], runs[5]))
+    assert ", 2 run pages and" in result.output
+    outside = cli("report", tmp_path / "runs", "--run", tmp_path)
+    assert outside.exit_code == 2 and "is not a run folder under" in outside.output
