@@ -185,11 +185,19 @@ def test_groups_split_by_model_and_trial(tmp_path):
     assert got == {("vit", 0): 0.1, ("vit", 1): 0.2, ("gmoe", 0): 0.6, ("gmoe", 1): 0.7}
 
 
-def test_duplicate_run_config_is_refused(tmp_path):
+def test_duplicate_run_config_is_refused_by_selection_and_dropped_with_a_warning_by_loading(tmp_path):
+    import pandas as pd
+
+    from dgmoe.report.collect import DuplicateRunsWarning
+
     write_run(tmp_path / "a", [0], 0, 0, [(0, {"env0_in_acc": 0.1})])
     write_run(tmp_path / "b", [0], 0, 0, [(0, {"env0_in_acc": 0.2})])
-    with pytest.raises(ValueError, match="several run dirs"):
-        sweep_accs(load_records(tmp_path), "iid")
+    with pytest.warns(DuplicateRunsWarning, match="1 run configuration appears in several run dirs"):
+        records = load_records(tmp_path)
+    assert records["run_dir"].nunique() == 1 and records["env0_in_acc"].tolist() == [0.1]  # the first dir kept
+    both = pd.concat([load_records(tmp_path / "a"), load_records(tmp_path / "b")], ignore_index=True)
+    with pytest.raises(ValueError, match="several run dirs"):  # never two runs' checkpoints mixed
+        sweep_accs(both, "iid")
 
 
 def test_method_lookup():

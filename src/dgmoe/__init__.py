@@ -11,6 +11,11 @@ __version__ = "0.2.0"
 __all__ = ["count_parameters", "create_model", "list_models", "__version__"]
 
 
+def __dir__() -> list[str]:
+    """What `dir(dgmoe)` and IPython's completion list: the public names, loaded or not."""
+    return sorted(__all__)
+
+
 def __getattr__(name: str) -> Any:
     if name in ("count_parameters", "create_model", "list_models"):
         import dgmoe.models

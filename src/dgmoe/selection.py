@@ -296,17 +296,45 @@ def resolve_selections(selection: MethodLike | Iterable[MethodLike]) -> list[typ
     return [get_selection(m) for m in selection]
 
 
+#: what makes two run dirs the same run configuration in a table
+RUN_KEYS = ["dataset", "algorithm", "model", "test_envs", "hparams_seed", "trial_seed"]
+
+
+def duplicate_runs(records: pd.DataFrame) -> dict[tuple, list[str]]:
+    """{run configuration: its run dirs, sorted} for every configuration found in several run dirs."""
+    if records.empty:
+        return {}
+    dirs = records.groupby(RUN_KEYS, sort=True)["run_dir"].unique()
+    return {key: sorted(found) for key, found in dirs.items() if len(found) > 1}
+
+
 def check_unique_runs(records: pd.DataFrame) -> None:
     """Refuse two run dirs with the same configuration: their checkpoints would be mixed into one run."""
-    keys = ["dataset", "algorithm", "model", "test_envs", "hparams_seed", "trial_seed"]
-    dirs = records.groupby(keys, sort=True)["run_dir"].unique()
-    dup = dirs[dirs.map(len) > 1]
-    if len(dup):
+    dup = duplicate_runs(records)
+    if dup:
         key, found = next(iter(dup.items()))
         raise ValueError(
-            f"{len(dup)} run configuration(s) appear in several run dirs, e.g. {dict(zip(keys, key))} in "
-            f"{sorted(found)}; remove the extra runs or report them from separate roots"
+            f"{len(dup)} run configuration(s) appear in several run dirs, e.g. {dict(zip(RUN_KEYS, key))} in "
+            f"{found}; remove the extra runs or report them from separate roots"
         )
+
+
+def drop_duplicate_runs(records: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
+    """Keep one run dir (the first, sorted) of every configuration found in several, so that tables mix no two
+    runs' checkpoints; the message (None: no duplicate) names how many were left out and an example."""
+    dup = duplicate_runs(records)
+    if not dup:
+        return records, None
+    extra = {d for found in dup.values() for d in found[1:]}
+    key, found = next(iter(dup.items()))
+    n = len(dup)
+    dataset, algorithm, model, test_envs, hparams_seed, trial_seed = key
+    what = (f"{dataset} / {algorithm} / {model} / test envs {', '.join(map(str, test_envs))} / hparams seed "
+            f"{hparams_seed} / trial seed {trial_seed}")
+    message = (f"{n} run configuration{'' if n == 1 else 's'} appear{'s' if n == 1 else ''} in several run dirs "
+               f"(e.g. {what} in {', '.join(found)}); the tables use the first dir of each and leave out "
+               f"{len(extra)} duplicate run dir{'' if len(extra) == 1 else 's'}")
+    return records[~records["run_dir"].isin(extra)].reset_index(drop=True), message
 
 
 def iter_groups(records: pd.DataFrame) -> Iterator[tuple[tuple, pd.DataFrame]]:

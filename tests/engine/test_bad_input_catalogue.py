@@ -42,6 +42,8 @@ def files(tmp_path_factory) -> dict[str, Path]:
     out["pickle_pth"].write_bytes(pickle.dumps({"model": io.StringIO("x")}))
     out["wrong_shapes"] = root / "wrong.pth"
     torch.save({"pos_embed": torch.zeros(3, 3), "cls_token": torch.zeros(1)}, out["wrong_shapes"])
+    out["text_pth"] = root / "notes.pth"  # text that begins as no pickle does ('e': once a bare KeyError: 101)
+    out["text_pth"].write_text("epoch 3 loss 0.25\n")
     out["not_a_dir"] = root / "a_file"
     out["not_a_dir"].write_text("x")
     # image folders: PACS layout problems
@@ -72,6 +74,9 @@ def files(tmp_path_factory) -> dict[str, Path]:
     (no_args / "results.jsonl").write_text('{"step": 0, "env0_in_acc": 0.5}\n')
     (no_args / "done").write_text("done")
     out["no_args"] = no_args.parent
+    dense = root / "dense_run"  # a finished dense run: routing analysis does not apply to it
+    assert run([*TRAIN, "--output-dir", str(dense)]) == 0
+    out["dense_run"] = dense
     corrupt_config = root / "corrupt_config"
     corrupt_config.mkdir()
     (corrupt_config / "config.json").write_text("{half")
@@ -137,6 +142,10 @@ TRAIN_CASES = [
     ("pretrained-garbage", ["--pretrained", "{garbage_pth}"], "cannot read checkpoint {garbage_pth}", 2),
     ("pretrained-pickle", ["--pretrained", "{pickle_pth}"], "cannot read checkpoint {pickle_pth}", 2),
     ("pretrained-shapes", ["--pretrained", "{wrong_shapes}"], "{wrong_shapes}", 2),
+    ("pretrained-text", ["--pretrained", "{text_pth}"], "cannot read checkpoint {text_pth}: not a .safetensors", 2),
+    ("save-flags-conflict", ["--skip-model-save", "--save-model-every-checkpoint"],
+     "--skip-model-save keeps no weights and --save-model-every-checkpoint keeps them", 2),
+    ("extend-nothing", ["--extend", "--steps", "3"], "--extend: {out} holds no run to extend", 2),
     ("data-dir-missing", ["--dataset", "PACS", "--data-dir", "/nonexistent/data"], "/nonexistent/data", 2),
     ("data-dir-empty", ["--dataset", "PACS", "--data-dir", "{empty_pacs}"], "PACS", 2),
     ("data-symlink-loop", ["--dataset", "ImageFolder", "--data-dir", "{loop}/PACS", "--img-size", "28"],
@@ -162,6 +171,8 @@ OTHER_CASES = [
     ("data-prepare-missing", ["data", "prepare", "--dataset", "PACS", "--data-dir", "/nonexistent/d"],
      "/nonexistent/d", 2),
     ("analyze-missing", ["analyze", "routing", "/nonexistent/run"], "/nonexistent/run", 2),
+    ("analyze-dense", ["analyze", "routing", "{dense_run}"], "{dense_run} holds a dense VisionTransformer (no MoE", 2),
+    ("analyze-cub-dense", ["analyze", "cub", "{dense_run}", "--cub-dir", "{empty_pacs}"], "no MoE layer", 2),
     ("report-missing", ["report", "/nonexistent/runs"], "/nonexistent/runs", 2),
 ]
 
@@ -211,8 +222,21 @@ def test_train_refuses_bad_input_in_one_line_and_writes_nothing(case, argv, expe
 @pytest.mark.parametrize("case,argv,expected,code", OTHER_CASES, ids=[c[0] for c in OTHER_CASES])
 def test_other_commands_refuse_bad_input_in_one_line(case, argv, expected, code, files, tmp_path, capsys):
     out = tmp_path / "sweep"
+    before = {k: snapshot(v) for k, v in files.items()}
     check_one_line(capsys, run(fill(argv, files, out)), code, fill([expected], files, out)[0])
     assert not out.exists()
+    assert {k: snapshot(v) for k, v in files.items()} == before  # (no empty analysis/ left in a run either)
+
+
+def test_help_and_print_config_are_truthful_about_the_required_output_dir(capsys):
+    import json
+
+    assert run(["train", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "Run folder, required" in text and "runs/run" not in text
+    assert run(["train", "--print-config"]) == 0
+    assert json.loads(capsys.readouterr().out)["execution"]["output_dir"] is None
+    check_one_line(capsys, run(TRAIN), 2, "--output-dir is required")
 
 
 def test_corrected_commands_are_accepted_after_refusals(tmp_path, capsys):

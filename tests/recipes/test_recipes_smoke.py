@@ -42,3 +42,12 @@ def test_smoke_scale_end_to_end(recipe, cli, tmp_path):
         obtained = cells[2::3] if recipe.kind in ("cost", "synthetic") else cells[2:]
         assert obtained and all(c not in ("X", "") for c in obtained), line
     assert (out / "results_recipe.md").is_file()
+    # the same folder through the plain tables and the report of its parent (several parts may have trained
+    # one stand-in configuration: a warning, and every table still printed)
+    if recipe.kind != "domainbed":
+        return
+    plain = cli("results", out, "--no-save")
+    assert plain.exit_code == 0 and "### Averages" in plain.output, plain.output
+    report = cli("report", tmp_path, "--no-params", "--pages", "none")
+    assert report.exit_code == 0, report.output
+    assert 'class="problem"' not in (tmp_path / "report" / "index.html").read_text()

@@ -30,8 +30,13 @@ def _runs(root: Path) -> list[Path]:
     return sorted(p.parent for p in root.rglob("results.jsonl") if "report" not in p.parts)
 
 
-def _index_rows(page: str) -> list[str]:
-    return re.findall(r"<tr><td class=\"l\"><a href=\"runs/.*?</tr>", page, re.S)
+def _cells(row: str) -> list[str]:
+    return [html.unescape(re.sub(r"<[^>]+>", "", c)) for c in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)]
+
+
+def _group_rows(page: str) -> list[str]:
+    """The run index's rows: one per group, its run count linked to the group's first page."""
+    return [r for r in re.findall(r"<tr>.*?</tr>", page, re.S) if 'href="groups/' in r or 'href="../groups/' in r]
 
 
 def test_index_has_contents_with_working_anchors(sweep):
@@ -46,39 +51,102 @@ def test_index_has_contents_with_working_anchors(sweep):
     assert "<title>Sweep &lt;report&gt;</title>" in page
 
 
-def test_index_names_every_run_by_algorithm_model_and_test_domain(sweep):
+def test_index_groups_the_runs_and_every_run_is_listed_once(sweep):
     root, roles, index, _ = sweep
     page = index.read_text()
-    rows = _index_rows(page)
-    assert len(rows) == len(_runs(root)) == 26
+    rows = _group_rows(page)
+    assert len(rows) == 25  # 16 PACS singles, 6 pairs, 1 odd, 2 geo groups; the unfinished run joins a group
+    listed = []
     for row in rows:
-        cells = [html.unescape(re.sub(r"<[^>]+>", "", c)) for c in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)]
-        algorithm, model, test = cells[1:4]
+        algorithm, model, held_out, n_runs = _cells(row)[:4]
         assert algorithm in ("ERM", "CORAL", "MoGE") and model.split("(")[0].endswith("patch16_224")
-        assert test in PACS or set(test.split(", ")) <= set(PACS) or test.startswith("6 domains: NorthAmerica/test") \
-            or test == "x$\\frac$y"
-        target = index.parent / html.unescape(re.search(r'href="([^"]+)"', row).group(1))
-        assert target.is_file()
-        assert f"<h1>{html.escape(algorithm)} / {html.escape(model)} / test " in target.read_text()
-    geo = [r for r in rows if ">MoGE<" in r]
-    assert len(geo) == 1 and "6 domains: NorthAmerica/test, CentralAmerica/test, SouthAmerica/test, ..." in geo[0]
-    assert "worst" in geo[0]  # several test domains: the mean and the worst
-    assert "unfinished" in page and "GeoMNIST" in page and "hold out several test domains" in page
+        assert set(held_out.split(", ")) <= set(PACS) or held_out.startswith("NorthAmerica/test") \
+            or held_out == "x$\\frac$y"
+        group = index.parent / html.unescape(re.search(r'href="([^"]+)"', row).group(1))
+        text = group.read_text()
+        assert f"{html.escape(algorithm)} / {html.escape(model)} / test " in text
+        run_rows = [r for r in re.findall(r"<tr><td.*?</tr>", text, re.S)]
+        assert len(run_rows) == int(n_runs)
+        for run_row in run_rows:
+            listed.append(_cells(run_row)[0])
+            link = re.search(r'href="([^"]+)"', run_row)
+            if link:  # a run with its own page
+                target = group.parent / html.unescape(link.group(1))
+                assert f"<h1>{html.escape(algorithm)} / {html.escape(model)} / test " in target.read_text()
+    assert sorted(listed) == sorted(str(p.relative_to(root)) for p in _runs(root))  # each run once
+    geo = next(r for r in rows if ">MoGE<" in r)
+    geo_page = (index.parent / html.unescape(re.search(r'href="([^"]+)"', geo).group(1))).read_text()
+    assert "6 domains: NorthAmerica/test, CentralAmerica/test, SouthAmerica/test, ..." in geo_page
+    assert "(worst " in geo_page  # several test domains: the mean and the worst
+    assert "unfinished" in (index.parent / "groups").joinpath(next(
+        p.name for p in (index.parent / "groups").glob("*.html") if "still_training" in p.read_text())).read_text()
+    assert "GeoMNIST" in page and "hold out several test domains" in page
     cost = page[page.index('id="cost"'):page.index('id="include-benchmarks"')]
     assert "CORAL</td><td class=\"l\">gmoe_tiny_patch16_224</td><td>4</td>" in cost  # named, not hashed
     assert not re.search(r"\b[0-9a-f]{12,}\b", cost)
+    assert not re.search(r"\d\.\d{4}", cost)  # timings rounded to their spread, not four decimals
+
+
+def test_filters_list_the_groups_of_one_dataset_algorithm_model_or_held_out_domain(sweep):
+    _, _, index, _ = sweep
+    page = index.read_text()
+    bar = re.search(r'<nav class="toc" aria-label="Filters">.*?</nav>', page, re.S).group(0)
+    links = dict((html.unescape(re.sub(r" \(\d+\)$", "", t)), h) for h, t in
+                 re.findall(r'<a href="(by/[^"]+)">([^<]+)</a>', bar))
+    assert {"PACS", "GeoMNIST", "ERM", "CORAL", "MoGE", "photo", "vit_tiny_patch16_224"} <= set(links)
+    coral = (index.parent / links["CORAL"]).read_text()
+    rows = _group_rows(coral)
+    assert len(rows) == 8 and all(_cells(r)[1] == "CORAL" for r in rows)  # 2 models x 4 held-out domains
+    photo = (index.parent / links["photo"]).read_text()
+    assert all("photo" in _cells(r)[3] for r in _group_rows(photo)) and len(_group_rows(photo)) == 4 + 3
+
+
+def test_only_selected_runs_get_pages_unless_asked(tmp_path):
+    from report_sweep import make_runs
+
+    make_runs(tmp_path / "runs", 16)
+    for trial in (1, 2):  # more trial seeds: several runs per group, one page (the best) each
+        for k, env in enumerate(range(len(PACS))):
+            write_run(tmp_path / "runs" / f"t{trial}_{env}", "PACS", PACS, "ERM", "vit_tiny_patch16_224", [env],
+                      trial_seed=trial)
+    index = build_report(tmp_path / "runs", count_params=False)
+    pages = list((index.parent / "runs").glob("*.html"))
+    assert len(pages) == 16 and len(list((index.parent / "figures").glob("*.png"))) == 16
+    picked = tmp_path / "runs" / "t2_1"
+    index = build_report(tmp_path / "runs", count_params=False, runs=[picked])
+    assert any("t2_1" in p.read_text() for p in (index.parent / "runs").glob("*.html"))
+    assert len(list((index.parent / "runs").glob("*.html"))) in (16, 17)  # (it may be its group's best)
+    index = build_report(tmp_path / "runs", count_params=False, pages="none")
+    assert not list((index.parent / "runs").glob("*.html")) and "0 run pages written" in index.read_text()
+    assert len(list((index.parent / "groups").glob("*.html"))) == 16
+
+
+def test_the_index_is_written_before_any_run_page(tmp_path):
+    from report_sweep import make_runs
+
+    make_runs(tmp_path / "runs", 8)
+    seen = {}
+
+    def on_index(path):
+        seen["index"] = path.read_text()
+        seen["pages"] = list((path.parent / "runs").glob("*.html"))
+
+    index = build_report(tmp_path / "runs", count_params=False, on_index=on_index)
+    assert seen["pages"] == [] and "run pages being written (0 of 8)" in seen["index"]
+    assert "8 run pages written" in index.read_text()
 
 
 def test_report_stays_within_its_size_budget(sweep):
     root, _, index, output = sweep
     n = len(_runs(root))
     assert index.stat().st_size <= index_budget(n)
-    assert report_size(index) <= report_budget(index) == size_budget(n, n_analysis_figures=1)  # one geo figure
+    pages = n - 1  # every group's best run (the unfinished one shares its group)
+    assert report_size(index) <= report_budget(index) == size_budget(pages, n_analysis_figures=1, n_listed=n)
     assert size_budget(100) == 10_000_000 and index_budget(100) == 1_000_000
-    assert f"for {n} runs" in output and "budget" in output
+    assert f"for {n} runs, {pages} run pages" in output and "budget" in output
     assert not re.search(r'(src|href)="(https?:)?//', index.read_text())  # nothing fetched when opened
     figures = list((index.parent / "figures").glob("*.png"))
-    assert len(figures) == n + 1 and all(f.stat().st_size < 100_000 for f in figures)
+    assert len(figures) == pages + 1 and all(f.stat().st_size < 100_000 for f in figures)
 
 
 def test_odd_names_are_drawn_and_escaped(sweep):
@@ -133,7 +201,9 @@ def test_report_into_an_html_file_keeps_its_pages_beside_it(tmp_path):
     index = build_report(tmp_path / "runs", tmp_path / "out" / "sweep.html", count_params=False)
     assert index == tmp_path / "out" / "sweep.html"
     pages = list((tmp_path / "out" / "sweep_files" / "runs").glob("*.html"))
-    assert len(pages) == 1 and 'href="sweep_files/runs/' in index.read_text()
+    assert len(pages) == 1 and 'href="sweep_files/groups/' in index.read_text()
+    group = next((tmp_path / "out" / "sweep_files" / "groups").glob("*.html")).read_text()
+    assert 'href="../runs/' in group and '<a href="../../sweep.html">' in group
     assert '<a href="../../sweep.html">' in pages[0].read_text()
     index = build_report(tmp_path / "runs", tmp_path / "out" / "sweep.html", count_params=False)  # rebuilt in place
     assert len(list((tmp_path / "out" / "sweep_files" / "figures").glob("*.png"))) == 1
@@ -189,3 +259,16 @@ def test_analyze_gives_moge_runs_the_geo_routing_analysis_and_the_report_shows_i
     for caption in ("Discovered domains on the map (top-1 expert)", "Routing frequency (top-1 expert per image)",
                     "Forced-expert accuracy"):
         assert f"<figcaption>{caption}</figcaption>" in page
+
+
+def test_cli_writes_the_pages_of_the_runs_it_is_given(tmp_path, cli):
+    from report_sweep import make_runs
+
+    runs = make_runs(tmp_path / "runs", 8)
+    result = cli("report", tmp_path / "runs", "--no-params", "--pages", "none", "--run", runs[3], runs[5])
+    assert result.exit_code == 0, result.output
+    pages = [p.read_text() for p in (tmp_path / "runs" / "report" / "runs").glob("*.html")]
+    assert len(pages) == 2 and all(any(r.name in p for p in pages) for r in (runs[3], runs[5]))
+    assert ", 2 run pages and" in result.output
+    outside = cli("report", tmp_path / "runs", "--run", tmp_path)
+    assert outside.exit_code == 2 and "is not a run folder under" in outside.output

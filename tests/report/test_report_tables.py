@@ -162,8 +162,11 @@ def test_hand_computed_cells(records):
     # GMoE: (.3 .6 .9 .5) + (0, .03, .06): 33.0 63.0 93.0 53.0 +/- 1.4, Avg 60.5
     assert "33.0 +/- 1.4 | 63.0 +/- 1.4 | 93.0 +/- 1.4 | 53.0 +/- 1.4 |  60.5 |" in text
     # VLCS ERM: (.6, .7) (.7, .8) (.8, 1.0) (.9) -> 65.0 +/- 3.5, 75.0 +/- 3.5, 90.0 +/- 7.1, 90.0 +/- 0.0
-    assert "| ERM         | 65.0 +/- 3.5 | 75.0 +/- 3.5 | 90.0 +/- 7.1 | 90.0 +/- 0.0 |  80.0 |" in text
-    assert "| CORAL       | 50.0 +/- 0.0 |            X |            X |            X |     X |" in text
+    # (a one-model table names its model too: no row reads as the bare algorithm)
+    assert ("| ERM / vit_tiny_patch16_224   | 65.0 +/- 3.5 | 75.0 +/- 3.5 | 90.0 +/- 7.1 | 90.0 +/- 0.0 |  80.0 |"
+            in text)
+    assert ("| CORAL / vit_tiny_patch16_224 | 50.0 +/- 0.0 |            X |            X |            X |     X |"
+            in text)
     loo = results_tables(records, "loo")
     assert "| ERM / vit_tiny_patch16_224  |              X |" in loo
     assert "35.0 +/- 1.4 | 65.0 +/- 1.4 | 95.0 +/- 1.4 | 55.0 +/- 1.4 |  62.5 |" in loo
@@ -173,14 +176,23 @@ def test_hand_computed_cells(records):
 
 def test_averages_of_incomplete_trial_seeds(records):
     # VLCS ERM under IID: trial 0 averages .6 .7 .8 .9 = .75; trial 1 lacks env3. As DomainBed, it averages
-    # the domains it has (.7 .8 1.0 -> .8333): 79.2 +/- 2.9, and CORAL's lone env0 run counts (50.0).
+    # the domains it has (.7 .8 1.0 -> .8333): 79.2 +/- 2.9, and CORAL's lone env0 run counts (50.0). Each such
+    # cell says over how few domains a seed averaged, and the row's Avg that it is partial.
     text = results_tables(records, "iid")
-    assert "| ERM / vit_tiny_patch16_224   | 50.0 +/- 4.7 | 79.2 +/- 2.9 |  64.6 |" in text
-    assert "| CORAL / vit_tiny_patch16_224 |            X | 50.0 +/- 0.0 |     X |" in text
+    assert "| ERM / vit_tiny_patch16_224   | 50.0 +/- 4.7 | 79.2 +/- 2.9 (3/4) | 64.6 (partial) |" in text
+    assert "| CORAL / vit_tiny_patch16_224 |            X | 50.0 +/- 0.0 (1/4) |              X |" in text
+    assert "(k/n): a trial seed of this cell holds out only k of the dataset's n domains" in text
     # complete_trials leaves trial 1 out (75.0 +/- 0.0) and CORAL has no complete seed (X)
     strict = results_tables(records, "iid", complete_trials=True)
     assert "| ERM / vit_tiny_patch16_224   | 50.0 +/- 4.7 | 75.0 +/- 0.0 |  62.5 |" in strict
     assert "| CORAL / vit_tiny_patch16_224 |            X |            X |     X |" in strict
+    assert "(k/n)" not in strict and "(partial)" not in strict
+
+
+def test_counts_read_in_the_right_number(records):
+    single = records[records["test_envs"].map(len) == 1]
+    one = single[single["run_dir"] == single["run_dir"].iloc[0]].head(1)
+    assert "1 record from 1 run." in results_tables(one, "iid")
 
 
 def test_markdown_golden(records):

@@ -300,7 +300,7 @@ def test_cli_launch_status_delete(tmp_path, monkeypatch, cli):
 
 @pytest.mark.parametrize("flags, message", [
     (["--", "--seed", "3"], "--seed after `--` is set by the sweep"),
-    (["--", "--stps", "3"], "No such option '--stps'"),
+    (["--", "--stps", "3"], "--stps after `--` is not a `dgmoe train` flag (did you mean --steps"),
     (["--", "--n-per-domain", "0"], "--n-per-domain must be >= 1"),
     (["--train-args", "--test-envs 1"], "--test-envs after `--` is set by the sweep"),
 ])

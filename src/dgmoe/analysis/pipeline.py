@@ -121,7 +121,7 @@ def analyze_routing(run: RunImages, out_dir: str | Path, show: int = 4, mode: st
                                                   f"{run.describe()}", run.domains, run.test_domains),
                    out / "expert_usage.png")
     table.to_csv(out / "expert_usage.csv", index=False)
-    n_img = {d: len(x) for d, x in run.inputs.items()}
+    n_img = ", ".join(f"{d} {len(x)}" for d, x in run.inputs.items())  # (no Python repr in a report)
     text = (f"### Expert usage per domain (% of patches, top-1; images per domain: {n_img})\n\n"
             + usage_markdown(table) + "\n")
     (out / "expert_usage.md").write_text(text)

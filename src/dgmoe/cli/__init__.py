@@ -15,21 +15,32 @@ from typing import Sequence
 
 import click
 
+from dgmoe.cli.options import ListFlagsGroup
 from dgmoe.errors import DgmoeError
 
 SUBCOMMANDS = ("models", "train", "data", "results", "quickstart", "sweep", "bench", "analyze", "synthetic", "report",
                "algorithms", "geo", "recipe")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _LazyGroup(ListFlagsGroup):
+    """The subcommands of `SUBCOMMANDS`, each imported when named (or listed by --help); every subcommand
+    module imports torch and pandas inside its function, so that help and argument errors start at once. List
+    flags take DomainBed's space-separated values (`dgmoe.cli.options.ListFlagsGroup`)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(SUBCOMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in SUBCOMMANDS:
+            return None
+        return importlib.import_module(f"dgmoe.cli.{cmd_name}").command
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="dgmoe")
 @click.option("--debug", is_flag=True, help="Show Python tracebacks of errors (also DGMOE_DEBUG=1).")
 def main(debug: bool) -> None:
     """Domain generalization with sparse mixture-of-experts vision transformers."""
-
-
-for _name in SUBCOMMANDS:
-    main.add_command(importlib.import_module(f"dgmoe.cli.{_name}").command)
 
 
 def _one_line(text: str) -> str:

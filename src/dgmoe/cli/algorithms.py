@@ -5,6 +5,7 @@ import click
 
 from dgmoe.bench.algorithms import BenchmarkConfig
 from dgmoe.bench.timing import MIN_ROUNDS, MIN_WARMUP
+from dgmoe.cli.options import ListFlagsGroup
 
 
 def algorithm_rows() -> list[tuple[str, int, str, str]]:
@@ -18,7 +19,7 @@ def algorithm_rows() -> list[tuple[str, int, str, str]]:
     return rows
 
 
-@click.group("algorithms", invoke_without_command=True)
+@click.group("algorithms", cls=ListFlagsGroup, invoke_without_command=True)
 @click.option("--references/--no-references", default=True, help="Print each algorithm's paper reference.")
 @click.pass_context
 def command(ctx: click.Context, references: bool) -> None:

@@ -1,9 +1,14 @@
 """`dgmoe analyze`: look inside a trained run (routing maps, expert usage, attention maps, CUB-DG experts)."""
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import click
+
+from dgmoe.cli.options import ListFlagsGroup
+from dgmoe.errors import UsageError
 
 RUN_DIR = click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 OUT = click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -17,13 +22,31 @@ N_IMAGES = click.option("--n-images", type=click.IntRange(min=1), default=16, sh
 SEED = click.option("--seed", type=int, default=0, show_default=True, help="Seed of the image sample.")
 
 
-def _out(run_dir: Path, out_dir: Path | None) -> Path:
+@contextmanager
+def _writing(run_dir: Path, out_dir: Path | None) -> Iterator[Path]:
+    """The output folder, made for the analysis; a run the analysis does not apply to (a `ValueError` of the
+    analysis: no MoE layer, not a ViT) is a one-line usage error that leaves no folder behind (an empty
+    analysis/ would make `dgmoe report --analyze` skip the run)."""
     out = out_dir or run_dir / "analysis"
+    made = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
-    return out
+    try:
+        yield out
+    except ValueError as err:
+        if made and not any(out.iterdir()):
+            out.rmdir()
+        raise UsageError(f"{run_dir}: {err}") from None
 
 
-@click.group("analyze")
+def _sparse(run_dir: Path, model: object) -> None:
+    from dgmoe.analysis.routing import num_experts_of
+
+    if not num_experts_of(model):  # type: ignore[arg-type]
+        raise UsageError(f"{run_dir} holds a dense {type(model).__name__} (no MoE layer): routing maps need a "
+                         f"sparse model (gmoe_*, sfmoe_*, moge_*); `dgmoe analyze attention {run_dir}` takes any ViT")
+
+
+@click.group("analyze", cls=ListFlagsGroup)
 def command() -> None:
     """Routing maps, expert usage, attention maps and CUB-DG attribute/expert histograms of a trained run."""
 
@@ -43,9 +66,10 @@ def routing(run_dir: Path, out_dir: Path | None, which: str, data_dir: Path | No
     """Top-1 expert of every patch per MoE block, drawn over the images, and expert usage per domain."""
     from dgmoe.analysis.pipeline import analyze_routing, load_run_images
 
-    out = _out(run_dir, out_dir)
     run = load_run_images(run_dir, n_images, data_dir, which, seed)
-    click.echo(analyze_routing(run, out, show, mode))
+    _sparse(run_dir, run.model)
+    with _writing(run_dir, out_dir) as out:
+        click.echo(analyze_routing(run, out, show, mode))
     click.echo(f"wrote routing maps and expert usage to {out}")
 
 
@@ -63,9 +87,9 @@ def attention(run_dir: Path, out_dir: Path | None, which: str, data_dir: Path | 
     """Per-head CLS attention maps of one block and the head-redundancy score per domain."""
     from dgmoe.analysis.pipeline import analyze_attention, load_run_images
 
-    out = _out(run_dir, out_dir)
     run = load_run_images(run_dir, n_images, data_dir, which, seed)
-    click.echo(analyze_attention(run, out, show, block))
+    with _writing(run_dir, out_dir) as out:
+        click.echo(analyze_attention(run, out, show, block))
     click.echo(f"wrote attention maps to {out}")
 
 
@@ -86,7 +110,8 @@ def cub(run_dir: Path, out_dir: Path | None, which: str, cub_dir: Path, domain: 
     from dgmoe.analysis.pipeline import analyze_cub
     from dgmoe.engine.checkpoint import load_run
 
-    out = _out(run_dir, out_dir)
     model, _ = load_run(run_dir, which=which)
-    click.echo(analyze_cub(model, cub_dir, out, domain, split, n_images, show, k))
+    _sparse(run_dir, model)
+    with _writing(run_dir, out_dir) as out:
+        click.echo(analyze_cub(model, cub_dir, out, domain, split, n_images, show, k))
     click.echo(f"wrote CUB-DG expert analysis to {out}")

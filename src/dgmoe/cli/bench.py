@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from dgmoe.bench.timing import MIN_ROUNDS
-from dgmoe.cli.options import config_from_options, run_options
+from dgmoe.cli.options import ListFlagsGroup, config_from_options, run_options
 
 ROUNDS = click.IntRange(min=MIN_ROUNDS)
 #: the `dgmoe train` settings that describe what `bench data` loads and steps (not where results go)
@@ -40,7 +40,7 @@ def _print_machine(threads: int | None, device: str) -> None:
     click.echo(f"torch {torch.__version__}, {threads or torch.get_num_threads()} threads, {where}")
 
 
-@click.group("bench")
+@click.group("bench", cls=ListFlagsGroup)
 def command() -> None:
     """Cost benchmarks (MoE layer vs its limit; whole models vs a reference; R26 stem vs timm)."""
 
@@ -84,7 +84,8 @@ def layer(repeats, paths, **kw) -> None:
               help=f"Timed rounds (at least {MIN_ROUNDS}), after 2 untimed warm-up rounds.")
 @click.option("--device", default="cpu", show_default=True)
 @click.option("--precision", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True)
-@click.option("--compile", "compile_", is_flag=True, help="torch.compile every model.")
+@click.option("--compile", "compile_", is_flag=True,
+              help="torch.compile every model block by block, as `dgmoe train --compile`.")
 @click.option("--threads", type=int, default=None)
 @click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True,
               help="Fresh processes to repeat the timings in; ratios are their median.")

@@ -7,18 +7,7 @@ from typing import Any, cast
 
 import click
 
-from dgmoe.data import cache as cache_mod
-from dgmoe.data.catalogue import (
-    DATASETS,
-    DEFAULT_IMG_SIZE,
-    cache_name,
-    get_dataset,
-    get_spec,
-    list_datasets,
-    prepare_dataset,
-    scan,
-)
-from dgmoe.data.errors import CacheError, DatasetError
+from dgmoe.cli.options import ListFlagsGroup
 from dgmoe.errors import UsageError
 
 
@@ -30,7 +19,7 @@ def _fail(e: Exception) -> None:
     raise e if isinstance(e, UsageError) else UsageError(str(e)) from None
 
 
-@click.group("data")
+@click.group("data", cls=ListFlagsGroup)
 def command() -> None:
     """Datasets: catalogue, layout checks and the uint8 cache."""
 
@@ -38,10 +27,12 @@ def command() -> None:
 @command.command("list")
 def list_cmd() -> None:
     """The dataset catalogue with DomainBed's facts."""
-    click.echo(f"{'name':<15} {'kind':<9} {'dir':<16} {'classes':>7} {'steps':>6} {'ckpt':>5}  domains")
+    from dgmoe.data.catalogue import DATASETS, list_datasets
+
+    click.echo(f"{'name':<15} {'kind':<10} {'dir':<16} {'classes':>7} {'steps':>6} {'ckpt':>5}  domains")
     for name in list_datasets():
         s = DATASETS.get(name)
-        click.echo(f"{name:<15} {s.kind:<9} {s.dir_name or '-':<16} {s.num_classes or '?':>7} {s.n_steps:>6} "
+        click.echo(f"{name:<15} {s.kind:<10} {s.dir_name or '-':<16} {s.num_classes or '?':>7} {s.n_steps:>6} "
                    f"{s.checkpoint_freq:>5}  {', '.join(s.domains) or '(from folders)'}")
 
 
@@ -53,6 +44,10 @@ def list_cmd() -> None:
               "$DGMOE_CACHE_DIR or ~/.cache/dgmoe/data).")
 def info_cmd(dataset: str, data_dir: str | None, img_size: int | None, cache_dir: str | None) -> None:
     """Domains, classes and image counts (per domain and class) of a dataset, without decoding images."""
+    from dgmoe.data import cache as cache_mod
+    from dgmoe.data.catalogue import DEFAULT_IMG_SIZE, cache_name, get_dataset, get_spec, scan
+    from dgmoe.data.errors import CacheError, DatasetError
+
     try:
         spec = get_spec(dataset)
         if spec.kind == "folder":
@@ -99,6 +94,9 @@ def info_cmd(dataset: str, data_dir: str | None, img_size: int | None, cache_dir
 def prepare_cmd(dataset: str, data_dir: str, img_size: int, cache_dir: str | None, workers: int,
                 force: bool) -> None:
     """Decode a folder dataset once into uint8 arrays at --img-size (one .npy per domain + manifest.json)."""
+    from dgmoe.data.catalogue import prepare_dataset
+    from dgmoe.data.errors import DatasetError
+
     start = time.perf_counter()
     try:
         info = prepare_dataset(dataset, data_dir, img_size, cache_dir, workers=workers, force=force, progress=True)

@@ -6,8 +6,10 @@ from pathlib import Path
 
 import click
 
+from dgmoe.cli.options import ListFlagsGroup
 
-@click.group("geo")
+
+@click.group("geo", cls=ListFlagsGroup)
 def command() -> None:
     """MoGE and geographic metadata: GeoMNIST benchmark, Sentinel-2 check, routing analysis."""
 

@@ -2,8 +2,10 @@
 setting is one declaration: its flag, type, default, help and constraints come from the field.
 
 `bool` fields become `--name/--no-name`, `tuple[int, ...]` a repeatable flag, `dict` a JSON-object flag,
-`choices` a `click.Choice`. Only the flags a user gives are applied, over the dataclass defaults or over a
-`--config FILE`, so defaults are declared once; values are validated by the config, which names the flag.
+`choices` a `click.Choice`. A list flag takes DomainBed's space-separated values (`--test_envs 0 1`), repeats
+(`--test-envs 0 --test-envs 1`) and comma lists (`--test-envs 0,1`) alike (`ListFlagsGroup`). Only the flags
+a user gives are applied, over the dataclass defaults or over a `--config FILE`, so defaults are declared once;
+values are validated by the config, which names the flag.
 """
 from __future__ import annotations
 
@@ -16,6 +18,64 @@ from click.core import ParameterSource
 
 from dgmoe.engine.config import RunConfig
 from dgmoe.engine.settings import flag, key_of, kind_of
+
+LIST_HINT = "space-separated, repeat the flag or use a comma list"
+
+
+class IndexList(click.ParamType):
+    """One integer of a list flag (`--test-envs`); its error says how a list is written."""
+
+    name = "integer"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        try:
+            return int(str(value).strip())
+        except ValueError:
+            self.fail(f"expected integers ({LIST_HINT}), got {value!r}", param, ctx)
+
+
+INDEX_LIST = IndexList()
+
+
+def spread_lists(params: Iterable[click.Parameter], args: list[str]) -> list[str]:
+    """`--flag a b c` -> `--flag a --flag b --flag c` for every list option (`multiple=True`) in `params`, as
+    DomainBed's `nargs='+'`: the values run to the next token that starts with '-'; integer lists also split
+    comma lists. Everything after `--` is left as it is."""
+    lists = {name: p for p in params if isinstance(p, click.Option) and p.multiple for name in p.opts}
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        token = args[i]
+        if token == "--":
+            return out + args[i:]
+        name, eq, first = token.partition("=")
+        option = lists.get(name)
+        if option is None or (not eq and i + 1 == len(args)):
+            out.append(token)
+            i += 1
+            continue
+        values = [first] if eq else [args[i + 1]]  # the first value is taken as given, as click would
+        i += 1 if eq else 2
+        while i < len(args) and not args[i].startswith("-"):
+            values.append(args[i])
+            i += 1
+        if isinstance(option.type, IndexList):
+            values = [v for value in values for v in (value.split(",") if "," in value else [value])]
+        for value in values:
+            out += [name, value]
+    return out
+
+
+class ListFlagsGroup(click.Group):
+    """A group whose commands' list flags take space-separated values (see `spread_lists`)."""
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[Any, Any, list[str]]:
+        name, cmd, rest = super().resolve_command(ctx, args)
+        if cmd is not None and not isinstance(cmd, click.Group):
+            rest = spread_lists(cmd.params, rest)
+        return name, cmd, rest
 
 
 def _names(key: str, base: Any) -> list[str]:
@@ -39,7 +99,8 @@ def _option(f: dataclasses.Field, hint: Any, section: str) -> Callable:
     if base is bool:
         return click.option(*names, default=default, show_default=True, help=help_text)
     if base is tuple:
-        return click.option(*names, multiple=True, type=int, default=default, show_default=True, help=help_text)
+        return click.option(*names, multiple=True, type=INDEX_LIST, default=default, show_default=True,
+                            help=f"{help_text.rstrip('.')}: {LIST_HINT}.")
     if base is dict:
         return click.option(*names, default="", show_default=False, help=help_text)
     if meta.get("choices"):

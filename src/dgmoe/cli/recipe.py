@@ -7,11 +7,12 @@ from typing import Any
 
 import click
 
-from dgmoe.cli.sweep import launch_options, launcher_options, train_flags
+from dgmoe.cli.options import ListFlagsGroup
+from dgmoe.cli.sweep import TrainFlagsAfterDash, launch_options, launcher_options, train_flags
 from dgmoe.engine.config import ExecutionConfig
 from dgmoe.engine.settings import flag, key_of
 from dgmoe.errors import DgmoeError, UsageError
-from dgmoe.recipes import get_recipe, list_recipes
+from dgmoe.recipes import get_recipe, list_recipes  # the paper modules load on first use
 from dgmoe.recipes.plan import SCALES
 
 #: the `dgmoe train` flags a recipe launch passes on (after `--`): where and how jobs execute, never what
@@ -20,7 +21,7 @@ EXECUTION_KEYS = tuple(k for k in (key_of(f) for f in dataclasses.fields(Executi
                        if k not in ("output_dir", "data_dir"))
 
 
-@click.group("recipe")
+@click.group("recipe", cls=ListFlagsGroup)
 def command() -> None:
     """The seed papers' tables as recipes (GMoE, SF-MoE, MoGE): `list`, `show NAME`, `launch NAME`; then
     `dgmoe results DIR --recipe NAME` prints the obtained numbers beside the paper's."""
@@ -43,8 +44,8 @@ def show(name: str) -> None:
     click.echo(show_text(get_recipe(name)))
 
 
-def _execution(flags: tuple[str, ...]) -> dict[str, Any]:
-    settings, base = train_flags(flags)
+def _execution(flags: tuple[str, ...], ctx: click.Context) -> dict[str, Any]:
+    settings, base = train_flags(flags, ctx=ctx)
     if base is not None:
         raise UsageError("--config after `--` is not a recipe setting: the recipe declares its runs")
     wrong = [k for k in settings if k not in EXECUTION_KEYS]
@@ -55,7 +56,7 @@ def _execution(flags: tuple[str, ...]) -> dict[str, Any]:
     return settings
 
 
-@command.command("launch", context_settings={"show_default": True})
+@command.command("launch", cls=TrainFlagsAfterDash, context_settings={"show_default": True})
 @click.argument("name")
 @click.option("--data-dir", default=None, help="Folder holding the datasets (<data-dir>/<DatasetDir>/..., WILDS "
               "folders); not needed at the smoke scale.")
@@ -66,12 +67,13 @@ def _execution(flags: tuple[str, ...]) -> dict[str, Any]:
               "NAME-smoke at the smoke scale].")
 @click.option("--scale", type=click.Choice(SCALES), default="paper",
               help="paper: the paper's grid; smoke: stand-in data, narrow models, a few CPU steps.")
-@click.option("--rows", multiple=True, help="Launch only these rows (labels as `show` prints them; repeat).")
+@click.option("--rows", multiple=True, help="Launch only these rows (labels as `show` prints them; repeat the flag).")
 @click.option("--n-hparams", type=click.IntRange(min=1), default=None, help="Replace the parts' hparams draws.")
 @click.option("--n-trials", type=click.IntRange(min=1), default=None, help="Replace the parts' trial seeds.")
 @launcher_options
 @click.argument("flags", nargs=-1, type=click.UNPROCESSED, metavar="[-- EXECUTION_FLAGS...]")
-def launch(name: str, flags: tuple[str, ...], **kw: Any) -> None:
+@click.pass_context
+def launch(ctx: click.Context, name: str, flags: tuple[str, ...], **kw: Any) -> None:
     """Check a recipe's inputs, then launch its sweeps (resuming what is unfinished).
 
     Every data folder and weights file is checked first: what is missing is listed, one line each, and
@@ -82,7 +84,7 @@ def launch(name: str, flags: tuple[str, ...], **kw: Any) -> None:
     from dgmoe.recipes.run import launch as run_plan
 
     recipe = get_recipe(name)
-    execution = _execution(flags)
+    execution = _execution(flags, ctx)
     output_dir = kw["output_dir"] or f"runs/recipes/{recipe.name}{'-smoke' if kw['scale'] == 'smoke' else ''}"
     try:
         plan = prepare(recipe, kw["scale"], output_dir, kw["data_dir"], kw["pretrained"], kw["rows"], execution,

@@ -1,4 +1,5 @@
-"""`dgmoe report RUNS_DIR`: a static HTML report (overview page, one page per run, figures) of a runs folder."""
+"""`dgmoe report RUNS_DIR`: a static HTML report (overview, grouped run index, pages for the selected runs, figures)
+of a runs folder."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -24,14 +25,25 @@ import click
                    "analyse and why (reads each run's dataset from its data_dir).")
 @click.option("--n-images", type=click.IntRange(min=1), default=8, show_default=True,
               help="With --analyze: images per domain.")
+@click.option("--pages", type=click.Choice(["selected", "all", "none"]), default="selected", show_default=True,
+              help="Which runs get their own page and accuracy chart: selected (each group's best run, analysed "
+                   "runs, those named with --run), all, or none (the index, group and filter pages only).")
+@click.option("--run", "run_dirs", multiple=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="Also write this run folder's page and chart (repeat the flag or space-separate).")
 def command(runs_dir: Path, out: Path | None, selection: str, include: tuple[Path, ...], title: str,
-            no_params: bool, analyze: bool, n_images: int) -> None:
-    """Results tables, run index, cost table, and per run its accuracy per step and the `dgmoe analyze` figures:
-    an index page that links one page per run (readable offline, nothing fetched). Run `dgmoe analyze routing
-    RUN` first, or pass --analyze, to add routing maps."""
+            no_params: bool, analyze: bool, n_images: int, pages: str, run_dirs: tuple[Path, ...]) -> None:
+    """Results tables, a run index grouped by dataset, algorithm, model and held-out domains (with filter pages
+    and each group's runs, paged), the cost table, and pages with the accuracy per step and the `dgmoe analyze`
+    figures of the selected runs (readable offline, nothing fetched). The index is written first. Run `dgmoe
+    analyze routing RUN` first, or pass --analyze, to add routing maps."""
+    from dgmoe.errors import UsageError
     from dgmoe.report.collect import find_results_files
     from dgmoe.report.html import build_report, report_budget, report_size
 
+    root = runs_dir.resolve()
+    outside = [r for r in run_dirs if not r.resolve().is_relative_to(root) or not (r / "results.jsonl").is_file()]
+    if outside:
+        raise UsageError(f"--run {outside[0]} is not a run folder under {runs_dir} (a folder with results.jsonl)")
     unreadable: list[str] = []
     find_results_files(runs_dir, unreadable)
     for folder in unreadable:
@@ -52,7 +64,11 @@ def command(runs_dir: Path, out: Path | None, selection: str, include: tuple[Pat
         counts = {s: sum(o.status == s for o in outcomes) for s in ("analysed", "skipped", "failed")}
         click.echo(f"analysis: {counts['analysed']} analysed, {counts['skipped']} already analysed, "
                    f"{counts['failed']} could not be analysed")
-    path = build_report(runs_dir, out, selection, include, title, count_params=not no_params, notes=notes)
+    path = build_report(runs_dir, out, selection, include, title, count_params=not no_params, notes=notes,
+                        pages=pages, runs=run_dirs)  # type: ignore[arg-type]
     n_runs = sum(1 for _ in runs_dir.rglob("results.jsonl"))
-    click.echo(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB; {report_size(path) / 1e6:.2f} MB with its run pages "
-               f"and figures, budget {report_budget(path) / 1e6:.1f} MB for {n_runs} runs and their analysis figures)")
+    n_pages = sum(1 for _ in (path.parent / "runs").glob("*.html")) if path.name == "index.html" else None
+    pages_text = "" if n_pages is None else f", {n_pages} run page{'' if n_pages == 1 else 's'}"
+    click.echo(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB; {report_size(path) / 1e6:.2f} MB with its pages "
+               f"and figures, budget {report_budget(path) / 1e6:.1f} MB for {n_runs} run{'' if n_runs == 1 else 's'}"
+               f"{pages_text} and their analysis figures)")

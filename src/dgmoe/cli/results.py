@@ -9,9 +9,6 @@ import click
 
 from dgmoe.engine.io import write_text_atomic
 from dgmoe.errors import UsageError
-from dgmoe.report.collect import load_records
-from dgmoe.report.single_source import single_source_table
-from dgmoe.report.tables import results_tables
 
 T = TypeVar("T")
 
@@ -66,6 +63,10 @@ def command(runs_dir: Path, latex: bool, selection: str | None, single_source: b
         raise click.UsageError("--complete-trials does not apply with --single-source")
     if single_source and selection is not None:
         raise click.UsageError("--selection does not apply with --single-source (training-domain validation)")
+    from dgmoe.report.collect import load_records  # pandas: loaded once the arguments are known to be right
+    from dgmoe.report.single_source import single_source_table
+    from dgmoe.report.tables import results_tables
+
     try:
         records = _echo_warnings(lambda: load_records(runs_dir, include_unfinished=include_unfinished))
         if records.empty:

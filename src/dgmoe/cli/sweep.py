@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 import click
 
-from dgmoe.cli.options import given_settings, run_options
+from dgmoe.cli.options import INDEX_LIST, LIST_HINT, ListFlagsGroup, given_settings, run_options, spread_lists
 from dgmoe.engine.config import RunConfig
 from dgmoe.engine.settings import flag
 from dgmoe.errors import DgmoeError, UsageError
@@ -79,7 +79,7 @@ def launch_options(kw: dict[str, Any]) -> LaunchOptions:
         slurm_extra=extra, submitit_cluster=kw["submitit_cluster"])
 
 
-@click.group("sweep")
+@click.group("sweep", cls=ListFlagsGroup)
 def command() -> None:
     """DomainBed sweeps: trial x dataset x algorithm x model x test envs x hparams seed."""
 
@@ -89,39 +89,74 @@ def command() -> None:
 SWEEP_RUN_KEYS = ("data_dir", "steps", "checkpoint_freq", "hparams", "img_size", "patch_size", "holdout_fraction")
 
 
-def train_flags(flags: tuple[str, ...], legacy: tuple[str, str] = ("", "")) -> tuple[dict, RunConfig | None]:
+def _names_of(command: click.Command) -> set[str]:
+    return {n for p in command.params for n in (*p.opts, *p.secondary_opts)}
+
+
+class TrainFlagsAfterDash(click.Command):
+    """A launch command whose positional arguments are `dgmoe train` flags given after `--`: a train flag
+    given before `--`, a stray word, or a launch option after `--` is refused with a message naming the side
+    of `--` it belongs on."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        from dgmoe.cli.train import command as train
+
+        ctx.meta["dgmoe.dash"] = "--" in args
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as err:
+            if err.option_name in _names_of(train):
+                raise click.UsageError(f"{err.option_name} is a `dgmoe train` flag: give it after `--` "
+                                       f"({ctx.command_path} ... -- {err.option_name} VALUE)", ctx) from None
+            raise
+
+
+def train_flags(flags: tuple[str, ...], legacy: tuple[str, str] = ("", ""),
+                ctx: click.Context | None = None) -> tuple[dict, RunConfig | None]:
     """The run settings given after `--` (and in the old --train-args/--exec-args strings), parsed by
-    `dgmoe train`'s own options: (flat settings, the --config base or None)."""
+    `dgmoe train`'s own options: (flat settings, the --config base or None). `ctx`, the launch command's
+    context, names the side of `--` a misplaced flag belongs on."""
     from dgmoe.cli.train import command as train
 
-    argv = [token for text in legacy for token in shlex.split(text)] + list(flags)
+    if ctx is not None and flags and not ctx.meta.get("dgmoe.dash"):
+        raise UsageError(f"unexpected argument {flags[0]!r} before `--`; `dgmoe train` flags go after `--`, list "
+                         f"flags take their values {LIST_HINT}")
+    argv = spread_lists(train.params, [token for text in legacy for token in shlex.split(text)] + list(flags))
+    own = _names_of(ctx.command) if ctx is not None else set()
     try:
-        ctx = train.make_context("dgmoe train", argv, resilient_parsing=False)
+        ctx_train = train.make_context("dgmoe train", argv, resilient_parsing=False)
+    except click.NoSuchOption as err:
+        if err.option_name in own:
+            where = ctx.command_path if ctx is not None else "dgmoe sweep launch"
+            raise UsageError(f"{err.option_name} is an option of `{where}`, not a `dgmoe train` flag: give it "
+                             "before `--`") from None
+        raise UsageError(f"{err.option_name} after `--` is not a `dgmoe train` flag"
+                         + (f" (did you mean {', '.join(err.possibilities)}?)" if err.possibilities else "")) from None
     except click.ClickException as err:
         raise UsageError(f"the `dgmoe train` flags after `--`: {err.format_message()}") from None
-    settings = given_settings(ctx, ctx.params)
+    settings = given_settings(ctx_train, ctx_train.params)
     grid = [k for k in settings if k in GRID_KEYS]
     if grid:
         raise UsageError(f"{flag(grid[0])} after `--` is set by the sweep for each job (use --datasets, "
                          "--algorithms, --models, --n-hparams, --n-trials, --only-test-envs, --output-dir)")
-    if ctx.params.get("print_config"):
+    if ctx_train.params.get("print_config"):
         raise UsageError("--print-config is not a sweep setting; use the dummy launcher to see the jobs")
-    base = RunConfig.from_file(ctx.params["config_file"]) if ctx.params.get("config_file") else None
+    base = RunConfig.from_file(ctx_train.params["config_file"]) if ctx_train.params.get("config_file") else None
     return settings, base
 
 
-@command.command("launch", context_settings={"show_default": True})
-@click.option("--datasets", multiple=True, required=True, help="Dataset names (repeat or comma list).")
-@click.option("--algorithms", multiple=True, required=True, help="Algorithm names (repeat or comma list).")
-@click.option("--models", multiple=True, required=True, help="Backbone names (repeat or comma list).")
+@command.command("launch", cls=TrainFlagsAfterDash, context_settings={"show_default": True})
+@click.option("--datasets", multiple=True, required=True, help=f"Dataset names ({LIST_HINT}).")
+@click.option("--algorithms", multiple=True, required=True, help=f"Algorithm names ({LIST_HINT}).")
+@click.option("--models", multiple=True, required=True, help=f"Backbone names ({LIST_HINT}).")
 @click.option("--output-dir", "--output_dir", required=True, help="Sweep directory; one sub-directory per job.")
 @click.option("--n-hparams", "--n_hparams", default=20, help="Hparam draws per cell (seed 0 = defaults).")
 @click.option("--n-hparams-from", "--n_hparams_from", default=0, help="First hparams seed.")
 @click.option("--n-trials", "--n_trials", default=3, help="Trial seeds 0..n-1.")
 @click.option("--single-test-envs", "--single_test_envs", is_flag=True,
               help="Only single held-out domains (no pairs for leave-one-domain-out selection).")
-@click.option("--only-test-envs", multiple=True, type=int,
-              help="Keep only held-out sets within these domains (repeat; e.g. an ablation on one domain).")
+@click.option("--only-test-envs", "--only_test_envs", multiple=True, type=INDEX_LIST,
+              help=f"Keep only held-out sets within these domains ({LIST_HINT}; e.g. an ablation on one domain).")
 @run_options(only=SWEEP_RUN_KEYS)
 @click.option("--train-args", default="", hidden=True, help="Old spelling of the flags after `--`.")
 @click.option("--exec-args", default="", hidden=True, help="Old spelling of the flags after `--`.")
@@ -137,7 +172,7 @@ def launch(ctx: click.Context, train_flags_: tuple[str, ...], **kw: Any) -> None
     """
     from dgmoe.sweep.launchers import launch_sweep
 
-    settings, base = train_flags(train_flags_, (kw["train_args"], kw["exec_args"]))
+    settings, base = train_flags(train_flags_, (kw["train_args"], kw["exec_args"]), ctx)
     settings.update(given_settings(ctx, kw, only=SWEEP_RUN_KEYS))
     try:
         cfg = SweepConfig(
@@ -203,7 +238,7 @@ def delete_incomplete_cmd(output_dir: str, keep_failed: bool, yes: bool) -> None
 @click.option("--eval-time", "eval_times", multiple=True,
               help="MODEL=SECONDS per inference batch of --ref-images images (default: 1/3 of the step).")
 @click.option("--ref-images", default=160, show_default=True, help="Images per measured step.")
-@click.option("--algorithms", multiple=True, default=("ERM",), show_default=True)
+@click.option("--algorithms", multiple=True, default=("ERM",), show_default=True, help=f"({LIST_HINT})")
 @click.option("--n-hparams", default=1, show_default=True)
 @click.option("--n-trials", default=3, show_default=True)
 @click.option("--with-pairs", is_flag=True, help="Add test-env pairs (leave-one-domain-out selection).")

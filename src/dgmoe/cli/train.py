@@ -31,6 +31,6 @@ def command(ctx: click.Context, config_file: str | None, print_config: bool, **k
 
     main_log_config()
     result = train(cfg)
-    if result.already_done:
+    if result.already_done and cfg.execution.progress == "none":  # (otherwise the run log said so)
         click.echo(f"{result.output_dir} is already finished; nothing to do.")
 

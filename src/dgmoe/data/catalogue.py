@@ -37,9 +37,14 @@ AUTO_WORKERS_FROM = 2000
 DEFAULT_IMG_SIZE = 224
 
 
+#: kinds whose `builder(data_dir, img_size=, n_per_domain=, seed=, **options)` makes the domains in memory
+BUILT_KINDS = ("mnist", "geo-sample")
+
+
 @dataclass(frozen=True)
 class DatasetSpec:
-    """Catalogue entry. `kind`: "folder" (ImageFolder layout), "mnist" or "synthetic" (built in memory), "wilds"
+    """Catalogue entry. `kind`: "folder" (ImageFolder layout), "mnist" (MNIST digits) or "geo-sample" (the
+    bundled Sentinel-2 sample folder), both built in memory by `builder`, "synthetic" (random tensors), "wilds"
     (a WILDS metadata table and its image files; `builder(data_dir, img_size, n_per_domain, seed)` returns
     the domains, the class names and a description). `evaluation` and `eval_domains`: see
     `MultiDomainDataset`."""
@@ -251,8 +256,8 @@ def get_dataset(
         domains, classes, envs, source = _folder_environments(spec, data_dir, size, cache_dir, n_per_domain, seed,
                                                               decode, workers)
         channels = 3
-    elif spec.kind == "mnist":
-        assert spec.builder is not None and spec.num_classes is not None  # every "mnist" spec has both
+    elif spec.kind in BUILT_KINDS:
+        assert spec.builder is not None and spec.num_classes is not None  # every such spec has both
         envs, source = spec.builder(data_dir, img_size=img_size, n_per_domain=n_per_domain, seed=seed, **options)
         domains = spec.domains
         classes = tuple(str(c) for c in range(spec.num_classes))
@@ -296,7 +301,7 @@ def prepare_dataset(name: str, data_dir: str | Path, img_size: int = DEFAULT_IMG
     if spec.kind == "wilds":
         raise ValueError(f"{name} is read from its WILDS files, decoded per item; it has no cache to prepare")
     if spec.kind != "folder":
-        raise ValueError(f"{name} is built in memory from {spec.kind} data in seconds; it has no cache to prepare")
+        raise ValueError(f"{name} is built in memory ({spec.kind}) in seconds; it has no cache to prepare")
     listing = scan(spec, data_dir)
     folder = cache_mod.cache_folder(cache_dir, cache_name(spec, listing), img_size)
     if not force:

@@ -35,8 +35,8 @@ class DataConfig(_Section):
     """Which images, which domains are held out, how each domain is split."""
 
     dataset: str = setting("RotatedMNIST", "Catalogue name (see `dgmoe data list`).")
-    test_envs: tuple[int, ...] = setting((0,), "Held-out domain index; repeat for several (FMoW, FMoW-LAO, iWildCam: "
-                                           "their evaluation splits by default, WILDS' official split).", minimum=0)
+    test_envs: tuple[int, ...] = setting((0,), "Held-out domain indices, DomainBed's --test_envs (FMoW, FMoW-LAO, "
+                                           "iWildCam: WILDS' official split by default).", minimum=0)
     holdout_fraction: float = setting(0.2, "Share of each domain held out as its 'out' split.", minimum=0,
                                       maximum=1, exclusive_min=True, exclusive_max=True)
     uda_holdout_fraction: float = setting(
@@ -98,13 +98,17 @@ class TrainingConfig(_Section):
     steps: int | None = setting(None, "Training steps [dataset default: 5001, DomainNet 15001].", minimum=1)
     checkpoint_freq: int | None = setting(None, "Steps between evaluations [dataset default].", minimum=1)
     precision: str = setting("fp32", "Arithmetic of the training step (bf16: autocast).", choices=("fp32", "bf16"))
+    eval_sample: int | None = setting(
+        None, "Evaluate a fixed, seeded sample of this many images per split (in, out, uda) of every domain at the "
+              "intermediate checkpoints and every image at the last; records say which (eval_sample). Default: "
+              "every image at every checkpoint (DomainBed's).", minimum=1)
 
 
 @dataclass(frozen=True)
 class ExecutionConfig(_Section):
     """Where and how the run executes; none of it changes what the run computes."""
 
-    output_dir: str = setting("runs/run", "Run folder (re-running the same command resumes).")
+    output_dir: str | None = setting(None, "Run folder, required (re-running the same command resumes).")
     data_dir: str | None = setting(None, "Root holding <Name>/<domain>/<class>/<img>; optional for MNIST.")
     label: str | None = setting(None, "Name of the run in results tables and reports; naming leaves the run's "
                                       "identity unchanged.")
@@ -130,6 +134,12 @@ class ExecutionConfig(_Section):
                             choices=("auto", "bar", "lines", "none"))
     log_every_s: float = setting(20.0, "Seconds between progress lines when the display is lines (logs, Slurm, "
                                        "sweep jobs); 0 = one line per checkpoint.", minimum=0)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.skip_model_save and self.save_model_every_checkpoint:
+            raise ConfigError("--skip-model-save keeps no weights and --save-model-every-checkpoint keeps them at "
+                              "every checkpoint; give one of them")
 
 
 @dataclass(frozen=True)

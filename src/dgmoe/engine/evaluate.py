@@ -7,6 +7,9 @@ gets the metrics of `GroupEvaluation.record` over its whole split, in and out pa
 the record names the group field, `wilds_groups` (e.g. 'region'), and the validation domain of
 worst-group selection, `wilds_val_env`, when it is held out.
 These come from the predictions the accuracies are computed from: no extra forward pass.
+
+`sampled_splits` gives the fixed, seeded per-split samples a run with `--eval-sample N` evaluates at its
+intermediate checkpoints (the same images at every checkpoint, so that they compare; every image at the last).
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ import torch.nn.functional as F
 
 from dgmoe.data.base import Batch, MultiDomainDataset
 from dgmoe.data.loaders import EvalBatches
+from dgmoe.seeding import seed_hash
 
 #: record keys: the validation domain's index (`dgmoe.selection.WorstGroupSelection`), the group field
 VAL_ENV_KEY, GROUPS_KEY = "wilds_val_env", "wilds_groups"
@@ -50,12 +54,43 @@ def _predict_parts(predict: Callable, batches: Iterator[tuple[int, Batch]], num_
     return accs, mean_losses, kept
 
 
+def sampled_splits(splits: Sequence[tuple[np.ndarray, np.ndarray]], uda: Mapping[int, np.ndarray], n: int,
+                   seed: int) -> tuple[list[tuple[np.ndarray, np.ndarray]], dict[int, np.ndarray]]:
+    """(splits, uda) with every split cut to a fixed sample of at most `n` of its indices, drawn with a
+    seed derived from `seed`, the domain and the split (sorted, so that evaluation reads in index order)."""
+    def cut(idx: np.ndarray, *key: object) -> np.ndarray:
+        idx = np.asarray(idx)
+        if len(idx) <= n:
+            return idx
+        return np.sort(np.random.RandomState(seed_hash(seed, "eval_sample", *key)).choice(idx, n, replace=False))
+
+    return ([(cut(a, i, "in"), cut(b, i, "out")) for i, (a, b) in enumerate(splits)],
+            {i: cut(idx, i, "uda") for i, idx in uda.items()})
+
+
 def split_metrics(predict: Callable, dataset, indices, transform, device: str, batch_size: int = 64,
                   num_workers: int = 0, batches: EvalBatches | None = None) -> tuple[float, float]:
     """(accuracy, mean cross-entropy) of `predict` on `indices` of `dataset`."""
     batches = batches or EvalBatches(transform, batch_size, num_workers)
     accs, losses, _ = _predict_parts(predict, batches([(dataset, indices)]), 1, device, {})
     return accs[0], losses[0]
+
+
+def online_val_loss(algorithm, dataset: MultiDomainDataset, splits: Sequence[tuple[np.ndarray, np.ndarray]],
+                    train_envs: Sequence[int], device: str, batches: EvalBatches) -> float | None:
+    """Mean cross-entropy of the weights being trained (`predict_online`) over the training domains' out
+    splits, for algorithms that select on it (`NEEDS_VAL_LOSS`: SWAD); None for the others, at no cost."""
+    if not getattr(algorithm, "NEEDS_VAL_LOSS", False):
+        return None
+    parts = [(dataset[i], splits[i][1]) for i in train_envs]
+    was_training = algorithm.training
+    algorithm.eval()
+    try:
+        _, losses, _ = _predict_parts(algorithm.predict_online, batches(parts), len(parts), device, {})
+    finally:
+        algorithm.train(was_training)
+    sizes = [len(splits[i][1]) for i in train_envs]
+    return sum(loss * n for loss, n in zip(losses, sizes) if n) / sum(sizes) if sum(sizes) else None
 
 
 def evaluate_domains(algorithm, dataset: MultiDomainDataset, splits: Sequence[tuple[np.ndarray, np.ndarray]],

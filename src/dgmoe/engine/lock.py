@@ -95,7 +95,11 @@ class RunLock:
                                  "command once no other trainer runs there")
 
     def release(self) -> None:
+        """Unlock; a finished run (its `done` marker written) loses the lock file too, while still locked, so
+        finished folders hold only results (a later trainer notices `done` without locking)."""
         if self.fd is not None:
+            if (self.path.parent / "done").exists():
+                self.path.unlink(missing_ok=True)
             fcntl.flock(self.fd, fcntl.LOCK_UN)
             os.close(self.fd)
             self.fd = None

@@ -31,7 +31,7 @@ import torch
 from dgmoe.data.loaders import EvalBatches, TrainBatches
 from dgmoe.engine.config import RunConfig, identity_differences
 from dgmoe.engine.distributed import DistInfo, barrier, init_from_env, make_gradient_averager, shard
-from dgmoe.engine.evaluate import evaluate_domains, split_metrics
+from dgmoe.engine.evaluate import evaluate_domains, online_val_loss, sampled_splits
 from dgmoe.engine.finite import FiniteWatch
 from dgmoe.engine.io import read_jsonl
 from dgmoe.engine.provenance import as_metadata, provenance
@@ -89,6 +89,8 @@ def train(cfg: RunConfig | None = None, *, sinks: Sequence[Sink] = (), **setting
     `sinks` are more views of the progress (`dgmoe.engine.sinks.Sink`), beside the console and TensorBoard.
     """
     cfg = RunConfig.from_flat(settings, base=cfg)
+    if cfg.execution.output_dir is None:
+        raise UsageError("--output-dir is required (the run folder)")
     out = Path(cfg.execution.output_dir)
     info = init_from_env(cfg.execution.device)
     if info.enabled and cfg.execution.device.startswith("cuda"):
@@ -96,14 +98,15 @@ def train(cfg: RunConfig | None = None, *, sinks: Sequence[Sink] = (), **setting
         torch.cuda.set_device(local)
         cfg = cfg.replace(device=f"cuda:{local}")
     with RunLog(console=info.is_main and cfg.execution.progress != "none") as run_log:
-        setup = prepare_run(cfg)  # validates data, test envs, model, algorithm before anything is written
-        run_log.say(setup.announcement())
-        run_log.say(setup.summary())
-        if cfg.execution.tensorboard:
-            tensorboard_writer_class()
         if out.exists() and not out.is_dir():
             raise UsageError(f"--output-dir {out} is a file, not a folder")
-        if _check_output_dir(cfg) != "done":  # read only: a folder holding another run is refused untouched
+        # read only: a folder holding another run is refused untouched, a finished one before any data loads
+        if _check_output_dir(cfg) != "done":
+            setup = prepare_run(cfg)  # validates data, test envs, model, algorithm before anything is written
+            run_log.say(setup.announcement())
+            run_log.say(setup.summary())
+            if cfg.execution.tensorboard:
+                tensorboard_writer_class()
             with RunLock(out) if info.is_main else contextlib.nullcontext() as lock:  # one trainer per run folder
                 state = _check_output_dir(cfg)  # (another trainer may have finished it meanwhile)
                 if state != "done":
@@ -118,9 +121,12 @@ def train(cfg: RunConfig | None = None, *, sinks: Sequence[Sink] = (), **setting
 def _check_output_dir(cfg: RunConfig) -> str:
     """Validate the output folder: "done" when it holds this run, finished; "takeover" when it holds another
     run that wrote no record yet (it failed before its first checkpoint); "train" otherwise."""
-    out = Path(cfg.execution.output_dir)
+    out = Path(str(cfg.execution.output_dir))
     config_path = out / "config.json"
     if not config_path.exists():
+        if cfg.execution.extend:
+            raise UsageError(f"--extend: {out} holds no run to extend (no config.json); without --extend the same "
+                             "command starts it")
         if out.exists() and (out / "results.jsonl").exists():
             raise RunMismatchError(f"{out} holds results.jsonl but no config.json; refusing to mix runs")
         return "train"
@@ -320,14 +326,19 @@ def _checkpoint(step: int, cfg: RunConfig, setup: RunSetup, writer: RunWriter, p
     ex, algorithm = cfg.execution, setup.algorithm
     means = sums.means(info.world_size if info.enabled else 1)  # (every rank: a collective under torchrun)
     eval_start = time.perf_counter()
-    algorithm.on_checkpoint(step, _online_val_loss(algorithm, setup, cfg, eval_batches))
+    algorithm.on_checkpoint(step, online_val_loss(algorithm, setup.dataset, setup.splits, setup.train_envs, ex.device,
+                                                  eval_batches))
     record = None
     if info.is_main:  # only rank 0 evaluates and writes
-        results = evaluate_domains(algorithm, setup.dataset, setup.splits, setup.eval_transform, ex.device,
-                                   ex.eval_batch_size, ex.num_workers, setup.test_envs, setup.uda, eval_batches)
+        splits, uda, sample = _eval_splits(step, cfg, setup)
+        results = evaluate_domains(algorithm, setup.dataset, splits, setup.eval_transform, ex.device,
+                                   ex.eval_batch_size, ex.num_workers, setup.test_envs, uda, eval_batches)
+        # with --eval-sample, the images per split this record was computed on (None: every image)
+        sampled = {"eval_sample": sample} if cfg.training.eval_sample is not None else {}
         steps_per_epoch = min(len(setup.splits[i][0]) / setup.hparams["batch_size"] for i in setup.train_envs)
         record = {"step": step, "epoch": step / steps_per_epoch, **means,
-                  **results, "eval_time": time.perf_counter() - eval_start, "mem_gb": _peak_memory_gb(ex.device),
+                  **results, **sampled, "eval_time": time.perf_counter() - eval_start,
+                  "mem_gb": _peak_memory_gb(ex.device),
                   **algorithm.checkpoint_record(), "hparams": setup.hparams, "args": setup.record_args()}
         progress.records.append(record)
         val = _train_val_acc(record)
@@ -338,6 +349,16 @@ def _checkpoint(step: int, cfg: RunConfig, setup: RunSetup, writer: RunWriter, p
                           capture(step, algorithm, progress, setup.identity()))
     barrier(info)
     return record
+
+
+def _eval_splits(step: int, cfg: RunConfig, setup: RunSetup) -> tuple[Any, Any, int | None]:
+    """(splits, uda splits, sample size or None) a checkpoint evaluates: every image, or with --eval-sample
+    the fixed seeded sample at an intermediate checkpoint (the last, or one an algorithm ends on, sees all)."""
+    n = cfg.training.eval_sample
+    if n is None or step == setup.n_steps - 1 or setup.algorithm.stop_requested:
+        return setup.splits, setup.uda, None
+    splits, uda = sampled_splits(setup.splits, setup.uda, n, cfg.seeds.trial_seed)
+    return splits, uda, n
 
 
 def _finished_line(result: RunResult) -> str:
@@ -351,25 +372,6 @@ def _peak_memory_gb(device: str) -> float:
     if device.startswith("cuda"):
         return torch.cuda.max_memory_allocated() / 2**30
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB on Linux
-
-
-def _online_val_loss(algorithm, setup: RunSetup, cfg: RunConfig, eval_batches: EvalBatches) -> float | None:
-    """Mean cross-entropy of the weights being trained on the training domains' out splits, for
-    algorithms that select on it (SWAD); None for the others, at no cost."""
-    if not getattr(algorithm, "NEEDS_VAL_LOSS", False):
-        return None
-    was_training, ex = algorithm.training, cfg.execution
-    algorithm.eval()
-    total, count = 0.0, 0
-    try:
-        for i in setup.train_envs:
-            out_idx = setup.splits[i][1]
-            _, loss = split_metrics(algorithm.predict_online, setup.dataset[i], out_idx, setup.eval_transform,
-                                    ex.device, ex.eval_batch_size, ex.num_workers, eval_batches)
-            total, count = total + loss * len(out_idx), count + len(out_idx)
-    finally:
-        algorithm.train(was_training)
-    return total / count if count else None
 
 
 def _train_val_acc(record: dict[str, Any]) -> float:

@@ -34,41 +34,13 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from dgmoe.engine.progress import Mode, Progress
+from dgmoe.experiments.synthetic_config import SyntheticConfig
 from dgmoe.seeding import seed_hash
 
 Arch = Literal["mlp", "fcn"]
 SPLITS = ("val", "test1", "test2")
 DEFAULT_GRID = (0.7, 0.85, 1.0)
 FULL_GRID = (0.6, 0.7, 0.8, 0.9, 1.0)
-
-
-@dataclass(frozen=True)
-class SyntheticConfig:
-    """App. B.2's parameters (P=10, K=4, 100k train, 2k val and 2k per test set) and our training choices."""
-
-    n_patches: int = 10
-    n_classes: int = 4
-    n_train: int = 100_000
-    n_val: int = 2_000
-    n_test: int = 2_000
-    mlp_hidden: tuple[int, ...] = (100, 100)
-    fcn_filters: int = 20
-    fcn_pool: Literal["max", "mean"] = "max"
-    epochs: int = 20
-    batch_size: int = 256
-    lr: float = 3e-3
-    p1: float = 1.0
-    p2: float = 1.0
-
-    def __post_init__(self) -> None:
-        if self.n_patches < 2 or self.n_classes < 2:
-            raise ValueError(f"need n_patches >= 2 and n_classes >= 2, got {self.n_patches}, {self.n_classes}")
-        for name in ("p1", "p2"):
-            p = getattr(self, name)
-            if not 0.0 <= p <= 1.0:
-                raise ValueError(f"{name} must be a probability in [0, 1], got {p}")
-        if self.fcn_pool not in ("max", "mean"):
-            raise ValueError(f"fcn_pool must be 'max' or 'mean', got {self.fcn_pool!r}")
 
 
 def orthonormal_features(k: int, generator: torch.Generator) -> torch.Tensor:

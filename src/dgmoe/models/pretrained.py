@@ -114,7 +114,10 @@ def load_checkpoint_file(path: str | Path, keys: tuple[str, ...] = STATE_KEYS) -
     except CheckpointError:
         raise
     except Exception as exc:  # corrupt file, pickle with objects, truncated archive...
-        raise CheckpointError(f"cannot read checkpoint {path}: {type(exc).__name__}: {exc}") from exc
+        reason = " ".join(str(exc).split())  # torch's own text runs to paragraphs: its first words say enough
+        reason = reason if len(reason) <= 80 else reason[:77] + "..."
+        raise CheckpointError(f"cannot read checkpoint {path}: not a .safetensors or .pth/.pt/.bin state dict "
+                              f"({type(exc).__name__}: {reason})") from exc
     for key in keys:
         if isinstance(state, dict) and key in state and isinstance(state[key], dict):
             log.info(f"{path}: the state dict under {key!r}")
@@ -220,7 +223,10 @@ def load_pretrained(model: nn.Module, path: str | Path, strict: bool = True, ant
     report.initialised = list(dict.fromkeys(initialised.values()))
     # Keys without a checkpoint value keep the model's own (initial) tensors, so the load itself is strict.
     model.load_state_dict({**{k: own[k] for k in missing}, **state}, strict=True)
-    log.info(report.summary())
+    adapted = report.expanded or report.initialised or report.reinitialized or report.resized
+    # what was adapted (experts copied, head replaced, embeddings resampled) is said even where logging is not
+    # set up (Python's last-resort handler prints warnings): a newcomer's create_model(..., pretrained=) too
+    log.log(logging.WARNING if adapted else logging.INFO, report.summary())
     return report
 
 

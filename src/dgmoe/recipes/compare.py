@@ -53,16 +53,20 @@ class Obtained:
         """(part, records of the row's runs on `dataset`) — empty when the part has not run them."""
         if self.scale == "paper":
             part = self.recipe.row_part(row, dataset)
-        else:  # the stand-in replaces every dataset: the row's first part
-            part = next(iter(row_parts(self.recipe, row)), None)
-        if part is None:
-            return "", pd.DataFrame()
-        records = self.records(part.name)
-        if records.empty:
-            return "", records
-        keep = ((records["dataset"] == dataset) & (records["algorithm"] == row.algorithm)
-                & (records["model_name"] == row_model(row, self.scale)))
-        return part.name, records[keep]
+            candidates = [] if part is None else [part.name]
+        else:  # the stand-in replaces every dataset: the row's first part, or the part that trained its
+            # stand-in configuration once for several parts (`dgmoe.recipes.run`)
+            mine = [p.name for p in row_parts(self.recipe, row)]
+            candidates = mine + [p.name for p in self.recipe.parts if p.name not in mine]
+        for name in candidates:
+            records = self.records(name)
+            if records.empty:
+                continue
+            keep = ((records["dataset"] == dataset) & (records["algorithm"] == row.algorithm)
+                    & (records["model_name"] == row_model(row, self.scale)))
+            if keep.any():
+                return name, records[keep]
+        return "", pd.DataFrame()
 
     def domainbed(self, row: Row, dataset: str, column: str, selection: str) -> Stats:
         part, mine = self.mine(row, dataset)

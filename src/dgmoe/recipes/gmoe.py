@@ -11,7 +11,7 @@ draws x 3 trials, DomainNet 5K steps (15K for SWAD and MIRO, as their papers).
 from __future__ import annotations
 
 from dgmoe.engine.hparams import GMOE_DATASET_DEFAULTS
-from dgmoe.experiments.synthetic import SyntheticConfig
+from dgmoe.experiments.synthetic_config import SyntheticConfig
 from dgmoe.recipes.base import Cell, Part, Recipe, Row, Weights, cells, columns
 
 PAPER = "GMoE (Li et al., ICLR 2023)"

@@ -24,11 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from dgmoe.data.catalogue import check_data, get_spec
-from dgmoe.data.errors import DatasetError
 from dgmoe.engine.config import RunConfig
 from dgmoe.errors import UsageError
-from dgmoe.models.twin import dense_twin, write_dense_checkpoint
 from dgmoe.recipes.base import Part, Recipe, Row
 from dgmoe.sweep.jobs import SweepConfig
 
@@ -86,6 +83,8 @@ class SmokeCheckpoint:
         """Write the file unless it is there (the same weights every time: seed 0); True if written."""
         if Path(self.path).is_file():
             return False
+        from dgmoe.models.twin import write_dense_checkpoint  # (torch: loaded when a launch writes weights)
+
         write_dense_checkpoint(self.path, self.model, seed=0, **dict(self.kwargs))
         return True
 
@@ -98,6 +97,9 @@ def smoke_checkpoints(recipe: Recipe, part: Part, models: Iterable[str],
     models = tuple(dict.fromkeys(SMOKE.model(m) for m in models))
     if not part.pretrained:
         return {None: models}
+    from dgmoe.data.catalogue import get_spec  # (the catalogue and the models import torch)
+    from dgmoe.models.twin import dense_twin
+
     channels = get_spec(SMOKE.stand_ins[recipe.kind]).channels
     groups: dict[SmokeCheckpoint | None, tuple[str, ...]] = {}
     for model in models:
@@ -242,6 +244,9 @@ def resolve_weights(recipe: Recipe, needed: Iterable[str], values: Iterable[str]
 def missing_inputs(recipe: Recipe, parts: Iterable[Part], data_dir: str | None,
                    weights: Mapping[str, str]) -> list[str]:
     """One line per missing data folder or weights file of a paper-scale launch of `parts` (none: ready)."""
+    from dgmoe.data.catalogue import check_data  # the catalogue imports torch: loaded when a launch checks
+    from dgmoe.data.errors import DatasetError
+
     parts = list(parts)
     lines = []
     for dataset in dict.fromkeys(d for p in parts for d in p.datasets):

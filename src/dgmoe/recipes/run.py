@@ -95,7 +95,23 @@ def prepare(recipe: Recipe, scale: str, output_dir: str | Path, data_dir: str | 
             except ValueError as err:
                 raise UsageError(f"recipe {recipe.name}, part {part.name}: {err}") from None
             jobs.setdefault(part.name, []).extend(build_jobs(sweep))
+    if scale == "smoke":
+        jobs = _train_once(jobs)
     return Plan(recipe, scale, str(output_dir), tuple(r.label for r in chosen), jobs, tuple(checkpoints))
+
+
+def _train_once(jobs: dict[str, list[Job]]) -> dict[str, list[Job]]:
+    """At the smoke scale several parts can map onto one stand-in configuration (ResNet and ViT rows both
+    become the micro ViT): each job id is trained once, in the first part that has it, and the other parts'
+    rows read it there (`dgmoe.recipes.compare`)."""
+    seen: set[str] = set()
+    out: dict[str, list[Job]] = {}
+    for part, part_jobs in jobs.items():
+        kept = [j for j in part_jobs if j.job_id not in seen]
+        seen |= {j.job_id for j in kept}
+        if kept:
+            out[part] = kept
+    return out
 
 
 def write_manifest(plan: Plan) -> Path:

@@ -16,6 +16,7 @@ import pandas as pd
 
 from dgmoe.engine.rundir import expected_steps, read_done
 from dgmoe.errors import UsageError
+from dgmoe.selection import drop_duplicate_runs
 
 #: `args` fields every record must carry; selection groups on them.
 REQUIRED_ARGS: tuple[str, ...] = ("dataset", "algorithm", "test_envs", "hparams_seed", "trial_seed")
@@ -157,6 +158,11 @@ def check_complete(run_dir: Path, records: list[dict], done: dict) -> None:
         "the run's command to resume it, or move the folder out of the results root")
 
 
+class DuplicateRunsWarning(UserWarning):
+    """One run configuration found in several run dirs (e.g. a recipe's smoke scale trains the same stand-in in
+    several parts): the records keep the first dir of each."""
+
+
 def find_results_files(root: str | os.PathLike, unreadable: list[str] | None = None) -> list[Path]:
     """Every `results.jsonl` under `root` (any depth), in sorted order. Folders that cannot be listed (another
     user's runs made under a strict umask) are appended to `unreadable`, or warned about when it is None."""
@@ -188,10 +194,11 @@ def load_records(root: str | os.PathLike, include_unfinished: bool = False,
     `output_dir`, `steps`, `domains` as a tuple or None) and `run_dir`, `file`, `line`, `done`,
     `n_envs` and `record` (the raw dict).
 
-    Runs without a `done` file are still training (or crashed): their last checkpoint is not the final
-    one, so they are left out, with a warning, unless `include_unfinished`. A file with a record that cannot
-    be used raises `RecordError`; with `skip_broken` (the HTML report, which lists such runs) the whole file
-    is left out with a warning instead.
+    A run configuration found in several run dirs keeps its first dir, with a `DuplicateRunsWarning`
+    (`dgmoe.selection.drop_duplicate_runs`). Runs without a `done` file are still training (or crashed):
+    their last checkpoint is not the final one, so they are left out, with a warning, unless
+    `include_unfinished`. A file with a record that cannot be used raises `RecordError`; with `skip_broken`
+    (the HTML report, which lists such runs) the whole file is left out with a warning instead.
     """
     rows: list[dict] = []
     unfinished: list[str] = []
@@ -227,4 +234,8 @@ def load_records(root: str | os.PathLike, include_unfinished: bool = False,
     frame = pd.DataFrame(rows)
     if frame.empty:
         return pd.DataFrame(columns=["step", *REQUIRED_ARGS, *OPTIONAL_ARGS, *SOURCE_COLUMNS])
-    return frame.sort_values(["file", "step", "line"], kind="stable").reset_index(drop=True)
+    frame = frame.sort_values(["file", "step", "line"], kind="stable").reset_index(drop=True)
+    frame, duplicates = drop_duplicate_runs(frame)
+    if duplicates:
+        warnings.warn(duplicates, DuplicateRunsWarning, stacklevel=2)
+    return frame

@@ -1,20 +1,35 @@
-"""The pages of the HTML report: the overview (`index_body`) and one page per run (`run_body`).
+"""The pages of the HTML report: the overview (`index_body`), the group and filter pages (`aux_pages`, see
+`dgmoe.report.groups`) and a run's own page (`run_body`).
 
 `dgmoe.report.html.build_report` writes them; this module only turns `RunInfo`s and records into HTML.
-Every run is named by `RunInfo.label` (algorithm / model / test domains), every user-given string is escaped.
+Every run is named by `RunInfo.label` (algorithm / model / test domains), every user-given string is escaped,
+numbers are rounded to their noise (`dgmoe.report.text`) and no value is printed as a Python repr.
 """
 from __future__ import annotations
 
 import html
+import json
 import re
+import statistics
 import warnings
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Any, Collection, Mapping, Sequence
 
+from dgmoe.report.groups import (
+    Group,
+    facet_file,
+    facet_values,
+    filter_bar,
+    group_pages,
+    groups_table,
+    pct,
+)
 from dgmoe.report.html import CHART, FigureStore, Layout
 from dgmoe.report.markdown import markdown_to_html, slugify, table_html
 from dgmoe.report.runs import RunInfo, figure_title
+from dgmoe.report.text import count, rounded
 
 Section = tuple[str, str, str, list[tuple[str, str]]]  # (anchor, heading, HTML, [(anchor, heading) of parts])
 
@@ -27,14 +42,18 @@ def figure_html(page_path: Path, file: Path, size: tuple[int, int] | None, capti
             f"{dims}></figure>")
 
 
-def pct(x: float | None) -> str:
-    """An accuracy in percent with one decimal, or "" for none."""
-    return "" if x is None else f"{100 * x:.1f}"
+def plain(value: Any) -> str:
+    """A setting's value as a person writes it: JSON for objects and lists, `g` for floats, never a repr."""
+    if isinstance(value, (dict, list, tuple)):
+        return json.dumps(value, sort_keys=True, default=str)
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
 
 
-def num(x: float | None, fmt: str = ".3f") -> str:
-    """`x` formatted, or "" for none."""
-    return "" if x is None else format(x, fmt)
+def spread(values: Sequence[float]) -> float:
+    """The noise of a mean of `values`: their standard deviation (0 for fewer than two)."""
+    return statistics.pstdev(values) if len(values) > 1 else 0.0
 
 
 def status(run: RunInfo) -> str:
@@ -63,8 +82,9 @@ def results_section(records, selection: str, multi: list[RunInfo]) -> tuple[str,
     body = markdown_to_html(text, heading_offset=1, id_prefix="results")
     if multi:
         names = ", ".join(sorted({r.dataset for r in multi}))
-        body += (f"<p class=\"meta\">{len(multi)} run(s) of {html.escape(names)} hold out several test domains at once "
-                 "and are not in these DomainBed tables (they need one test domain per run): see the run index.</p>")
+        body += (f"<p class=\"meta\">{count(len(multi), 'run')} of {html.escape(names)} hold out several test domains "
+                 "at once and are not in these DomainBed tables (they need one test domain per run): see the run "
+                 "index.</p>")
     subs = re.findall(r'<h3 id="([^"]+)">(.*?)</h3>', body)
     return body, [(a, html.unescape(re.sub(r"<[^>]+>", "", t))) for a, t in subs]
 
@@ -73,25 +93,6 @@ def include_section(path: Path) -> tuple[str, str, str]:
     """(anchor, heading, HTML) of a Markdown file passed with --include."""
     anchor = f"include-{slugify(path.stem)}"
     return anchor, f"Included: {path.name}", markdown_to_html(path.read_text(encoding="utf-8"), heading_offset=2)
-
-
-def index_table(runs: list[RunInfo], page_path: Path, layout: Layout) -> str:
-    """The run index of one dataset: one row per run, linked to its page."""
-    head = ["run", "algorithm", "model", "test domain(s)", "seeds: trial / hp", "steps", "status", "selected step",
-            "val (%)", "test (%)", "figures"]
-    rows = []
-    for run in runs:
-        sel = run.selected
-        test = "" if sel is None else pct(sel.test_acc) + (
-            f" (worst {pct(sel.worst_test_acc)})" if len(run.test_envs) > 1 else "")
-        link = Layout.link(page_path, layout.run_page(run))
-        rows.append([f'<a href="{link}" title="{html.escape(run.rel)}">{html.escape(run.slug[:4])}</a>',
-                     html.escape(run.algorithm), html.escape(run.model),
-                     f'<span title="{html.escape(", ".join(run.test_domains))}">{html.escape(run.test_text())}</span>',
-                     html.escape(run.seed_pair), str(run.last_step if run.last_step is not None else ""), status(run),
-                     "" if sel is None else str(sel.step), "" if sel is None else pct(sel.val_acc), test,
-                     str(len(run.figures()))])
-    return table_html(head, rows, escape=False, left=7)
 
 
 def cost_table(runs: Sequence[RunInfo]) -> str:
@@ -108,11 +109,13 @@ def cost_table(runs: Sequence[RunInfo]) -> str:
         mems = [m for m in (r.max_of("mem_gb") for r in members) if m is not None]
         params = {r.params for r in members if r.params is not None}
         steps = sorted({r.last_step for r in members if r.last_step is not None})
+        noise = spread(times) or (min(r.spread_of("step_time") or 0.0 for r in members) if times else 0.0)
         rows.append([html.escape(dataset), html.escape(algorithm), html.escape(model), str(len(members)),
                      "" if len(params) != 1 else f"{params.pop() / 1e6:.2f}",
-                     num(sum(times) / len(times) if times else None, ".4f"),
-                     f"{min(times):.4f}-{max(times):.4f}" if len(times) > 1 else "",
-                     num(max(mems) if mems else None, ".2f"),
+                     rounded(sum(times) / len(times) if times else None, noise or None),
+                     f"{rounded(min(times), noise or None)}-{rounded(max(times), noise or None)}"
+                     if len(times) > 1 else "",
+                     rounded(max(mems) if mems else None, decimals=2),
                      ", ".join(str(s) for s in steps[:3]) + (", ..." if len(steps) > 3 else "")])
     return table_html(head, rows, escape=False, left=3)
 
@@ -127,20 +130,99 @@ def _toc(sections: Sequence[Section]) -> str:
 
 
 def _load_records(root: Path):
-    from dgmoe.report.collect import RecordError, load_records
+    """(records, problem or None, notes): the records of the results tables; duplicates are a note."""
+    from dgmoe.report.collect import DuplicateRunsWarning, RecordError, load_records
 
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # unfinished and broken runs are listed in the report
-            return load_records(root, skip_broken=True), None
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")  # unfinished and broken runs are listed in the report itself
+            records = load_records(root, skip_broken=True)
+        return records, None, [str(w.message) for w in caught if issubclass(w.category, DuplicateRunsWarning)]
     except (RecordError, ValueError) as err:
-        return None, str(err)
+        return None, str(err), []
 
 
-def index_body(root: Path, runs: Sequence[RunInfo], layout: Layout, selection: str, includes: Sequence[Path],
-               title: str, notes: Mapping[Path, str]) -> list[str]:
+@dataclass
+class IndexPage:
+    """The overview, computed once; `body(done)` says how many of its run pages are written so far."""
+
+    title: str
+    root: Path
+    runs: Sequence[RunInfo]
+    n_pages: int
+    n_datasets: int
+    sections: list[Section]
+
+    def body(self, done: int) -> list[str]:
+        finished = sum(r.done for r in self.runs)
+        state = (f"{count(self.n_pages, 'run page')} written" if done >= self.n_pages else
+                 f"run pages being written ({done} of {self.n_pages}); this page is rewritten when they are done")
+        out = [f"<h1>{html.escape(self.title)}</h1>",
+               f'<p class="meta">Runs directory <code>{html.escape(str(self.root))}</code>: '
+               f"{count(len(self.runs), 'run')}, {finished} finished, over {count(self.n_datasets, 'dataset')}; "
+               f"{state}.</p>", _toc(self.sections)]
+        return out + [f'<section><h2 id="{a}">{html.escape(h)}</h2>\n{content}</section>'
+                      for a, h, content, _ in self.sections]
+
+
+RUN_INDEX_NOTE = ("One row per group of runs: dataset, algorithm, model and held-out domains. Follow a group's run "
+                  "count to its runs (paged, best validation first), or a filter to the groups of one dataset, "
+                  "algorithm, model or held-out domain. Test: per trial seed, the run whose selected checkpoint (the "
+                  "best mean out-split accuracy of the training domains) validates best, then the mean over trial "
+                  "seeds. Own pages (accuracy per step, figures) are written for {pages}: each group's best run, "
+                  "analysed runs and those named with <code>--run</code>; <code>--pages all</code> writes every "
+                  "run's.")
+
+
+def run_index(groups: Sequence[Group], has_page: Collection[Path], layout: Layout) -> tuple[str, list]:
+    """The run index section: the filter bar, then a table of groups per dataset."""
+    facets = facet_values(groups)
+    blocks = [f'<p class="meta">{RUN_INDEX_NOTE.format(pages=count(len(has_page), "run"))}</p>',
+              filter_bar(facets, layout.by, layout.index, Layout.link)]
+    parts = []
+    for dataset, members in facets["dataset"].items():
+        anchor = f"runs-{slugify(dataset)}"
+        n_runs = sum(len(g.runs) for g in members)
+        parts.append((anchor, f"{dataset} ({n_runs})"))
+        domains = ", ".join(members[0].runs[0].domains)
+        blocks.append(f'<h3 id="{anchor}">{html.escape(dataset)}</h3><p class="meta">{count(n_runs, "run")} in '
+                      f"{count(len(members), 'group')}; domains: {html.escape(domains)}</p>"
+                      + groups_table(members, layout.index, layout.group_page, Layout.link))
+    return "\n".join(blocks), parts
+
+
+def _crumbs(layout: Layout, title: str):
+    def crumbs(path: Path) -> str:
+        index = Layout.link(path, layout.index)
+        return (f'<nav class="crumbs"><a href="{index}">{html.escape(title)}</a> &middot; '
+                f'<a href="{index}#runs">run index</a></nav>')
+    return crumbs
+
+
+def aux_pages(groups: Sequence[Group], has_page: Collection[Path], layout: Layout,
+              title: str) -> list[tuple[Path, str, list[str]]]:
+    """(file, title, body) of every group page and every filter page."""
+    crumbs = _crumbs(layout, title)
+    out = [p for g in groups for p in group_pages(g, layout.group_page, layout.run_page, Layout.link, has_page,
+                                                  crumbs)]
+    facets = facet_values(groups)
+    for name, values in facets.items():
+        for value, members in values.items():
+            path = layout.by / facet_file(name, value)
+            n_runs = sum(len(g.runs) for g in members)
+            out.append((path, f"{name}: {value}", [
+                crumbs(path), f"<h1>Runs with {html.escape(name)} {html.escape(value)}</h1>",
+                f'<p class="meta">{count(n_runs, "run")} in {count(len(members), "group")}.</p>',
+                filter_bar(facets, layout.by, path, Layout.link, current=(name, value)),
+                groups_table(members, path, layout.group_page, Layout.link, with_dataset=True)]))
+    return out
+
+
+def index_body(root: Path, runs: Sequence[RunInfo], groups: Sequence[Group], has_page: Collection[Path],
+               layout: Layout, selection: str, includes: Sequence[Path], title: str,
+               notes: Mapping[Path, str]) -> IndexPage:
     """The overview page: contents, results tables, run index, cost, included files, problems."""
-    records, problem = _load_records(root)
+    records, problem, duplicates = _load_records(root)
     ok = [r for r in runs if not r.problem]
     single = {r.dataset for r in ok if len(r.test_envs) == 1}
     if records is not None and len(records):
@@ -151,37 +233,25 @@ def index_body(root: Path, runs: Sequence[RunInfo], layout: Layout, selection: s
     results, parts = results_section(records, selection, multi)
     if problem:
         results = f'<p class="problem">Records could not be read: {html.escape(problem)}</p>' + results
+    results = "".join(f'<p class="meta">Note: {html.escape(d)}.</p>' for d in duplicates) + results
     sections: list[Section] = [("results", "Results", results, parts)]
-    by_dataset: dict[str, list[RunInfo]] = defaultdict(list)
-    for run in ok:
-        by_dataset[run.dataset].append(run)
-    index_parts, blocks = [], ['<p class="meta">One row per run; follow "run" to its page (accuracy per step, '
-                               "figures). Selected: the checkpoint with the best mean out-split accuracy of the "
-                               "training domains (training-domain validation); test: the mean in-split accuracy of "
-                               "its test domain(s).</p>"]
-    for dataset, members in sorted(by_dataset.items()):
-        anchor = f"runs-{slugify(dataset)}"
-        index_parts.append((anchor, f"{dataset} ({len(members)})"))
-        domains = ", ".join(members[0].domains)
-        blocks.append(f'<h3 id="{anchor}">{html.escape(dataset)}</h3><p class="meta">{len(members)} run(s); '
-                      f"domains: {html.escape(domains)}</p>" + index_table(members, layout.index, layout))
-    sections.append(("runs", "Run index", "\n".join(blocks), index_parts))
+    sections.append(("runs", "Run index", *run_index(groups, has_page, layout)))
     sections.append(("cost", "Cost", '<p class="meta">From the records: mean wall time of a training step and '
-                     "peak memory per run, then over the runs of each row (as GMoE Table 16).</p>"
-                     + cost_table(runs), []))
+                     "peak memory per run, then over the runs of each row (as GMoE Table 16), rounded to their "
+                     "spread.</p>" + cost_table(runs), []))
     sections += [(a, h, body, []) for a, h, body in map(include_section, includes)]
-    trouble = [f"<li><a href=\"{Layout.link(layout.index, layout.run_page(r))}\">{html.escape(r.rel)}</a>: "
-               f"{html.escape(r.problem or '')}</li>" for r in runs if r.problem]
-    trouble += [f"<li><a href=\"{Layout.link(layout.index, layout.run_page(r))}\">{html.escape(r.label)}</a>: "
-                f"{html.escape(notes[r.path.resolve()])}</li>" for r in runs if r.path.resolve() in notes]
+
+    def name(r: RunInfo, text: str) -> str:
+        shown = html.escape(text)
+        return f'<a href="{Layout.link(layout.index, layout.run_page(r))}">{shown}</a>' if r.path in has_page \
+            else shown
+
+    trouble = [f"<li>{name(r, r.rel)}: {html.escape(r.problem or '')}</li>" for r in runs if r.problem]
+    trouble += [f"<li>{name(r, r.label)}: {html.escape(notes[r.path.resolve()])}</li>" for r in runs
+                if r.path.resolve() in notes]
     if trouble:
         sections.append(("problems", "Problems", "<ul>" + "".join(trouble) + "</ul>", []))
-    finished = sum(r.done for r in runs)
-    body = [f"<h1>{html.escape(title)}</h1>",
-            f'<p class="meta">Runs directory <code>{html.escape(str(root))}</code>: {len(runs)} run(s), {finished} '
-            f"finished, over {len(by_dataset)} dataset(s).</p>", _toc(sections)]
-    body += [f'<section><h2 id="{a}">{html.escape(h)}</h2>\n{content}</section>' for a, h, content, _ in sections]
-    return body
+    return IndexPage(title, root, runs, len(has_page), len({r.dataset for r in ok}), sections)
 
 
 def _flat(records: Sequence[dict]) -> list[dict]:
@@ -197,16 +267,16 @@ def _meta_rows(run: RunInfo) -> list[tuple[str, str]]:
             ("model", html.escape(run.model) + ("" if run.params is None else f" ({run.params / 1e6:.2f}M params)")),
             ("test domain(s)", html.escape(", ".join(run.test_domains) or "none")),
             ("training domains", html.escape(", ".join(train))), ("seeds", html.escape(run.seeds)),
-            ("status", f"{status(run)}, {len(run.records)} checkpoint(s), last step {run.last_step}")]
+            ("status", f"{status(run)}, {count(len(run.records), 'checkpoint')}, last step {run.last_step}")]
     if sel is not None:
         worst = f", worst test domain {pct(sel.worst_test_acc)}%" if len(run.test_envs) > 1 else ""
         rows.append(("selected checkpoint", (f"step {sel.step}: validation {pct(sel.val_acc)}%, test "
                                              f"{pct(sel.test_acc)}%{worst} (best mean out-split accuracy of the "
                                              "training domains)")))
-    rows.append(("cost", f"step time {num(run.mean_of('step_time'), '.4f')} s (mean), peak memory "
-                         f"{num(run.max_of('mem_gb'), '.2f')} GB"))
+    rows.append(("cost", f"step time {rounded(run.mean_of('step_time'), run.spread_of('step_time'))} s (mean), "
+                         f"peak memory {rounded(run.max_of('mem_gb'), decimals=2)} GB"))
     if isinstance(hp, dict):
-        rows.append(("hyperparameters", html.escape(", ".join(f"{k}={v}" for k, v in sorted(hp.items())))))
+        rows.append(("hyperparameters", html.escape(", ".join(f"{k}={plain(v)}" for k, v in sorted(hp.items())))))
     return rows
 
 

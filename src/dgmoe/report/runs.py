@@ -12,6 +12,7 @@ import json
 import re
 import warnings
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -124,11 +125,16 @@ class RunInfo:
         vals = [r[key] for r in self.records if isinstance(r.get(key), (int, float))]
         return float(np.mean(vals)) if vals else None
 
+    def spread_of(self, key: str) -> float | None:
+        """The standard deviation of a numeric record field over the run's checkpoints (its noise)."""
+        vals = [r[key] for r in self.records if isinstance(r.get(key), (int, float))]
+        return float(np.std(vals)) if len(vals) > 1 else None
+
     def max_of(self, key: str) -> float | None:
         vals = [r[key] for r in self.records if isinstance(r.get(key), (int, float))]
         return float(max(vals)) if vals else None
 
-    @property
+    @cached_property
     def selected(self) -> Selected | None:
         """The checkpoint with the best mean out-split accuracy of the training domains (first best in file
         order, as `dgmoe.selection.IIDAccuracySelection`); None without training or test domains."""

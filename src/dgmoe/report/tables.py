@@ -4,16 +4,18 @@ Each cell is the test-domain accuracy (%) selected by a method from `dgmoe.selec
 error over trial seeds (SE = population std / sqrt(n)); "X" marks a cell with no scorable run. The
 per-dataset "Avg" column is the plain mean of the per-domain means ("X" if any is missing). The
 "Averages" table averages the test domains within each trial seed, then takes mean +/- SE over seeds.
-As in DomainBed, a trial seed that lacks some test domain is averaged over the domains it has; with
-`complete_trials=True` (CLI `--complete-trials`) such a seed is left out instead, so that easy and hard
-domains are not mixed across seeds, and the cell is "X" when no trial seed is complete.
+As in DomainBed, a trial seed that lacks some test domain is averaged over the domains it has, and the cell
+says so: "(k/n)" after it, k the fewest held-out domains of any of its seeds, and its row's Avg reads
+"(partial)"; with `complete_trials=True` (CLI `--complete-trials`) such a seed is left out instead, so that
+easy and hard domains are not mixed across seeds, and the cell is "X" when no trial seed is complete.
 
 Against DomainBed's `collect_results.py`, every cell is the same on a DomainBed-style sweep (see
 `tests/parity/`). Rows are sorted by name (DomainBed: its algorithm list's order) and a dataset's table
 leaves out a row with no single-test-env run on that dataset (DomainBed prints it as a row of "X").
 
-Rows are algorithms; where a table holds several backbones (`args.model`), a row reads
-"algorithm / model", e.g. `ERM / gmoe_tiny_patch16_224`; runs trained with `--label NAME` are named NAME.
+Every row names its algorithm and its backbone (`args.model`), "algorithm / model", e.g.
+`ERM / gmoe_tiny_patch16_224` (DomainBed prints the algorithm alone); runs trained with `--label NAME` are
+named NAME.
 Columns are the domain names from `args.domains` when the records carry them, else `env{i}`.
 
 DomainBed's tables are made for datasets with runs that hold out one domain. Datasets whose records carry
@@ -29,6 +31,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from dgmoe.report.text import count
 from dgmoe.selection import MethodLike, WorstGroupSelection, mean_and_se, resolve_selections, sweep_accs
 
 MISSING = "X"
@@ -53,13 +56,10 @@ def format_avg(means: Sequence[float | None]) -> str:
 
 
 def row_labels(keys: Iterable[RowKey], names: Mapping[RowKey, str] | None = None) -> dict[RowKey, str]:
-    """The runs' user label (`names`, see `user_labels`), else 'algorithm', or 'algorithm / model' for every
-    row when the table holds more than one model."""
-    keys = list(keys)
-    several = len({model for _, model in keys}) > 1
+    """The runs' user label (`names`, see `user_labels`), else 'algorithm / model' (the algorithm alone for
+    records that name no model): a row always says which backbone it is, even in a one-model folder."""
     names = names or {}
-    return {(alg, model): names.get((alg, model)) or (f"{alg} / {model}" if several and model else alg)
-            for alg, model in keys}
+    return {(alg, model): names.get((alg, model)) or (f"{alg} / {model}" if model else alg) for alg, model in keys}
 
 
 def user_labels(records: pd.DataFrame) -> dict[RowKey, str]:
@@ -159,6 +159,21 @@ def trial_averages(mine: pd.DataFrame, n_envs: int, complete_trials: bool = Fals
     return out
 
 
+def partial_domains(sweep: pd.DataFrame, dataset: str, algorithm: str, model: str, n_envs: int) -> int | None:
+    """The fewest held-out domains any trial seed of an Averages cell has, when some seed lacks one (its
+    average then covers only those: DomainBed's rule); None when every seed has all `n_envs`."""
+    mine = sweep[(sweep["dataset"] == dataset) & (sweep["algorithm"] == algorithm) & (sweep["model"] == model)]
+    if mine.empty:
+        return None
+    fewest = int(mine.groupby("trial_seed")["test_env"].nunique().min())
+    return fewest if fewest < n_envs else None
+
+
+PARTIAL_NOTE = ("(k/n): a trial seed of this cell holds out only k of the dataset's n domains, and its average "
+                "covers those alone (DomainBed's rule); a row's Avg over such a cell reads (partial). "
+                "`dgmoe results --complete-trials` leaves such seeds out.")
+
+
 def cell_accs(sweep: pd.DataFrame, dataset: str, algorithm: str, model: str, n_envs: int,
               test_env: int | None = None, complete_trials: bool = False) -> list[float]:
     """The accuracies one table cell takes the mean +/- SE of (`format_mean`, `mean_and_se`): a test domain's
@@ -175,25 +190,31 @@ def averages_table(records: pd.DataFrame, sweep: pd.DataFrame, datasets: Sequenc
     keys = row_keys(records[records["dataset"].isin(datasets)])
     labels = row_labels(keys, names)
     n_envs = {d: len(dataset_domains(records, d)) for d in datasets}
-    rows = []
+    rows, any_partial = [], False
     for alg, model in keys:
-        cells, means = [], []
+        cells, means, partial = [], [], False
         for dataset in datasets:
             mean, text = format_mean(cell_accs(sweep, dataset, alg, model, n_envs[dataset],
                                                complete_trials=complete_trials), latex)
+            fewest = None if complete_trials else partial_domains(sweep, dataset, alg, model, n_envs[dataset])
+            if fewest is not None and mean is not None:
+                text, partial = f"{text} ({fewest}/{n_envs[dataset]})", True
             cells.append(text)
             means.append(mean)
-        rows.append([labels[(alg, model)], *cells, format_avg(means)])
-    return table_block("Averages", ["Algorithm", *datasets, "Avg"], rows, latex)
+        avg = format_avg(means)
+        rows.append([labels[(alg, model)], *cells, avg + (" (partial)" if partial and avg != MISSING else "")])
+        any_partial |= partial
+    block = table_block("Averages", ["Algorithm", *datasets, "Avg"], rows, latex)
+    return block + ("\n\n" + (latex_escape(PARTIAL_NOTE) if latex else PARTIAL_NOTE) if any_partial else "")
 
 
 def preamble(records: pd.DataFrame, title: str, cells: str, latex: bool) -> str:
     n_runs = records["run_dir"].nunique()
     lines = [
-        f"{len(records)} records from {n_runs} runs.",
+        f"{count(len(records), 'record')} from {count(n_runs, 'run')}.",
         cells,
         "X: missing (no run can be scored).",
-        'Rows read "algorithm / model" where a table holds several models.',
+        'Rows read "algorithm / model" (or the runs\' --label).',
     ]
     if latex:
         return "\n".join([f"% {title}", "% Needs \\usepackage{booktabs}.", *(f"% {s}" for s in lines)])

@@ -53,7 +53,7 @@ class JobRunner:
 
     @property
     def job_dir(self) -> str:
-        return self.config.execution.output_dir
+        return str(self.config.execution.output_dir)  # a job always has its folder
 
     @property
     def command(self) -> tuple[str, ...]:

@@ -84,6 +84,6 @@ def get_sentinel_sample(data_dir, img_size: int | None = 64) -> MultiDomainDatas
 
 
 SENTINEL_SPEC = register_dataset(DatasetSpec(
-    "Sentinel2Sample", "mnist", LON_SECTORS, len(LAT_BANDS), None, n_steps=301, checkpoint_freq=50, native_size=128,
-    channels=3, augment=False, builder=sentinel_environments,
+    "Sentinel2Sample", "geo-sample", LON_SECTORS, len(LAT_BANDS), None, n_steps=301, checkpoint_freq=50,
+    native_size=128, channels=3, augment=False, builder=sentinel_environments,
     reference="GeoLifeCLEF 2023 Sentinel-2 RGB sample; labels/domains from coordinates (dgmoe.data.geo.sentinel)"))

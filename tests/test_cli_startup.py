@@ -1,0 +1,118 @@
+"""A command line that starts at once: help, every subcommand's help and argument errors import neither torch
+nor pandas, and a re-run of a finished run returns before any data is loaded."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from dgmoe.engine.config import RunConfig
+from dgmoe.engine.lock import LOCK_NAME
+
+HEAVY = ("torch", "pandas", "matplotlib")
+
+
+def _imported(args: list[str]) -> tuple[set[str], subprocess.CompletedProcess]:
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "dgmoe", *args], capture_output=True, text=True,
+                          timeout=120)
+    names = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    return names, done
+
+
+def test_dgmoe_help_imports_neither_torch_nor_pandas():
+    names, done = _imported(["--help"])
+    assert done.returncode == 0 and "train" in done.stdout
+    assert "dgmoe.cli" in names and not names & set(HEAVY), sorted(names & set(HEAVY))
+
+
+def test_an_argument_error_imports_neither_torch_nor_pandas():
+    names, done = _imported(["train", "--test_envs", "x"])
+    assert done.returncode == 2 and "--test-envs" in done.stderr
+    assert not names & set(HEAVY), sorted(names & set(HEAVY))
+
+
+_EVERY_HELP = """
+import sys
+import click
+from dgmoe.cli import main, run
+
+def paths(group, prefix):
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):
+        cmd = group.get_command(ctx, name)
+        yield prefix + [name]
+        if isinstance(cmd, click.Group):
+            yield from paths(cmd, prefix + [name])
+
+seen = []
+for path in paths(main, []):
+    code = run([*path, "--help"])
+    assert code == 0, (path, code)
+    seen.append(" ".join(path))
+print(repr([m for m in sys.modules if m.split(".")[0] in HEAVY]), len(seen))
+"""
+
+
+def test_every_subcommand_help_imports_neither_torch_nor_pandas():
+    code = f"HEAVY = {HEAVY!r}\n" + _EVERY_HELP
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    heavy, n = done.stdout.strip().splitlines()[-1].rsplit(" ", 1)
+    assert int(n) >= 30 and heavy == "[]", heavy  # every command and subcommand, none pulled torch or pandas in
+
+
+def test_a_finished_run_is_noticed_before_any_data_is_loaded(tmp_path, monkeypatch):
+    from dgmoe.engine import trainer
+
+    cfg = RunConfig.from_flat(dataset="RotatedMNIST", model="vit_micro_patch7_28", model_kwargs={"depth": 1},
+                              steps=2, checkpoint_freq=1, n_per_domain=16, progress="none", num_threads=1,
+                              output_dir=str(tmp_path / "run"))
+    first = trainer.train(cfg)
+    assert not first.already_done and not (tmp_path / "run" / LOCK_NAME).exists()  # a finished folder: no lock
+
+    def no_data(*a, **k):
+        raise AssertionError("a finished run loaded its data")
+
+    monkeypatch.setattr(trainer, "prepare_run", no_data)
+    for name in ("get_dataset", "load_dataset"):
+        monkeypatch.setattr(f"dgmoe.data.catalogue.{name}", no_data, raising=False)
+    again = trainer.train(cfg)
+    assert again.already_done and [r["step"] for r in again.records] == [0, 1]
+    assert not (tmp_path / "run" / LOCK_NAME).exists()
+
+
+def test_the_nothing_to_do_line_is_printed_once(tmp_path, cli):
+    out = tmp_path / "run"
+    argv = ["train", "--dataset", "RotatedMNIST", "--model", "vit_micro_patch7_28", "--model-kwargs", '{"depth": 1}',
+            "--steps", "1", "--checkpoint-freq", "1", "--n-per-domain", "16", "--num-threads", "1", "--output-dir",
+            str(out)]
+    assert cli(*argv, "--progress", "none").exit_code == 0
+    for progress in ("none", "lines"):
+        again = cli(*argv, "--progress", progress)
+        assert again.exit_code == 0 and again.output.count("nothing to do") == 1, again.output
+    assert json.loads((out / "config.json").read_text())["n_steps"] == 1
+
+
+@pytest.mark.parametrize("module", ["dgmoe.seeding", "dgmoe.recipes", "dgmoe.recipes.plan", "dgmoe.sweep.jobs"])
+def test_light_modules_stay_light(module):
+    done = subprocess.run([sys.executable, "-c", f"import sys, {module}; "
+                           f"print([m for m in sys.modules if m.split('.')[0] in {HEAVY!r}])"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr[-1000:]
+
+
+def test_small_things_a_newcomer_meets(tmp_path, caplog):
+    import logging
+
+    from safetensors.torch import save_file
+
+    import dgmoe
+    from dgmoe.data.catalogue import get_spec
+
+    assert dir(dgmoe) == ["__version__", "count_parameters", "create_model", "list_models"]  # (IPython completion)
+    assert get_spec("Sentinel2Sample").kind == "geo-sample"  # not MNIST
+    save_file(dgmoe.create_model("vit_micro_patch7_28", num_classes=10).state_dict(), str(tmp_path / "vit.safetensors"))
+    with caplog.at_level(logging.WARNING, logger="dgmoe"):
+        dgmoe.create_model("gmoe_micro_patch7_28", pretrained=str(tmp_path / "vit.safetensors"), num_classes=3)
+    said = " ".join(r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING)
+    assert "copied dense FFN into experts" in said and "re-initialised (class count differs): head" in said
