@@ -34,9 +34,12 @@ class MoEConfig:
             k * int(factor * ceil(T / N)) with token dropping, as the official GMoE code (1.5).
         batch_prioritized: with a capacity, confident tokens (higher top gate) claim slots first.
         expert_dropout: dropout on the expert hidden activation (official GMoE code: 0.1).
-        dispatch: 'grouped' (default: sort the assignments by expert, one matmul pair per expert on contiguous
-            rows, with a hand-written backward that keeps a dense FFN's activation memory; the fastest measured,
-            docs/benchmarks.md) or 'mask' (a reference loop with boolean masks, for tests).
+        dispatch: 'grouped' (default) or 'mask' (a reference loop with boolean masks, for tests). 'grouped'
+            is one interface over two implementations of the same sum, chosen per call by device, dtype and
+            compilation (`dgmoe.moe.layer.choose_dispatch`): the sync-free grouped-GEMM dispatch (fixed shapes,
+            no host synchronisation) on GPUs with a fused grouped GEMM (SM90+, bf16) and under torch.compile in
+            bf16; elsewhere the sorted per-expert loop with a hand-written backward that keeps a dense FFN's
+            activation memory (the fastest measured on CPU, docs/benchmarks.md).
     Losses:
         load_loss: 'paper' computes eq. 10 on logits; 'tutel' reproduces the official GMoE code's quirk of
             subtracting the k-th noisy logit from the clean *probability*.
