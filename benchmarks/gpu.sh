@@ -1,26 +1,51 @@
 #!/usr/bin/env bash
-# Everything the scale issue measures on a GPU, in one call; each result lands in OUT as a text file.
-#   bash benchmarks/gpu.sh [OUT]        (expects dgmoe importable, e.g. `pip install -e .` or PYTHONPATH=src)
-# Not yet run: no GPU has been lent to a dgmoe session so far. Budget: about 25 minutes on one H100.
-set -euo pipefail
+# The GPU measurements of the "train at the speed of the GPU" issue (docs/benchmarks.md, section 12):
+#   bash benchmarks/gpu.sh [OUT] [STAGES]      (dgmoe importable: `pip install -e .` or PYTHONPATH=src)
+# STAGES: any of "tests layer models compile memory data" (default: all, about 9 minutes on an H200; a device
+# session allows 10 minutes per call, so split it, e.g. "tests layer models memory" then "compile data").
+# Each stage writes OUT/<stage>.txt and has its own time limit, so one slow stage cannot eat the others.
+set -uo pipefail
 OUT=${1:-runs/gpu}
+STAGES=${2:-tests layer models compile memory data}
+want() { [[ " $STAGES " == *" $1 "* ]]; }
 mkdir -p "$OUT"
+stage() { local name=$1 limit=$2; shift 2; echo "== $name"; timeout "$limit" "$@" > "$OUT/$name.txt" 2>&1 \
+  || echo "   $name: exit $? (see $OUT/$name.txt)"; tail -n 25 "$OUT/$name.txt"; }
 nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || true
-python -c "import torch, timm; print(torch.__version__, timm.__version__, torch.cuda.get_device_name())" > "$OUT/versions.txt"
-# timm equivalence (ViT, hybrid R26) and the CUDA dispatch paths: skipped on CPU, run here.
-python -m pytest -q -m "gpu or not gpu" tests/test_core_models.py tests/test_sfmoe.py tests/test_core_moe.py \
-  -k "timm or cuda" > "$OUT/equivalence.txt" 2>&1 || echo "equivalence tests FAILED, see $OUT/equivalence.txt"
-# MoE layer vs its limit, ViT-S dims at batch 32 and at the paper's 160 images (target <= 1.15x, < Tutel-style).
-for precision in fp32 bf16; do
-  for tokens in 6304 31520; do
-    dgmoe bench layer --device cuda --precision "$precision" --tokens "$tokens" --rounds 30 --repeats 3 \
-      > "$OUT/layer_${precision}_${tokens}.txt"
-  done
+python -c "import torch; print(torch.__version__, torch.cuda.get_device_name(), torch.cuda.get_device_capability())" \
+  > "$OUT/versions.txt" 2>&1; cat "$OUT/versions.txt"
+# 1. correctness on CUDA: the sync-free dispatch, zero host syncs per training update (GMoE, SF-MoE, MoGE), the
+#    CUDA dispatch paths and device-side augmentation
+want tests && stage gpu_tests 150 python -m pytest -q -m gpu tests/moe tests/data/test_data_loaders.py
+# 2. the MoE layer at ViT-S dims, T = 96 x 197, bf16: the layer as a model runs it, each dispatch alone, the peers
+want layer && stage layer_bf16 150 dgmoe bench layer --device cuda --precision bf16 --tokens 18912 --rounds 10 --repeats 1 \
+  --paths "moe grouped (default),moe sorted per-expert,dispatch sync-free grouped_mm,transformers-style eager loop,transformers grouped_mm experts,router alone"
+# 3. whole models, batch 96 at 224 px, bf16: eager, then compiled block by block; then peak memory
+MODELS=vit_small_patch16_224,gmoe_small_patch16_224,sfmoe_small_patch16_224,moge_small_patch16_224
+want models && stage models_bf16 150 dgmoe bench models --device cuda --precision bf16 --batch-size 96 --rounds 10 --models "$MODELS"
+want compile && stage models_bf16_compile 300 dgmoe bench models --device cuda --precision bf16 --batch-size 96 --rounds 10 --compile \
+  --models vit_small_patch16_224,gmoe_small_patch16_224
+want memory && stage memory_bf16 90 dgmoe bench memory --device cuda --precision bf16 --batch-sizes 96 --models "$MODELS"
+# 4. the data path: a PACS-shaped folder of random JPEGs (4 domains x 7 classes x 60 images), cached at 224 px;
+#    loader img/s per worker count beside the model step's, then `dgmoe train` itself
+want data || { echo "done: $OUT"; exit 0; }
+python - "$OUT/PACS_fake" <<'PY'
+import sys, numpy as np
+from pathlib import Path
+from PIL import Image
+root, rng = Path(sys.argv[1]) / "PACS", np.random.default_rng(0)
+for d in ("art_painting", "cartoon", "photo", "sketch"):
+    for c in ("dog", "elephant", "giraffe", "guitar", "horse", "house", "person"):
+        (root / d / c).mkdir(parents=True, exist_ok=True)
+        for i in range(60):
+            Image.fromarray(rng.integers(0, 255, (227, 227, 3), dtype=np.uint8)).save(root / d / c / f"{i}.jpg")
+PY
+stage prepare 60 dgmoe data prepare --dataset PACS --data-dir "$OUT/PACS_fake" --img-size 224
+for model in vit_small_patch16_224 gmoe_small_patch16_224; do
+  stage "data_$model" 60 dgmoe bench data --dataset PACS --data-dir "$OUT/PACS_fake" --model "$model" --device cuda \
+    --precision bf16 --workers 0,4,8 --timed-steps 30
+  stage "train_$model" 90 dgmoe train --dataset PACS --data-dir "$OUT/PACS_fake" --model "$model" --device cuda \
+    --precision bf16 --num-workers 8 --steps 200 --checkpoint-freq 100 --progress lines --log-every-s 5 \
+    --output-dir "$OUT/runs/$model"
 done
-# Whole models at the paper's mini-batch (GMoE Table 16: 160 images), eager and compiled; then memory.
-dgmoe bench models --device cuda --precision bf16 --batch-size 160 --rounds 20 --repeats 3 > "$OUT/models_bf16.txt"
-dgmoe bench models --device cuda --precision bf16 --batch-size 160 --rounds 20 --compile > "$OUT/models_bf16_compile.txt"
-dgmoe bench models --device cuda --precision fp32 --batch-size 160 --rounds 20 > "$OUT/models_fp32.txt"
-dgmoe bench memory --device cuda --precision bf16 --batch-sizes 32,96,160 \
-  --models vit_small_patch16_224,gmoe_small_patch16_224,sfmoe_small_patch16_224,moge_small_patch16_224 > "$OUT/memory_bf16.txt"
 echo "done: $OUT"
