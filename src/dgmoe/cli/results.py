@@ -38,10 +38,13 @@ T = TypeVar("T")
 @click.option("--recipe", "recipe_name", metavar="NAME", default=None,
               help="RUNS_DIR is a `dgmoe recipe launch` folder: print the recipe's rows, the paper's numbers beside "
               "the obtained ones and the difference (saved as RUNS_DIR/results_recipe.md).")
+@click.option("--csv", "csv_export", is_flag=True,
+              help="Also write the tables as CSV beside the .md/.tex (results.csv, ...): every cell with its mean and "
+              "SE, and the protocol lines, the same numbers as the tables.")
 @click.option("--no-save", is_flag=True, help="Only print; do not write results.md/.tex into RUNS_DIR.")
 def command(runs_dir: Path, latex: bool, selection: str | None, single_source: bool, baseline: str | None,
             ood_split: str, absolute: bool, complete_trials: bool, include_unfinished: bool,
-            recipe_name: str | None, no_save: bool) -> None:
+            recipe_name: str | None, csv_export: bool, no_save: bool) -> None:
     """Print results tables for every run under RUNS_DIR and save them as RUNS_DIR/results.md (.tex).
 
     Cells are mean +/- standard error over trial seeds of the accuracy each selection method picks,
@@ -51,11 +54,13 @@ def command(runs_dir: Path, latex: bool, selection: str | None, single_source: b
     the tables are saved as RUNS_DIR/results_single_source.md (.tex); with --recipe NAME, a paper's table beside
     the obtained numbers, as RUNS_DIR/results_recipe.md (.tex).
     """
+    if csv_export and no_save:
+        raise click.UsageError("--csv writes RUNS_DIR/results*.csv; it does not combine with --no-save")
     if recipe_name is not None:
         if single_source or selection or baseline or complete_trials or include_unfinished or ood_split != "in":
             raise click.UsageError("--recipe takes its selection and tables from the recipe; it combines with "
                                    "--latex and --no-save only")
-        _recipe_results(runs_dir, recipe_name, latex, no_save)
+        _recipe_results(runs_dir, recipe_name, latex, no_save, csv_export)
         return
     if not single_source and (baseline or absolute or ood_split != "in"):
         raise click.UsageError("--baseline, --ood-split and --absolute only apply with --single-source")
@@ -71,18 +76,24 @@ def command(runs_dir: Path, latex: bool, selection: str | None, single_source: b
         records = _echo_warnings(lambda: load_records(runs_dir, include_unfinished=include_unfinished))
         if records.empty:
             raise UsageError(f"no records: no finished run with a results.jsonl under {runs_dir}")
-        if single_source:
-            text = single_source_table(records, baseline=baseline, ood_split=ood_split,  # type: ignore[arg-type]
-                                       improvement_kind="absolute" if absolute else "relative", latex=latex)
-        else:
-            text = results_tables(records, selection=selection or "all", latex=latex,
+
+        def render(as_latex: bool) -> str:
+            if single_source:
+                return single_source_table(records, baseline=baseline, ood_split=ood_split,  # type: ignore[arg-type]
+                                           improvement_kind="absolute" if absolute else "relative", latex=as_latex)
+            return results_tables(records, selection=selection or "all", latex=as_latex,
                                   complete_trials=complete_trials)
+
+        text = render(latex)
+        markdown = render(False) if csv_export and latex else text
     except UsageError:
         raise
     except (ValueError, KeyError) as err:
         raise UsageError(str(err)) from None
-    _show(text, None if no_save else runs_dir / (("results_single_source" if single_source else "results")
-                                                 + (".tex" if latex else ".md")))
+    stem = runs_dir / ("results_single_source" if single_source else "results")
+    _show(text, None if no_save else stem.with_suffix(".tex" if latex else ".md"))
+    if csv_export:
+        _write_csv(markdown, stem.with_suffix(".csv"))
 
 
 def _echo_warnings(compute: Callable[[], T]) -> T:
@@ -103,15 +114,25 @@ def _show(text: str, path: Path | None) -> None:
         click.echo(f"wrote {path}", err=True)
 
 
-def _recipe_results(runs_dir: Path, name: str, latex: bool, no_save: bool) -> None:
+def _write_csv(markdown: str, path: Path) -> None:
+    from dgmoe.report.exports import tables_csv
+
+    write_text_atomic(path, tables_csv(markdown))
+    click.echo(f"wrote {path}", err=True)
+
+
+def _recipe_results(runs_dir: Path, name: str, latex: bool, no_save: bool, csv_export: bool = False) -> None:
     from dgmoe.recipes import get_recipe
     from dgmoe.recipes.compare import comparison
 
     recipe = get_recipe(name)
     try:
         text = _echo_warnings(lambda: comparison(recipe, runs_dir, latex=latex))
+        markdown = comparison(recipe, runs_dir) if csv_export and latex else text
     except UsageError:
         raise
     except (ValueError, KeyError) as err:
         raise UsageError(str(err)) from None
     _show(text, None if no_save else runs_dir / ("results_recipe.tex" if latex else "results_recipe.md"))
+    if csv_export:
+        _write_csv(markdown, runs_dir / "results_recipe.csv")

@@ -232,6 +232,7 @@ def results_tables(
     cover the datasets with single-test-domain runs; under worst-group selection the WILDS datasets get their
     WILDS tables instead. `complete_trials` leaves trial seeds that lack a test domain out of the Averages.
     """
+    from dgmoe.report.protocol import protocol_block
     from dgmoe.report.wilds import has_worst_group, wilds_datasets, wilds_table, worst_group_table
 
     if records.empty:
@@ -249,7 +250,9 @@ def results_tables(
     if wilds:
         cells += (" WILDS tables: accuracy, worst-group accuracy and macro-F1 (%) over each held-out split, "
                   "at the checkpoint with the best worst-group accuracy on the validation split.")
-    parts = [preamble(records, "dgmoe results", cells, latex)]
+    chosen = [m for m in methods if not (m is WorstGroupSelection and not wilds)]
+    parts = [preamble(records, "dgmoe results", cells, latex),
+             protocol_block(records, "; ".join(m.name for m in chosen), latex)]
     for method in methods:
         worst = method is WorstGroupSelection
         datasets = [d for d in single if not (worst and d in wilds)]
@@ -266,7 +269,7 @@ def results_tables(
         if tables:
             parts.append(heading(f"Model selection: {method.name}", 2, latex))
             parts.extend(tables)
-    if len(parts) == 1:
+    if len(parts) == 2:
         raise ValueError("no run fits a results table: DomainBed's tables need runs that hold out one domain "
                          "(--test-envs t), WILDS tables runs that hold out the validation split")
     return "\n\n".join(parts) + "\n"

@@ -11,36 +11,17 @@ Sec. 3: the linear mode connectivity of fine-tunings from one shared initialisat
 from __future__ import annotations
 
 import functools
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
 from dgmoe.engine.checkpoint import read_run_config, saved_run, weights_file
 from dgmoe.engine.config import RunConfig
+from dgmoe.engine.provenance import pretrained_identity
 from dgmoe.engine.rundir import read_done
 from dgmoe.errors import UsageError
 
 SOUP_KEY = "soup"  # config.json / args key of a soup's own run folder (never a member of another soup)
-
-
-@functools.lru_cache(maxsize=64)
-def file_hash(path: str) -> str:
-    """The first 12 hex digits of a file's SHA-256 (how tables name a pretrained checkpoint's content)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()[:12]
-
-
-def pretrained_identity(pretrained: str | None) -> str | None:
-    """'name (sha256 abc123...)' of a pretrained checkpoint, 'name (file absent)' when it is not on this
-    machine, None for a backbone trained from scratch."""
-    if not pretrained:
-        return None
-    path = Path(pretrained)
-    return f"{path.name} (sha256 {file_hash(str(path))})" if path.is_file() else f"{path.name} (file absent)"
 
 
 @dataclass
