@@ -38,13 +38,16 @@ T = TypeVar("T")
 @click.option("--recipe", "recipe_name", metavar="NAME", default=None,
               help="RUNS_DIR is a `dgmoe recipe launch` folder: print the recipe's rows, the paper's numbers beside "
               "the obtained ones and the difference (saved as RUNS_DIR/results_recipe.md).")
+@click.option("--hparams", "show_hparams", is_flag=True,
+              help="After each dataset's table, the runs its cells selected: per domain and trial seed the hparams "
+              "draw, step, test accuracy, the hparams that differ between runs and the run folder (log, config).")
 @click.option("--csv", "csv_export", is_flag=True,
               help="Also write the tables as CSV beside the .md/.tex (results.csv, ...): every cell with its mean and "
               "SE, and the protocol lines, the same numbers as the tables.")
 @click.option("--no-save", is_flag=True, help="Only print; do not write results.md/.tex into RUNS_DIR.")
 def command(runs_dir: Path, latex: bool, selection: str | None, single_source: bool, baseline: str | None,
             ood_split: str, absolute: bool, complete_trials: bool, include_unfinished: bool,
-            recipe_name: str | None, csv_export: bool, no_save: bool) -> None:
+            recipe_name: str | None, show_hparams: bool, csv_export: bool, no_save: bool) -> None:
     """Print results tables for every run under RUNS_DIR and save them as RUNS_DIR/results.md (.tex).
 
     Cells are mean +/- standard error over trial seeds of the accuracy each selection method picks,
@@ -57,13 +60,15 @@ def command(runs_dir: Path, latex: bool, selection: str | None, single_source: b
     if csv_export and no_save:
         raise click.UsageError("--csv writes RUNS_DIR/results*.csv; it does not combine with --no-save")
     if recipe_name is not None:
-        if single_source or selection or baseline or complete_trials or include_unfinished or ood_split != "in":
+        if single_source or selection or baseline or show_hparams or complete_trials or include_unfinished or ood_split != "in":
             raise click.UsageError("--recipe takes its selection and tables from the recipe; it combines with "
                                    "--latex and --no-save only")
         _recipe_results(runs_dir, recipe_name, latex, no_save, csv_export)
         return
     if not single_source and (baseline or absolute or ood_split != "in"):
         raise click.UsageError("--baseline, --ood-split and --absolute only apply with --single-source")
+    if single_source and show_hparams:
+        raise click.UsageError("--hparams does not apply with --single-source")
     if single_source and complete_trials:
         raise click.UsageError("--complete-trials does not apply with --single-source")
     if single_source and selection is not None:
@@ -82,7 +87,7 @@ def command(runs_dir: Path, latex: bool, selection: str | None, single_source: b
                 return single_source_table(records, baseline=baseline, ood_split=ood_split,  # type: ignore[arg-type]
                                            improvement_kind="absolute" if absolute else "relative", latex=as_latex)
             return results_tables(records, selection=selection or "all", latex=as_latex,
-                                  complete_trials=complete_trials)
+                                  complete_trials=complete_trials, hparams=show_hparams)
 
         text = render(latex)
         markdown = render(False) if csv_export and latex else text

@@ -223,16 +223,18 @@ def preamble(records: pd.DataFrame, title: str, cells: str, latex: bool) -> str:
 
 def results_tables(
     records: pd.DataFrame, selection: MethodLike | Sequence[MethodLike] = "all", latex: bool = False,
-    complete_trials: bool = False,
+    complete_trials: bool = False, hparams: bool = False,
 ) -> str:
     """Markdown (or LaTeX) tables: per selection method, one table per dataset and an Averages table.
 
     `selection` is `"iid"`, `"loo"`, `"oracle"`, `"worst"`, `"all"` (DomainBed's three, then worst-group
     selection for the WILDS datasets), a `SelectionMethod` class, or a list of these. DomainBed's tables
     cover the datasets with single-test-domain runs; under worst-group selection the WILDS datasets get their
-    WILDS tables instead. `complete_trials` leaves trial seeds that lack a test domain out of the Averages.
+    WILDS tables instead. `complete_trials` leaves trial seeds that lack a test domain out of the Averages;
+    `hparams` adds, after each dataset's table, the runs its cells selected (`dgmoe.report.selected`).
     """
     from dgmoe.report.protocol import protocol_block
+    from dgmoe.report.selected import selected_table
     from dgmoe.report.wilds import has_worst_group, wilds_datasets, wilds_table, worst_group_table
 
     if records.empty:
@@ -263,6 +265,8 @@ def results_tables(
             sweep = sweep_accs(records, method)
             for d in datasets:  # Camelyon17: beside the accuracy, the held-out hospital's worst-slide accuracy
                 tables.append(dataset_table(records, sweep, d, latex, names))
+                if hparams:
+                    tables.append(selected_table(records, sweep, d, latex, names))
                 if has_worst_group(records, d):
                     tables.append(worst_group_table(records, sweep, d, latex, names))
             tables.append(averages_table(records, sweep, datasets, latex, complete_trials, names))
