@@ -60,9 +60,10 @@ def command(runs_dir: Path, latex: bool, selection: str | None, single_source: b
     if csv_export and no_save:
         raise click.UsageError("--csv writes RUNS_DIR/results*.csv; it does not combine with --no-save")
     if recipe_name is not None:
-        if single_source or selection or baseline or show_hparams or complete_trials or include_unfinished or ood_split != "in":
+        if single_source or selection or baseline or show_hparams or complete_trials or include_unfinished \
+                or ood_split != "in":
             raise click.UsageError("--recipe takes its selection and tables from the recipe; it combines with "
-                                   "--latex and --no-save only")
+                                   "--latex, --csv and --no-save only")
         _recipe_results(runs_dir, recipe_name, latex, no_save, csv_export)
         return
     if not single_source and (baseline or absolute or ood_split != "in"):
