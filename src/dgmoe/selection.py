@@ -23,7 +23,8 @@ the numbers `collect_results.py` prints (checked cell by cell in `tests/parity/t
 A fourth method, `worst` (`WorstGroupSelection`), is worst-group validation (WILDS, Koh et al., ICML 2021;
 MoGE §2.3): for datasets with WILDS metrics it picks the checkpoint with the best worst-group accuracy on
 the dataset's OOD validation split, elsewhere the one whose worst training domain does best on its
-held-out part. It is not one of DomainBed's and leaves their three unchanged.
+held-out part. It is not one of DomainBed's and leaves their three unchanged. A fifth, `worst-id`
+(`IDWorstGroupSelection`), is WILDS' named ID alternative: the same rule on the `id_val` split.
 
 dgmoe's extensions, none of which changes a number on a DomainBed-style sweep: `model` is part of the group
 (in dgmoe the backbone is a choice as large as the algorithm; DomainBed records have none); two run dirs with
@@ -47,7 +48,9 @@ GROUP_KEYS: tuple[str, ...] = ("dataset", "algorithm", "model", "test_env", "tri
 SWEEP_COLUMNS: tuple[str, ...] = (*GROUP_KEYS, "hparams_seed", "step", "val_acc", "test_acc", "run_dir")
 #: record key of the validation domain of WILDS-style runs (written by `dgmoe.engine.evaluate`)
 VAL_ENV = "wilds_val_env"
-_NEEDED = frozenset((*GROUP_KEYS, "test_envs", "hparams_seed", "step", "n_envs", "run_dir", "file", "line", VAL_ENV))
+ID_VAL = "id_val"  # WILDS' in-distribution validation split (`IDWorstGroupSelection`)
+_NEEDED = frozenset((*GROUP_KEYS, "test_envs", "hparams_seed", "step", "n_envs", "run_dir", "file", "line", VAL_ENV,
+                     "domains"))
 
 
 @dataclass(frozen=True)
@@ -244,8 +247,8 @@ class WorstGroupSelection(SelectionMethod):
         if not wilds.empty:
             order = [c for c in ("file", "line") if c in wilds.columns]
             wilds = wilds.sort_values(order, kind="stable")
-            val_env = int(wilds[VAL_ENV].iloc[0])
-            if test_env == val_env:
+            val_env = cls.val_env(wilds)
+            if val_env is None or test_env == val_env:
                 return None
             val, tie = f"env{val_env}_acc_worst_group", f"env{val_env}_acc_avg"
             recs = wilds.to_dict("records")
@@ -269,12 +272,36 @@ class WorstGroupSelection(SelectionMethod):
                       int(rec["step"]), rec["run_dir"])
 
     @classmethod
+    def val_env(cls, wilds: pd.DataFrame) -> int | None:
+        """The validation domain: the OOD one the records name (`wilds_val_env`)."""
+        return int(wilds[VAL_ENV].iloc[0])
+
+    @classmethod
     def rank(cls, row: Mapping[str, Any]) -> Any:
         return rank_key(row["val_acc"]), rank_key(row["val_tiebreak"])
 
 
+class IDWorstGroupSelection(WorstGroupSelection):
+    """WILDS' ID alternative: `WorstGroupSelection` on the in-distribution validation split `id_val` (FMoW,
+    iWildCam) instead of the OOD one. WILDS reports OOD-validated numbers on its leaderboard; this method is for
+    the ID/OOD comparison its paper draws (Koh et al., 2021, Sec. 5). Runs without a held-out `id_val` are not
+    scored."""
+
+    key = "worst-id"
+    name = "worst-group validation on the ID validation split (id_val)"
+
+    @classmethod
+    def val_env(cls, wilds: pd.DataFrame) -> int | None:
+        domains = wilds["domains"].iloc[0] if "domains" in wilds.columns else None
+        if not domains or ID_VAL not in domains:
+            return None
+        env = list(domains).index(ID_VAL)
+        return env if env in wilds["test_envs"].iloc[0] else None
+
+
 SELECTION_METHODS: Registry = Registry("selection method")
-for _method in (IIDAccuracySelection, LeaveOneOutSelection, OracleSelection, WorstGroupSelection):
+for _method in (IIDAccuracySelection, LeaveOneOutSelection, OracleSelection, WorstGroupSelection,
+                IDWorstGroupSelection):
     SELECTION_METHODS.add(_method.key, _method)
 
 MethodLike = str | type[SelectionMethod]

@@ -26,13 +26,20 @@ table beside its accuracy table: that worst-group accuracy at the checkpoints th
 """
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Sequence, cast
 
 import numpy as np
 import pandas as pd
 
 from dgmoe.report.text import count
-from dgmoe.selection import MethodLike, WorstGroupSelection, mean_and_se, resolve_selections, sweep_accs
+from dgmoe.selection import (
+    IDWorstGroupSelection,
+    MethodLike,
+    WorstGroupSelection,
+    mean_and_se,
+    resolve_selections,
+    sweep_accs,
+)
 
 MISSING = "X"
 RowKey = tuple[str, str]  # (algorithm, model)
@@ -223,7 +230,7 @@ def preamble(records: pd.DataFrame, title: str, cells: str, latex: bool) -> str:
 
 def results_tables(
     records: pd.DataFrame, selection: MethodLike | Sequence[MethodLike] = "all", latex: bool = False,
-    complete_trials: bool = False, hparams: bool = False,
+    complete_trials: bool = False, hparams: bool = False, bootstrap_seed: int = 0,
 ) -> str:
     """Markdown (or LaTeX) tables: per selection method, one table per dataset and an Averages table.
 
@@ -231,11 +238,12 @@ def results_tables(
     selection for the WILDS datasets), a `SelectionMethod` class, or a list of these. DomainBed's tables
     cover the datasets with single-test-domain runs; under worst-group selection the WILDS datasets get their
     WILDS tables instead. `complete_trials` leaves trial seeds that lack a test domain out of the Averages;
-    `hparams` adds, after each dataset's table, the runs its cells selected (`dgmoe.report.selected`).
+    `hparams` adds, after each dataset's table, the runs its cells selected (`dgmoe.report.selected`);
+    `bootstrap_seed` seeds the intervals of the worst-group tables (`dgmoe.report.wilds_groups`).
     """
     from dgmoe.report.protocol import protocol_block
     from dgmoe.report.selected import selected_table
-    from dgmoe.report.wilds import has_worst_group, wilds_datasets, wilds_table, worst_group_table
+    from dgmoe.report.wilds import has_worst_group, wilds_datasets, wilds_runs, wilds_tables, worst_group_table
 
     if records.empty:
         raise ValueError("no records to report")
@@ -256,11 +264,13 @@ def results_tables(
     parts = [preamble(records, "dgmoe results", cells, latex),
              protocol_block(records, "; ".join(m.name for m in chosen), latex)]
     for method in methods:
-        worst = method is WorstGroupSelection
+        worst = issubclass(method, WorstGroupSelection)
         datasets = [d for d in single if not (worst and d in wilds)]
-        if selection == "all" and worst:
+        if (selection == "all" and worst) or method is IDWorstGroupSelection:
             datasets = []  # `all`: worst-group selection only for the WILDS datasets
-        tables = [wilds_table(records, d, latex, names) for d in wilds] if worst else []
+        wg = cast(type[WorstGroupSelection], method)
+        tables = [t for d in wilds if wg.val_env(wilds_runs(records, d)) is not None
+                  for t in wilds_tables(records, d, latex, names, wg, bootstrap_seed)] if worst else []
         if datasets:
             sweep = sweep_accs(records, method)
             for d in datasets:  # Camelyon17: beside the accuracy, the held-out hospital's worst-slide accuracy
