@@ -88,3 +88,13 @@ def test_selected_runs_per_domain_and_trial(root):
     for line in lines:  # hparams seed 1 has the better validation accuracy everywhere; its hparams are the defaults
         cells = [c.strip() for c in line.strip("|").split("|")]
         assert cells[3] == "1" and cells[6] == "defaults" and "/dg/r" in cells[7], cells
+
+
+def test_recipe_results_page(root, cli):
+    result = cli("results", root / "dg", "--recipe", "gmoe-table1", "--page", "--csv")
+    assert result.exit_code == 0, result.output
+    md = (root / "dg" / "results_page" / "index.md").read_text()
+    assert md.startswith("# Recipe gmoe-table1: results") and "| GMoE-S/16 " in md and "- Trials: " in md
+    assert "### PACS: selected runs" in md and "[log](../" in md
+    assert (root / "dg" / "results_page" / "index.html").read_text().count("<table>") >= 3
+    assert (root / "dg" / "results_recipe.csv").read_text().startswith("section,table,row,column,cell,mean,se")

@@ -115,3 +115,17 @@ def test_runs_of_another_architecture_are_refused(sweep, tmp_path, capsys):
                                                                   output_dir=str(tmp_path / "b"))
     train(deeper)  # the same model name with two blocks: other weight shapes
     assert "do not share an architecture" in _one_line_refusal(tmp_path, capsys)
+
+
+def test_results_page_links_every_selected_run(sweep, capsys):
+    import re
+
+    root, _, _ = sweep
+    assert cli(["results", str(root), "--page", "--selection", "iid"]) == 0
+    page = root / "results_page"
+    md, html = (page / "index.md").read_text(), (page / "index.html").read_text()
+    assert "- Selection: training-domain validation set" in md and "### RotatedMNIST: selected runs" in md
+    assert "| ERM (greedy soup) / vit_micro" in md
+    links = re.findall(r'<a href="([^"]+)">(log|config)</a>', html)
+    assert len(links) == 2 * 5 * 2 * 2  # log and config of each row x held-out domain x trial
+    assert all((page / target).is_file() for target, _ in links), links

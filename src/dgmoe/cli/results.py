@@ -43,13 +43,18 @@ T = TypeVar("T")
 @click.option("--hparams", "show_hparams", is_flag=True,
               help="After each dataset's table, the runs its cells selected: per domain and trial seed the hparams "
               "draw, step, test accuracy, the hparams that differ between runs and the run folder (log, config).")
+@click.option("--page", "write_page", is_flag=True,
+              help="Also write a results page to publish, RUNS_DIR/results_page/index.md and index.html: the tables, "
+              "the runs each cell selected with their hparams and per-seed values, and links to each run's log and "
+              "config (with --recipe: the paper's numbers first).")
 @click.option("--csv", "csv_export", is_flag=True,
               help="Also write the tables as CSV beside the .md/.tex (results.csv, ...): every cell with its mean and "
               "SE, and the protocol lines, the same numbers as the tables.")
 @click.option("--no-save", is_flag=True, help="Only print; do not write results.md/.tex into RUNS_DIR.")
 def command(runs_dir: Path, latex: bool, selection: str | None, single_source: bool, baseline: str | None,
             ood_split: str, absolute: bool, complete_trials: bool, include_unfinished: bool,
-            recipe_name: str | None, show_hparams: bool, csv_export: bool, no_save: bool) -> None:
+            recipe_name: str | None, show_hparams: bool, write_page: bool, csv_export: bool,
+            no_save: bool) -> None:
     """Print results tables for every run under RUNS_DIR and save them as RUNS_DIR/results.md (.tex).
 
     Cells are mean +/- standard error over trial seeds of the accuracy each selection method picks,
@@ -59,14 +64,16 @@ def command(runs_dir: Path, latex: bool, selection: str | None, single_source: b
     the tables are saved as RUNS_DIR/results_single_source.md (.tex); with --recipe NAME, a paper's table beside
     the obtained numbers, as RUNS_DIR/results_recipe.md (.tex).
     """
-    if csv_export and no_save:
-        raise click.UsageError("--csv writes RUNS_DIR/results*.csv; it does not combine with --no-save")
+    if (csv_export or write_page) and no_save:
+        raise click.UsageError("--csv and --page write into RUNS_DIR; they do not combine with --no-save")
+    if write_page and single_source:
+        raise click.UsageError("--page does not apply with --single-source")
     if recipe_name is not None:
         if single_source or selection or baseline or show_hparams or complete_trials or include_unfinished \
                 or ood_split != "in":
             raise click.UsageError("--recipe takes its selection and tables from the recipe; it combines with "
                                    "--latex, --csv and --no-save only")
-        _recipe_results(runs_dir, recipe_name, latex, no_save, csv_export)
+        _recipe_results(runs_dir, recipe_name, latex, no_save, csv_export, write_page)
         return
     if not single_source and (baseline or absolute or ood_split != "in"):
         raise click.UsageError("--baseline, --ood-split and --absolute only apply with --single-source")
@@ -102,6 +109,8 @@ def command(runs_dir: Path, latex: bool, selection: str | None, single_source: b
     _show(text, None if no_save else stem.with_suffix(".tex" if latex else ".md"))
     if csv_export:
         _write_csv(markdown, stem.with_suffix(".csv"))
+    if write_page:
+        _write_page(runs_dir, records, f"Results: {runs_dir.name}", selection or "all")
 
 
 def _echo_warnings(compute: Callable[[], T]) -> T:
@@ -129,14 +138,25 @@ def _write_csv(markdown: str, path: Path) -> None:
     click.echo(f"wrote {path}", err=True)
 
 
-def _recipe_results(runs_dir: Path, name: str, latex: bool, no_save: bool, csv_export: bool = False) -> None:
+def _write_page(runs_dir: Path, records, title: str, selection: str, intro: str | None = None) -> None:
+    from dgmoe.report.publish import results_page
+
+    try:
+        paths = results_page(records, runs_dir / "results_page", title, selection, intro)
+    except ValueError as err:
+        raise UsageError(f"--page: {err}") from None
+    click.echo(f"wrote {paths[0]} and {paths[1].name}", err=True)
+
+
+def _recipe_results(runs_dir: Path, name: str, latex: bool, no_save: bool, csv_export: bool = False,
+                    write_page: bool = False) -> None:
     from dgmoe.recipes import get_recipe
     from dgmoe.recipes.compare import comparison
 
     recipe = get_recipe(name)
     try:
         text = _echo_warnings(lambda: comparison(recipe, runs_dir, latex=latex))
-        markdown = comparison(recipe, runs_dir) if csv_export and latex else text
+        markdown = comparison(recipe, runs_dir) if (csv_export or write_page) and latex else text
     except UsageError:
         raise
     except (ValueError, KeyError) as err:
@@ -144,3 +164,8 @@ def _recipe_results(runs_dir: Path, name: str, latex: bool, no_save: bool, csv_e
     _show(text, None if no_save else runs_dir / ("results_recipe.tex" if latex else "results_recipe.md"))
     if csv_export:
         _write_csv(markdown, runs_dir / "results_recipe.csv")
+    if write_page:
+        from dgmoe.recipes.compare import all_records
+
+        intro = markdown if not latex else comparison(recipe, runs_dir)
+        _write_page(runs_dir, all_records(runs_dir), f"Recipe {recipe.name}: results", "all", intro)

@@ -229,12 +229,12 @@ def comparison(recipe: Recipe, output_dir: str | Path, latex: bool = False) -> s
         unavailable = [f"{r.label}: {r.unavailable}" for r in recipe.rows if r.unavailable]
         if unavailable:
             tables.append("Not run by dgmoe: " + "; ".join(unavailable) + ".")
-    protocol = protocol_block(_all_records(output_dir), selection, latex)
+    protocol = protocol_block(all_records(output_dir), selection, latex)
     return "\n\n".join([heading("dgmoe results: recipe " + recipe.name, 1, latex), " ".join(text), protocol,
                         *tables]) + "\n"
 
 
-def _all_records(output_dir: Path) -> pd.DataFrame:
+def all_records(output_dir: Path) -> pd.DataFrame:
     """Every finished run's records under a recipe folder, for its protocol lines (the tables warn of problems)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
