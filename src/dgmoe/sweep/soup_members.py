@@ -105,7 +105,7 @@ def check_shared(members: Iterable[Member]) -> None:
             what = (f"models {first.model} and {other.model}" if other.model != first.model
                     else "the same model built with different weight shapes")
             raise UsageError(f"{first.run_dir} and {other.run_dir} do not share an architecture ({what}); a weight "
-                             "average needs runs of one architecture")
+                             "average needs runs of one architecture: run `dgmoe soup` on a folder of each")
         if other.initialisation != first.initialisation:
             raise UsageError(f"{first.run_dir} and {other.run_dir} do not share an initialisation "
                              f"({first.initialisation} vs {other.initialisation}); a weight average needs runs "
