@@ -24,7 +24,8 @@ A fourth method, `worst` (`WorstGroupSelection`), is worst-group validation (WIL
 MoGE §2.3): for datasets with WILDS metrics it picks the checkpoint with the best worst-group accuracy on
 the dataset's OOD validation split, elsewhere the one whose worst training domain does best on its
 held-out part. It is not one of DomainBed's and leaves their three unchanged. A fifth, `worst-id`
-(`IDWorstGroupSelection`), is WILDS' named ID alternative: the same rule on the `id_val` split.
+(`IDWorstGroupSelection`), is WILDS' named ID alternative: the same rule on the `id_val` split; `wilds`
+(`WildsOfficialSelection`) selects on the OOD validation split by each dataset's official metric.
 
 dgmoe's extensions, none of which changes a number on a DomainBed-style sweep: `model` is part of the group
 (in dgmoe the backbone is a choice as large as the algorithm; DomainBed records have none); two run dirs with
@@ -49,8 +50,9 @@ SWEEP_COLUMNS: tuple[str, ...] = (*GROUP_KEYS, "hparams_seed", "step", "val_acc"
 #: record key of the validation domain of WILDS-style runs (written by `dgmoe.engine.evaluate`)
 VAL_ENV = "wilds_val_env"
 ID_VAL = "id_val"  # WILDS' in-distribution validation split (`IDWorstGroupSelection`)
+GROUPS_FIELD = "wilds_groups"  # the records' group field (`WildsOfficialSelection`)
 _NEEDED = frozenset((*GROUP_KEYS, "test_envs", "hparams_seed", "step", "n_envs", "run_dir", "file", "line", VAL_ENV,
-                     "domains"))
+                     "domains", GROUPS_FIELD))
 
 
 @dataclass(frozen=True)
@@ -250,7 +252,7 @@ class WorstGroupSelection(SelectionMethod):
             val_env = cls.val_env(wilds)
             if val_env is None or test_env == val_env:
                 return None
-            val, tie = f"env{val_env}_acc_worst_group", f"env{val_env}_acc_avg"
+            val, tie = f"env{val_env}_{cls.val_metric(wilds)}", f"env{val_env}_acc_avg"
             recs = wilds.to_dict("records")
             best = worst_group_checkpoint(recs, [val], tie)
             if best is None:
@@ -277,8 +279,29 @@ class WorstGroupSelection(SelectionMethod):
         return int(wilds[VAL_ENV].iloc[0])
 
     @classmethod
+    def val_metric(cls, wilds: pd.DataFrame) -> str:
+        """The record key suffix of the validation split's metric that selects."""
+        return "acc_worst_group"
+
+    @classmethod
     def rank(cls, row: Mapping[str, Any]) -> Any:
         return rank_key(row["val_acc"]), rank_key(row["val_tiebreak"])
+
+
+class WildsOfficialSelection(WorstGroupSelection):
+    """WILDS' own model selection: on the OOD validation split, each dataset's official validation metric
+    (WILDS' `val_metric`): FMoW's `acc_worst_region`, iWildCam's `F1-macro_all`, Camelyon17's `acc_avg`; the
+    group field the records name (`wilds_groups`) tells the datasets apart. For FMoW it is `worst`."""
+
+    key = "wilds"
+    name = "WILDS' official validation metric on the OOD validation split"
+    METRIC_BY_GROUPS: ClassVar[dict[str, str]] = {"region": "acc_worst_group", "location_id": "f1_macro",
+                                                  "slide": "acc_avg"}
+
+    @classmethod
+    def val_metric(cls, wilds: pd.DataFrame) -> str:
+        groups = wilds[GROUPS_FIELD].dropna() if GROUPS_FIELD in wilds.columns else wilds.iloc[0:0, 0]
+        return cls.METRIC_BY_GROUPS.get(str(groups.iloc[0]) if len(groups) else "", "acc_worst_group")
 
 
 class IDWorstGroupSelection(WorstGroupSelection):
@@ -301,7 +324,7 @@ class IDWorstGroupSelection(WorstGroupSelection):
 
 SELECTION_METHODS: Registry = Registry("selection method")
 for _method in (IIDAccuracySelection, LeaveOneOutSelection, OracleSelection, WorstGroupSelection,
-                IDWorstGroupSelection):
+                IDWorstGroupSelection, WildsOfficialSelection):
     SELECTION_METHODS.add(_method.key, _method)
 
 MethodLike = str | type[SelectionMethod]

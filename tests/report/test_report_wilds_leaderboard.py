@@ -39,11 +39,27 @@ def test_tables_name_the_official_metrics_and_the_ood_selection(runs):
     for column in ("test acc_avg", "test acc_worst_region", "id_test acc_worst_region", "test F1-macro_all"):
         assert f" {column} " in text, column
     assert "### FMoW: checkpoints chosen by worst-region accuracy on val (OOD validation, WILDS' default; " \
-           "`--selection worst-id` selects on id_val)" in text
+           "`--selection worst-id` selects on id_val, `--selection wilds` by WILDS' official metric)" in text
     assert "### iWildCam: checkpoints chosen by worst-location_id accuracy on val (OOD" in text
     assert "Trial seeds per row: 2; WILDS asks for 3 on FMoW (fewer here" in text
     alt = results_tables(load_records(runs), selection="worst-id")
     assert "on id_val (ID validation, WILDS' named alternative" in alt and " test F1-macro_all " in alt
+
+
+def test_wilds_official_selection_metric(runs):
+    from dgmoe.selection import WildsOfficialSelection, sweep_accs
+
+    records = load_records(runs)
+    text = results_tables(records, selection="wilds")
+    assert "### iWildCam: checkpoints chosen by macro-F1 (F1-macro_all) on val (OOD validation with WILDS' " \
+           "official metric)" in text
+    fmow = records[records["dataset"] == "FMoW"]
+    worst = results_tables(fmow, selection="worst").split("|:")[1]
+    assert worst == results_tables(fmow, selection="wilds").split("|:")[1]  # FMoW: the same rule
+    iwild = records[records["dataset"] == "iWildCam"]
+    for pick in sweep_accs(iwild, WildsOfficialSelection).to_dict("records"):
+        mine = iwild[iwild["run_dir"] == pick["run_dir"]]
+        assert pick["val_acc"] == mine["env3_f1_macro"].max()  # the best OOD-val macro-F1 checkpoint
 
 
 def test_worst_region_with_group_sizes_and_a_seeded_interval(runs):

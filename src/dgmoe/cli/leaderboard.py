@@ -12,9 +12,10 @@ from dgmoe.errors import UsageError
 @click.argument("runs_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Folder of the export: one sub-folder per method row, with its prediction files and summary.")
-@click.option("--selection", type=click.Choice(["worst", "worst-id"]), default="worst", show_default=True,
-              help="Checkpoint selection: worst-group accuracy on the OOD validation split (WILDS' default), or on "
-              "id_val (worst-id, WILDS' named alternative).")
+@click.option("--selection", type=click.Choice(["worst", "worst-id", "wilds"]), default="worst", show_default=True,
+              help="Checkpoint selection: worst-group accuracy on the OOD validation split (WILDS' default split), on "
+              "id_val (worst-id, WILDS' named alternative), or WILDS' official metric per dataset on the OOD split "
+              "(wilds: iWildCam's macro-F1, Camelyon17's accuracy; FMoW's worst-region accuracy as worst).")
 @click.option("--device", default="cpu", show_default=True, help="torch device of the predictions.")
 @click.option("--data-dir", default=None, help="Dataset root (default: each run's own --data-dir).")
 def command(runs_dir: Path, out_dir: Path, selection: str, device: str, data_dir: str | None) -> None:

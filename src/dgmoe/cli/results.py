@@ -17,13 +17,13 @@ T = TypeVar("T")
 @click.argument("runs_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--latex", is_flag=True, help="LaTeX (booktabs) instead of Markdown.")
 @click.option(
-    "--selection", type=click.Choice(["iid", "loo", "oracle", "worst", "worst-id", "all"]), default=None,
+    "--selection", type=click.Choice(["iid", "loo", "oracle", "worst", "worst-id", "wilds", "all"]), default=None,
     help="Model selection: training-domain validation (iid), leave-one-domain-out (loo), test-domain "
     "oracle, worst-group validation on the OOD validation split (worst: WILDS tables for FMoW, iWildCam, ...; "
-    "WILDS' default), the same on the ID validation split id_val (worst-id: WILDS' named alternative), or all "
-    "(the default: "
-    "DomainBed's three, then worst for the WILDS datasets). Single-source tables always use training-domain "
-    "validation.",
+    "WILDS' default), the same on the ID validation split id_val (worst-id: WILDS' named alternative), WILDS' "
+    "official validation metric per dataset on the OOD split (wilds: iWildCam's macro-F1, Camelyon17's "
+    "accuracy), or all (the default: DomainBed's three, then worst for the WILDS datasets). Single-source "
+    "tables always use training-domain validation.",
 )
 @click.option("--single-source", is_flag=True,
               help="Single-source DG tables (GMoE Table 3/12) from runs trained on one domain.")

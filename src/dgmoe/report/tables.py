@@ -35,6 +35,7 @@ from dgmoe.report.text import count
 from dgmoe.selection import (
     IDWorstGroupSelection,
     MethodLike,
+    WildsOfficialSelection,
     WorstGroupSelection,
     mean_and_se,
     resolve_selections,
@@ -266,7 +267,7 @@ def results_tables(
     for method in methods:
         worst = issubclass(method, WorstGroupSelection)
         datasets = [d for d in single if not (worst and d in wilds)]
-        if (selection == "all" and worst) or method is IDWorstGroupSelection:
+        if (selection == "all" and worst) or method in (IDWorstGroupSelection, WildsOfficialSelection):
             datasets = []  # `all`: worst-group selection only for the WILDS datasets
         wg = cast(type[WorstGroupSelection], method)
         tables = [t for d in wilds if wg.val_env(wilds_runs(records, d)) is not None

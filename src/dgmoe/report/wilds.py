@@ -23,9 +23,16 @@ from typing import Mapping
 import pandas as pd
 
 from dgmoe.report.tables import RowKey, dataset_domains, format_avg, format_mean, row_keys, row_labels, table_block
-from dgmoe.selection import VAL_ENV, WorstGroupSelection, sweep_accs
+from dgmoe.selection import (
+    GROUPS_FIELD,
+    VAL_ENV,
+    IDWorstGroupSelection,
+    WildsOfficialSelection,
+    WorstGroupSelection,
+    sweep_accs,
+)
 
-GROUPS = "wilds_groups"
+GROUPS = GROUPS_FIELD
 #: (record key suffix, column title: WILDS' official metric name); "{groups}" is the dataset's group field, e.g.
 #: region (FMoW's `acc_worst_region`); iWildCam's macro-F1 is WILDS' `F1-macro_all`
 METRICS: tuple[tuple[str, str], ...] = (("acc_avg", "acc_avg"), ("acc_worst_group", "acc_worst_{groups}"),
@@ -91,9 +98,14 @@ def wilds_table(records: pd.DataFrame, dataset: str, latex: bool = False,
     val_env = method.val_env(mine)
     if val_env is None:
         raise ValueError(f"{dataset}: no run holds out the split {method.name} selects on")
-    how = "OOD validation, WILDS' default; `--selection worst-id` selects on id_val" if method is WorstGroupSelection \
-        else "ID validation, WILDS' named alternative; the default selects on the OOD val split"
-    title = f"{dataset}: checkpoints chosen by worst-{groups} accuracy on {domains[val_env]} ({how})"
+    metric = {"acc_worst_group": f"worst-{groups} accuracy", "f1_macro": "macro-F1 (F1-macro_all)",
+              "acc_avg": "accuracy (acc_avg)"}[method.val_metric(mine)]
+    how = ("ID validation, WILDS' named alternative; the default selects on the OOD val split"
+           if issubclass(method, IDWorstGroupSelection) else
+           "OOD validation with WILDS' official metric" if issubclass(method, WildsOfficialSelection) else
+           "OOD validation, WILDS' default; `--selection worst-id` selects on id_val, `--selection wilds` by WILDS' "
+           "official metric")
+    title = f"{dataset}: checkpoints chosen by {metric} on {domains[val_env]} ({how})"
     return table_block(title, ["Algorithm", *(c for _, _, c in columns)], rows, latex) + "\n\n" + \
         seeds_note(mine, dataset, latex)
 
