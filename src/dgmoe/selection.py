@@ -23,9 +23,7 @@ the numbers `collect_results.py` prints (checked cell by cell in `tests/parity/t
 A fourth method, `worst` (`WorstGroupSelection`), is worst-group validation (WILDS, Koh et al., ICML 2021;
 MoGE §2.3): for datasets with WILDS metrics it picks the checkpoint with the best worst-group accuracy on
 the dataset's OOD validation split, elsewhere the one whose worst training domain does best on its
-held-out part. It is not one of DomainBed's and leaves their three unchanged. A fifth, `worst-id`
-(`IDWorstGroupSelection`), is WILDS' named ID alternative: the same rule on the `id_val` split; `wilds`
-(`WildsOfficialSelection`) selects on the OOD validation split by each dataset's official metric.
+held-out part. It is not one of DomainBed's and leaves their three unchanged (nor do its variants below).
 
 dgmoe's extensions, none of which changes a number on a DomainBed-style sweep: `model` is part of the group
 (in dgmoe the backbone is a choice as large as the algorithm; DomainBed records have none); two run dirs with
@@ -49,8 +47,8 @@ GROUP_KEYS: tuple[str, ...] = ("dataset", "algorithm", "model", "test_env", "tri
 SWEEP_COLUMNS: tuple[str, ...] = (*GROUP_KEYS, "hparams_seed", "step", "val_acc", "test_acc", "run_dir")
 #: record key of the validation domain of WILDS-style runs (written by `dgmoe.engine.evaluate`)
 VAL_ENV = "wilds_val_env"
-ID_VAL = "id_val"  # WILDS' in-distribution validation split (`IDWorstGroupSelection`)
 GROUPS_FIELD = "wilds_groups"  # the records' group field (`WildsOfficialSelection`)
+OFFICIAL_VAL_METRIC = {"region": "acc_worst_group", "location_id": "f1_macro", "slide": "acc_avg"}
 _NEEDED = frozenset((*GROUP_KEYS, "test_envs", "hparams_seed", "step", "n_envs", "run_dir", "file", "line", VAL_ENV,
                      "domains", GROUPS_FIELD))
 
@@ -242,6 +240,8 @@ class WorstGroupSelection(SelectionMethod):
 
     key = "worst"
     name = "worst-group validation"
+    VAL_SPLIT: ClassVar[str | None] = None  # None: the OOD validation domain the records name (`wilds_val_env`)
+    OFFICIAL: ClassVar[bool] = False  # select on WILDS' official metric instead of the worst group's accuracy
 
     @classmethod
     def run_acc(cls, run: pd.DataFrame, test_env: int) -> RunAcc | None:
@@ -275,51 +275,32 @@ class WorstGroupSelection(SelectionMethod):
 
     @classmethod
     def val_env(cls, wilds: pd.DataFrame) -> int | None:
-        """The validation domain: the OOD one the records name (`wilds_val_env`)."""
-        return int(wilds[VAL_ENV].iloc[0])
+        """The validation domain: the OOD one the records name, or `VAL_SPLIT` when held out (else None)."""
+        if cls.VAL_SPLIT is None:
+            return int(wilds[VAL_ENV].iloc[0])
+        domains = wilds["domains"].iloc[0] or ()
+        held = [i for i in wilds["test_envs"].iloc[0] if tuple(domains[i:i + 1]) == (cls.VAL_SPLIT,)]
+        return held[0] if held else None
 
     @classmethod
     def val_metric(cls, wilds: pd.DataFrame) -> str:
-        """The record key suffix of the validation split's metric that selects."""
-        return "acc_worst_group"
+        """The record key suffix of the validation metric: the worst group's, or WILDS' own with `OFFICIAL`."""
+        groups = wilds[GROUPS_FIELD].dropna().astype(str).tolist() if cls.OFFICIAL and GROUPS_FIELD in wilds else []
+        return OFFICIAL_VAL_METRIC.get(groups[0], "acc_worst_group") if groups else "acc_worst_group"
 
     @classmethod
     def rank(cls, row: Mapping[str, Any]) -> Any:
         return rank_key(row["val_acc"]), rank_key(row["val_tiebreak"])
 
 
-class WildsOfficialSelection(WorstGroupSelection):
-    """WILDS' own model selection: on the OOD validation split, each dataset's official validation metric
-    (WILDS' `val_metric`): FMoW's `acc_worst_region`, iWildCam's `F1-macro_all`, Camelyon17's `acc_avg`; the
-    group field the records name (`wilds_groups`) tells the datasets apart. For FMoW it is `worst`."""
-
-    key = "wilds"
-    name = "WILDS' official validation metric on the OOD validation split"
-    METRIC_BY_GROUPS: ClassVar[dict[str, str]] = {"region": "acc_worst_group", "location_id": "f1_macro",
-                                                  "slide": "acc_avg"}
-
-    @classmethod
-    def val_metric(cls, wilds: pd.DataFrame) -> str:
-        groups = wilds[GROUPS_FIELD].dropna() if GROUPS_FIELD in wilds.columns else wilds.iloc[0:0, 0]
-        return cls.METRIC_BY_GROUPS.get(str(groups.iloc[0]) if len(groups) else "", "acc_worst_group")
-
-
 class IDWorstGroupSelection(WorstGroupSelection):
-    """WILDS' ID alternative: `WorstGroupSelection` on the in-distribution validation split `id_val` (FMoW,
-    iWildCam) instead of the OOD one. WILDS reports OOD-validated numbers on its leaderboard; this method is for
-    the ID/OOD comparison its paper draws (Koh et al., 2021, Sec. 5). Runs without a held-out `id_val` are not
-    scored."""
+    """WILDS' named ID alternative: the same rule on the in-distribution split `id_val` (Koh et al., 2021, Sec. 5)."""
+    key, name, VAL_SPLIT = "worst-id", "worst-group validation on the ID validation split (id_val)", "id_val"
 
-    key = "worst-id"
-    name = "worst-group validation on the ID validation split (id_val)"
 
-    @classmethod
-    def val_env(cls, wilds: pd.DataFrame) -> int | None:
-        domains = wilds["domains"].iloc[0] if "domains" in wilds.columns else None
-        if not domains or ID_VAL not in domains:
-            return None
-        env = list(domains).index(ID_VAL)
-        return env if env in wilds["test_envs"].iloc[0] else None
+class WildsOfficialSelection(WorstGroupSelection):
+    """WILDS' own selection: its `val_metric` on the OOD split (`OFFICIAL_VAL_METRIC`, by the group field)."""
+    key, name, OFFICIAL = "wilds", "WILDS' official validation metric on the OOD validation split", True
 
 
 SELECTION_METHODS: Registry = Registry("selection method")
