@@ -129,3 +129,16 @@ def test_results_page_links_every_selected_run(sweep, capsys):
     links = re.findall(r'<a href="([^"]+)">(log|config)</a>', html)
     assert len(links) == 2 * 5 * 2 * 2  # log and config of each row x held-out domain x trial
     assert all((page / target).is_file() for target, _ in links), links
+
+
+def test_soups_load_as_runs_and_an_ensemble_says_it_has_no_weights(sweep, capsys):
+    from dgmoe.engine.checkpoint import load_run
+
+    _, _, soups = sweep
+    network, config = load_run(next(f for f in soups if f.name.startswith("uniform")))
+    assert config["soup"]["method"] == "uniform" and not network.training
+    ensemble = next(f for f in soups if f.name.startswith("ensemble"))
+    capsys.readouterr()
+    assert cli(["analyze", "attention", str(ensemble)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "output ensemble" in err and not (ensemble / "analysis").exists()
