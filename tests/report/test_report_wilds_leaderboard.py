@@ -113,3 +113,14 @@ def test_leaderboard_refuses_a_checkpoint_without_weights(runs, tmp_path, capsys
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--save-model-every-checkpoint" in err
     assert not (tmp_path / "lb").exists()
+
+
+def test_a_wilds_sweep_with_too_few_seeds_is_warned(runs, tmp_path, capsys):
+    data = runs.parent / "data"
+    for dataset, trials, warned in (("FMoW", 2, True), ("FMoW", 3, False), ("RotatedMNIST", 1, False)):
+        capsys.readouterr()
+        assert cli(["sweep", "launch", "--datasets", dataset, "--algorithms", "ERM", "--models", "vit_micro_patch7_28",
+                    "--n-trials", str(trials), "--n-hparams", "1", "--output-dir", str(tmp_path / f"{dataset}{trials}"),
+                    "--launcher", "dummy", "--", "--data-dir", str(data)]) == 0
+        err = capsys.readouterr().err
+        assert ("WILDS asks for 3 seeds" in err) == warned, err

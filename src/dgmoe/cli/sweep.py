@@ -187,6 +187,7 @@ def launch(ctx: click.Context, train_flags_: tuple[str, ...], **kw: Any) -> None
         opts = launch_options(kw)
         check_sweep(cfg)
         jobs = build_jobs(cfg)
+        _warn_wilds_seeds(cfg)
         report = launch_sweep(jobs, kw["launcher"], opts, echo=click.echo,
                               relaunch_queued=kw["relaunch_queued"], seed=kw["seed"])
     except (ValueError, KeyError, ImportError, json.JSONDecodeError) as err:
@@ -263,3 +264,15 @@ def estimate(step_times: tuple[str, ...], eval_times: tuple[str, ...], ref_image
     except ValueError as err:
         raise UsageError(str(err)) from None
     click.echo(format_estimate(est))
+
+
+def _warn_wilds_seeds(cfg: SweepConfig) -> None:
+    """A line for each WILDS dataset swept with fewer trial seeds than WILDS asks for (3; Camelyon17 10)."""
+    from dgmoe.data.catalogue import evaluation_envs
+    from dgmoe.report.wilds import DEFAULT_WILDS_SEEDS, WILDS_SEEDS
+
+    for dataset in cfg.datasets:
+        need = WILDS_SEEDS.get(dataset.split("-")[0], DEFAULT_WILDS_SEEDS)
+        if evaluation_envs(dataset) and cfg.n_trials < need:
+            click.echo(f"warning: {dataset}: --n-trials {cfg.n_trials}; WILDS asks for {need} seeds for leaderboard "
+                       "numbers", err=True)
