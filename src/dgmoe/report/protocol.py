@@ -51,14 +51,14 @@ def protocol_items(records: pd.DataFrame, selection: str) -> list[tuple[str, str
     from dgmoe import __version__
 
     configs = _run_configs(records)
-    args = [r.get("args", {}) for r in records["record"]] if "record" in records else []
+    args = [r.get("args") or {} for r in records["record"]] if "record" in records else []
     steps = _ints(a.get("steps") for a in args)
     member_steps = _ints(s for a in args for s in (a.get("soup") or {}).get("member_steps", []))
     steps_text = ", ".join(map(str, steps)) or "unrecorded"
     if member_steps:
         steps_text += f" (soups: members at steps {_span(member_steps)})"
     trials = _ints(records["trial_seed"]) if "trial_seed" in records else []
-    runs = records[[not (r.get("args") or {}).get("soup") for r in records["record"]]] if len(records) else records
+    runs = records[[not (a.get("soup")) for a in args]] if len(args) == len(records) and len(records) else records
     cells = runs.groupby(["dataset", "algorithm", "model", "test_envs", "trial_seed"])["hparams_seed"].nunique() \
         if len(runs) else pd.Series(dtype=int)
     pretrained = sorted({pretrained_identity(a.get("pretrained")) or "none (trained from scratch)" for a in args})
