@@ -98,3 +98,18 @@ def test_recipe_results_page(root, cli):
     assert "### PACS: selected runs" in md and "[log](../" in md
     assert (root / "dg" / "results_page" / "index.html").read_text().count("<table>") >= 3
     assert (root / "dg" / "results_recipe.csv").read_text().startswith("section,table,row,column,cell,mean,se")
+
+
+def test_pretrained_weights_by_name_and_content(tmp_path):
+    import hashlib
+
+    import pandas as pd
+
+    weights = tmp_path / "deit_small.pth"
+    weights.write_bytes(b"not really weights")
+    digest = hashlib.sha256(weights.read_bytes()).hexdigest()[:12]
+    rows = [{"dataset": "PACS", "algorithm": "ERM", "model": "m", "test_envs": (0,), "trial_seed": 0, "hparams_seed": 0,
+             "run_dir": str(tmp_path / f"r{k}"), "record": {"args": {"pretrained": path, "steps": 100}}}
+            for k, path in enumerate((str(weights), str(tmp_path / "gone.pth")))]
+    items = dict(protocol_items(pd.DataFrame(rows), "x"))
+    assert items["Pretrained weights"] == f"deit_small.pth (sha256 {digest}); gone.pth (file absent)"
