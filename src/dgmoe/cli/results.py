@@ -62,7 +62,8 @@ def command(runs_dir: Path, latex: bool, selection: str | None, single_source: b
     table holds several backbones, or the runs' --label. WILDS datasets (FMoW, iWildCam, ...) get accuracy,
     worst-group accuracy and macro-F1 of each held-out split under worst-group validation. With --single-source
     the tables are saved as RUNS_DIR/results_single_source.md (.tex); with --recipe NAME, a paper's table beside
-    the obtained numbers, as RUNS_DIR/results_recipe.md (.tex).
+    the obtained numbers, as RUNS_DIR/results_recipe.md (.tex). Every table starts with its protocol: selection,
+    steps, trials, hparams draws, pretrained weights (name and hash), image counts per domain and dgmoe's version.
     """
     if (csv_export or write_page) and no_save:
         raise click.UsageError("--csv and --page write into RUNS_DIR; they do not combine with --no-save")
