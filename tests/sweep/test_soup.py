@@ -142,3 +142,15 @@ def test_soups_load_as_runs_and_an_ensemble_says_it_has_no_weights(sweep, capsys
     assert cli(["analyze", "attention", str(ensemble)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "output ensemble" in err and not (ensemble / "analysis").exists()
+
+
+def test_ratatouille_pools_the_runs_of_one_initialisation(sweep, tmp_path):
+    _, runs, _ = sweep
+    for name in ("a", "b", "other"):
+        shutil.copytree(runs[0], tmp_path / name)
+    config = json.loads((tmp_path / "other" / "config.json").read_text())
+    config["config"]["seeds"]["seed"] = 12345
+    (tmp_path / "other" / "config.json").write_text(json.dumps(config))
+    assert cli(["soup", str(tmp_path), "--method", "ratatouille"]) == 0  # (uniform would refuse this folder)
+    (folder,) = (tmp_path / "soups").iterdir()
+    assert [p.rsplit("/", 1)[-1] for p in _record(folder)["args"]["soup"]["members"]] == ["a", "b"]

@@ -90,12 +90,13 @@ def plan_soups(members: Sequence[Member], methods: Sequence[str]) -> list[Plan]:
     for m in members:
         cells[m.group].append(m)
     plans = []
+    per_cell = [m for m in methods if m in ("uniform", "greedy", "ensemble")]
     for key in sorted(cells, key=str):
         group = cells[key]
-        if len(group) < 2:
+        if len(group) < 2 or not per_cell:
             continue
         check_shared(group)
-        plans += [Plan(method, tuple(group)) for method in methods if method in ("uniform", "greedy", "ensemble")]
+        plans += [Plan(method, tuple(group)) for method in per_cell]
     if "ratatouille" in methods:
         pools: dict[tuple, list[Member]] = defaultdict(list)
         for m in members:
