@@ -23,7 +23,7 @@ the numbers `collect_results.py` prints (checked cell by cell in `tests/parity/t
 A fourth method, `worst` (`WorstGroupSelection`), is worst-group validation (WILDS, Koh et al., ICML 2021;
 MoGE §2.3): for datasets with WILDS metrics it picks the checkpoint with the best worst-group accuracy on
 the dataset's OOD validation split, elsewhere the one whose worst training domain does best on its
-held-out part. It is not one of DomainBed's and leaves their three unchanged.
+held-out part. It is not one of DomainBed's and leaves their three unchanged (nor do its variants below).
 
 dgmoe's extensions, none of which changes a number on a DomainBed-style sweep: `model` is part of the group
 (in dgmoe the backbone is a choice as large as the algorithm; DomainBed records have none); two run dirs with
@@ -47,7 +47,10 @@ GROUP_KEYS: tuple[str, ...] = ("dataset", "algorithm", "model", "test_env", "tri
 SWEEP_COLUMNS: tuple[str, ...] = (*GROUP_KEYS, "hparams_seed", "step", "val_acc", "test_acc", "run_dir")
 #: record key of the validation domain of WILDS-style runs (written by `dgmoe.engine.evaluate`)
 VAL_ENV = "wilds_val_env"
-_NEEDED = frozenset((*GROUP_KEYS, "test_envs", "hparams_seed", "step", "n_envs", "run_dir", "file", "line", VAL_ENV))
+GROUPS_FIELD = "wilds_groups"  # the records' group field (`WildsOfficialSelection`)
+OFFICIAL_VAL_METRIC = {"region": "acc_worst_group", "location_id": "f1_macro", "slide": "acc_avg"}
+_NEEDED = frozenset((*GROUP_KEYS, "test_envs", "hparams_seed", "step", "n_envs", "run_dir", "file", "line", VAL_ENV,
+                     "domains", GROUPS_FIELD))
 
 
 @dataclass(frozen=True)
@@ -237,6 +240,8 @@ class WorstGroupSelection(SelectionMethod):
 
     key = "worst"
     name = "worst-group validation"
+    VAL_SPLIT: ClassVar[str | None] = None  # None: the OOD validation domain the records name (`wilds_val_env`)
+    OFFICIAL: ClassVar[bool] = False  # select on WILDS' official metric instead of the worst group's accuracy
 
     @classmethod
     def run_acc(cls, run: pd.DataFrame, test_env: int) -> RunAcc | None:
@@ -244,10 +249,10 @@ class WorstGroupSelection(SelectionMethod):
         if not wilds.empty:
             order = [c for c in ("file", "line") if c in wilds.columns]
             wilds = wilds.sort_values(order, kind="stable")
-            val_env = int(wilds[VAL_ENV].iloc[0])
-            if test_env == val_env:
+            val_env = cls.val_env(wilds)
+            if val_env is None or test_env == val_env:
                 return None
-            val, tie = f"env{val_env}_acc_worst_group", f"env{val_env}_acc_avg"
+            val, tie = f"env{val_env}_{cls.val_metric(wilds)}", f"env{val_env}_acc_avg"
             recs = wilds.to_dict("records")
             best = worst_group_checkpoint(recs, [val], tie)
             if best is None:
@@ -269,12 +274,38 @@ class WorstGroupSelection(SelectionMethod):
                       int(rec["step"]), rec["run_dir"])
 
     @classmethod
+    def val_env(cls, wilds: pd.DataFrame) -> int | None:
+        """The validation domain: the OOD one the records name, or `VAL_SPLIT` when held out (else None)."""
+        if cls.VAL_SPLIT is None:
+            return int(wilds[VAL_ENV].iloc[0])
+        domains = wilds["domains"].iloc[0] or ()
+        held = [i for i in wilds["test_envs"].iloc[0] if tuple(domains[i:i + 1]) == (cls.VAL_SPLIT,)]
+        return held[0] if held else None
+
+    @classmethod
+    def val_metric(cls, wilds: pd.DataFrame) -> str:
+        """The record key suffix of the validation metric: the worst group's, or WILDS' own with `OFFICIAL`."""
+        groups = wilds[GROUPS_FIELD].dropna().astype(str).tolist() if cls.OFFICIAL and GROUPS_FIELD in wilds else []
+        return OFFICIAL_VAL_METRIC.get(groups[0], "acc_worst_group") if groups else "acc_worst_group"
+
+    @classmethod
     def rank(cls, row: Mapping[str, Any]) -> Any:
         return rank_key(row["val_acc"]), rank_key(row["val_tiebreak"])
 
 
+class IDWorstGroupSelection(WorstGroupSelection):
+    """WILDS' named ID alternative: the same rule on the in-distribution split `id_val` (Koh et al., 2021, Sec. 5)."""
+    key, name, VAL_SPLIT = "worst-id", "worst-group validation on the ID validation split (id_val)", "id_val"
+
+
+class WildsOfficialSelection(WorstGroupSelection):
+    """WILDS' own selection: its `val_metric` on the OOD split (`OFFICIAL_VAL_METRIC`, by the group field)."""
+    key, name, OFFICIAL = "wilds", "WILDS' official validation metric on the OOD validation split", True
+
+
 SELECTION_METHODS: Registry = Registry("selection method")
-for _method in (IIDAccuracySelection, LeaveOneOutSelection, OracleSelection, WorstGroupSelection):
+for _method in (IIDAccuracySelection, LeaveOneOutSelection, OracleSelection, WorstGroupSelection,
+                IDWorstGroupSelection, WildsOfficialSelection):
     SELECTION_METHODS.add(_method.key, _method)
 
 MethodLike = str | type[SelectionMethod]

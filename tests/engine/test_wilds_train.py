@@ -72,12 +72,12 @@ def test_results_show_wilds_columns_with_worst_group_selection(wilds_runs, cli):
     out = result.output
     assert "## Model selection: worst-group validation" in out
     assert "### FMoW: checkpoints chosen by worst-region accuracy on val" in out
-    assert "test acc" in out and "test worst-region acc" in out and "id_test worst-region acc" in out
-    assert "### FMoW-LAO: checkpoints chosen by worst-region accuracy on val_asia" in out and "test_asia acc" in out
+    assert "test acc_avg" in out and "test acc_worst_region" in out and "id_test acc_worst_region" in out
+    assert "### FMoW-LAO: checkpoints chosen by worst-region accuracy on val_asia" in out and "test_asia acc_avg" in out
     assert "### iWildCam: checkpoints chosen by worst-location_id accuracy on val" in out
-    assert "test macro-F1" in out and "id_test macro-F1" in out
+    assert "test F1-macro_all" in out and "id_test F1-macro_all" in out
     assert "### Camelyon17: checkpoints chosen by worst-slide accuracy on hospital_1" in out
-    assert "hospital_2 worst-slide acc" in out
+    assert "hospital_2 acc_worst_slide" in out
     assert "### Camelyon17\n" in out  # the leave-one-hospital-out run in DomainBed's tables (GMoE's protocol)
     # ... with its held-out hospital's worst-slide accuracy at the checkpoint each DomainBed method selects
     assert out.count("### Camelyon17: worst-slide accuracy of the test domain") == 3  # iid, loo, oracle

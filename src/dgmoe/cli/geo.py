@@ -32,11 +32,25 @@ def benchmark(output_dir: str, methods: str, seeds: str, steps: int, data_dir: s
     settings = GeoBenchSettings(steps=steps, data_dir=data_dir, num_threads=threads)
     rows = run_geo_benchmark(output_dir, [m.strip() for m in methods.split(",") if m.strip()],
                              [int(s) for s in seeds.split(",")], settings, select, log=click.echo)
-    table = results_table(rows)
+    table = _protocol(output_dir, select) + "\n\n" + results_table(rows)
     Path(output_dir).mkdir(parents=True, exist_ok=True)
     (Path(output_dir) / f"summary_{select}.json").write_text(json.dumps(rows, indent=1))
     (Path(output_dir) / f"table_{select}.md").write_text(table + "\n")
     click.echo(table)
+
+
+def _protocol(output_dir: str, select: str) -> str:
+    """The protocol lines of the benchmark's runs (`dgmoe.report.protocol`)."""
+    import warnings
+
+    from dgmoe.report.collect import load_records
+    from dgmoe.report.protocol import protocol_block
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        records = load_records(output_dir)
+    how = "best validation worst-region accuracy" if select == "val_worst" else "last checkpoint"
+    return protocol_block(records, how)
 
 
 @command.command("sentinel")

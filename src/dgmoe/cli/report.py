@@ -12,8 +12,8 @@ import click
 @click.option("--out", type=click.Path(path_type=Path), default=None,
               help="Report folder (index.html, runs/, figures/; default: RUNS_DIR/report/), or an .html file "
                    "(its runs/ and figures/ go to NAME_files/ beside it).")
-@click.option("--selection", type=click.Choice(["iid", "loo", "oracle", "worst", "all"]), default="all",
-              show_default=True,
+@click.option("--selection", type=click.Choice(["iid", "loo", "oracle", "worst", "worst-id", "wilds", "all"]),
+              default="all", show_default=True,
               help="Model selection method(s) of the results tables.")
 @click.option("--include", "include", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Markdown file to add as a section (repeatable), e.g. the documented cost table.")

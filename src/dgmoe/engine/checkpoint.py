@@ -79,8 +79,19 @@ def weights_file(run_dir: str | Path, which: str = "best") -> tuple[Path, str]:
     if not path.is_file() and which == "best":
         path, which = run_dir / WEIGHT_FILES["last"], "last"
     if not path.is_file():
+        if _soup_method(run_dir) == "ensemble":  # `dgmoe soup`: its config.json names what the folder holds
+            raise UsageError(f"{run_dir} is an output ensemble of `dgmoe soup` (a mean of its members' logits): it "
+                             "has no weights of its own; analyse one of its members, or its uniform soup")
         raise FileNotFoundError(f"{run_dir} has no weights yet ({WEIGHT_FILES[which]} missing)")
     return path, which
+
+
+def _soup_method(run_dir: Path) -> str | None:
+    try:
+        soup = read_run_config(run_dir).get("soup")
+    except UsageError:
+        return None
+    return soup.get("method") if isinstance(soup, dict) else None
 
 
 def checkpoint_step(path: str | Path) -> int | None:

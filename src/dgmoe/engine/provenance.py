@@ -3,6 +3,7 @@ and in the metadata of every weights file, so a number in a table can be traced 
 from __future__ import annotations
 
 import functools
+import hashlib
 import platform
 import socket
 import subprocess
@@ -51,3 +52,22 @@ def provenance(device: str = "cpu") -> dict[str, Any]:
 def as_metadata(info: dict[str, Any]) -> dict[str, str]:
     """The provenance as safetensors metadata (string values; absent facts left out)."""
     return {k: str(v) for k, v in info.items() if v is not None}
+
+
+@functools.lru_cache(maxsize=64)
+def file_hash(path: str) -> str:
+    """The first 12 hex digits of a file's SHA-256 (how tables name a pretrained checkpoint's content)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()[:12]
+
+
+def pretrained_identity(pretrained: str | None) -> str | None:
+    """'name (sha256 abc123...)' of a pretrained checkpoint, 'name (file absent)' when it is not on this
+    machine, None for a backbone trained from scratch."""
+    if not pretrained:
+        return None
+    path = Path(pretrained)
+    return f"{path.name} (sha256 {file_hash(str(path))})" if path.is_file() else f"{path.name} (file absent)"

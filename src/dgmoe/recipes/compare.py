@@ -14,6 +14,7 @@ a check of the pipeline, not beside the paper's numbers.
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +26,7 @@ from dgmoe.recipes.base import AVG, OOD_AVG, SELECTION_NAMES, SELECTION_SHORT, C
 from dgmoe.recipes.plan import SMOKE, row_model, row_parts
 from dgmoe.recipes.run import COST_FILE, SYNTHETIC_FILE, read_manifest
 from dgmoe.report.collect import load_records
+from dgmoe.report.protocol import protocol_block
 from dgmoe.report.single_source import improvement, ood_improvement, single_source_accs
 from dgmoe.report.tables import cell_accs, dataset_domains, heading, table_block
 from dgmoe.report.wilds import wilds_values
@@ -227,7 +229,19 @@ def comparison(recipe: Recipe, output_dir: str | Path, latex: bool = False) -> s
         unavailable = [f"{r.label}: {r.unavailable}" for r in recipe.rows if r.unavailable]
         if unavailable:
             tables.append("Not run by dgmoe: " + "; ".join(unavailable) + ".")
-    return "\n\n".join([heading("dgmoe results: recipe " + recipe.name, 1, latex), " ".join(text), *tables]) + "\n"
+    protocol = protocol_block(all_records(output_dir), selection, latex)
+    return "\n\n".join([heading("dgmoe results: recipe " + recipe.name, 1, latex), " ".join(text), protocol,
+                        *tables]) + "\n"
+
+
+def all_records(output_dir: Path) -> pd.DataFrame:
+    """Every finished run's records under a recipe folder, for its protocol lines (the tables warn of problems)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return load_records(output_dir, skip_broken=True)
+        except (FileNotFoundError, UsageError):
+            return pd.DataFrame(columns=["dataset", "record", "run_dir"])
 
 
 def _smoke_cell(recipe: Recipe, row: Row) -> Cell:

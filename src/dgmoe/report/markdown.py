@@ -14,8 +14,9 @@ _BULLET = re.compile(r"^\s*[-*] ")
 
 
 def inline(text: str) -> str:
-    """Escape `text` and render `code`, **bold** and *emphasis*."""
+    """Escape `text` and render `code`, **bold**, *emphasis* and [links](relative/path)."""
     out = html.escape(text, quote=False)
+    out = re.sub(r"\[([^\]]+)\]\(([^)\s\"]+)\)", r'<a href="\2">\1</a>', out)
     out = re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
     out = re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>", out)
     return re.sub(r"(?<![\w*])\*([^*\s][^*]*)\*(?![\w*])", r"<em>\1</em>", out)

@@ -22,6 +22,7 @@ from typing import Literal, Mapping, Sequence
 
 import pandas as pd
 
+from dgmoe.report.protocol import protocol_block
 from dgmoe.report.tables import (
     MISSING,
     RowKey,
@@ -211,10 +212,11 @@ def single_source_table(
         f"IID: the training domain's out split; OOD: the other domains' {ood_split} split. "
         f"Accuracy (%), mean +/- standard error over trial seeds; X: missing.{gain}"
     )
+    protocol = protocol_block(records, "training-domain validation (the training domain's out split)", latex)
     if latex:
-        parts = ["% dgmoe single-source results\n% Needs \\usepackage{booktabs}.\n% " + text]
+        parts = ["% dgmoe single-source results\n% Needs \\usepackage{booktabs}.\n% " + text, protocol]
     else:
-        parts = [heading("dgmoe single-source results", 1, False) + "\n\n" + text]
+        parts = [heading("dgmoe single-source results", 1, False) + "\n\n" + text, protocol]
     for dataset in sorted(accs["dataset"].unique()):
         domains = dataset_domains(records, dataset)
         mine = accs[accs["dataset"] == dataset]

@@ -26,13 +26,21 @@ table beside its accuracy table: that worst-group accuracy at the checkpoints th
 """
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Sequence, cast
 
 import numpy as np
 import pandas as pd
 
 from dgmoe.report.text import count
-from dgmoe.selection import MethodLike, WorstGroupSelection, mean_and_se, resolve_selections, sweep_accs
+from dgmoe.selection import (
+    IDWorstGroupSelection,
+    MethodLike,
+    WildsOfficialSelection,
+    WorstGroupSelection,
+    mean_and_se,
+    resolve_selections,
+    sweep_accs,
+)
 
 MISSING = "X"
 RowKey = tuple[str, str]  # (algorithm, model)
@@ -223,16 +231,20 @@ def preamble(records: pd.DataFrame, title: str, cells: str, latex: bool) -> str:
 
 def results_tables(
     records: pd.DataFrame, selection: MethodLike | Sequence[MethodLike] = "all", latex: bool = False,
-    complete_trials: bool = False,
+    complete_trials: bool = False, hparams: bool = False, bootstrap_seed: int = 0,
 ) -> str:
     """Markdown (or LaTeX) tables: per selection method, one table per dataset and an Averages table.
 
     `selection` is `"iid"`, `"loo"`, `"oracle"`, `"worst"`, `"all"` (DomainBed's three, then worst-group
     selection for the WILDS datasets), a `SelectionMethod` class, or a list of these. DomainBed's tables
     cover the datasets with single-test-domain runs; under worst-group selection the WILDS datasets get their
-    WILDS tables instead. `complete_trials` leaves trial seeds that lack a test domain out of the Averages.
+    WILDS tables instead. `complete_trials` leaves trial seeds that lack a test domain out of the Averages;
+    `hparams` adds, after each dataset's table, the runs its cells selected (`dgmoe.report.selected`);
+    `bootstrap_seed` seeds the intervals of the worst-group tables (`dgmoe.report.wilds_groups`).
     """
-    from dgmoe.report.wilds import has_worst_group, wilds_datasets, wilds_table, worst_group_table
+    from dgmoe.report.protocol import protocol_block
+    from dgmoe.report.selected import selected_table
+    from dgmoe.report.wilds import has_worst_group, wilds_datasets, wilds_runs, wilds_tables, worst_group_table
 
     if records.empty:
         raise ValueError("no records to report")
@@ -249,24 +261,30 @@ def results_tables(
     if wilds:
         cells += (" WILDS tables: accuracy, worst-group accuracy and macro-F1 (%) over each held-out split, "
                   "at the checkpoint with the best worst-group accuracy on the validation split.")
-    parts = [preamble(records, "dgmoe results", cells, latex)]
+    chosen = [m for m in methods if not (m is WorstGroupSelection and not wilds)]
+    parts = [preamble(records, "dgmoe results", cells, latex),
+             protocol_block(records, "; ".join(m.name for m in chosen), latex)]
     for method in methods:
-        worst = method is WorstGroupSelection
+        worst = issubclass(method, WorstGroupSelection)
         datasets = [d for d in single if not (worst and d in wilds)]
-        if selection == "all" and worst:
+        if (selection == "all" and worst) or method in (IDWorstGroupSelection, WildsOfficialSelection):
             datasets = []  # `all`: worst-group selection only for the WILDS datasets
-        tables = [wilds_table(records, d, latex, names) for d in wilds] if worst else []
+        wg = cast(type[WorstGroupSelection], method)
+        tables = [t for d in wilds if wg.val_env(wilds_runs(records, d)) is not None
+                  for t in wilds_tables(records, d, latex, names, wg, bootstrap_seed)] if worst else []
         if datasets:
             sweep = sweep_accs(records, method)
             for d in datasets:  # Camelyon17: beside the accuracy, the held-out hospital's worst-slide accuracy
                 tables.append(dataset_table(records, sweep, d, latex, names))
+                if hparams:
+                    tables.append(selected_table(records, sweep, d, latex, names))
                 if has_worst_group(records, d):
                     tables.append(worst_group_table(records, sweep, d, latex, names))
             tables.append(averages_table(records, sweep, datasets, latex, complete_trials, names))
         if tables:
             parts.append(heading(f"Model selection: {method.name}", 2, latex))
             parts.extend(tables)
-    if len(parts) == 1:
+    if len(parts) == 2:
         raise ValueError("no run fits a results table: DomainBed's tables need runs that hold out one domain "
                          "(--test-envs t), WILDS tables runs that hold out the validation split")
     return "\n\n".join(parts) + "\n"

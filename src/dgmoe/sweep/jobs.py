@@ -58,6 +58,9 @@ class SweepConfig:
     #: explicit held-out sets instead of DomainBed's singles (and pairs), e.g. every domain but one for
     #: single-source runs (GMoE Tables 3 and 12); a dataset with evaluation-only domains keeps those
     test_env_sets: tuple[tuple[int, ...], ...] = ()
+    #: one run seed per (dataset, trial) instead of DomainBed's per-job seed: every hparams draw and algorithm
+    #: of a trial starts from the same random initialisation, so that `dgmoe soup` can average them (DiWA)
+    shared_init: bool = False
 
     def __post_init__(self) -> None:
         for name in ("datasets", "algorithms", "models"):
@@ -217,7 +220,8 @@ def build_jobs(cfg: SweepConfig,
             for hp_seed in hparam_seeds:
                 run = base.replace(dataset=dataset, algorithm=algorithm, model=model, test_envs=tuple(test_envs),
                                    hparams_seed=hp_seed, trial_seed=trial,
-                                   seed=seed_hash(dataset, algorithm, test_envs, hp_seed, trial))
+                                   seed=seed_hash(dataset, "shared_init", trial) if cfg.shared_init
+                                   else seed_hash(dataset, algorithm, test_envs, hp_seed, trial))
                 jobs.append(make_job(run, output_dir))
     return jobs
 

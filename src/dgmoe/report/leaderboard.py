@@ -1,0 +1,204 @@
+"""WILDS leaderboard export (`dgmoe leaderboard`): per-split prediction files and a summary, for the
+checkpoints WILDS' model selection picks.
+
+WILDS' leaderboard takes, per method, one prediction file per evaluation split and seed, named
+`{dataset}_split:{split}_seed:{seed}_epoch:best_pred.csv`, one predicted label per line in the order of the
+split's examples (the metadata's row order, which is the order of a dgmoe WILDS domain), and a summary of the
+official metrics (Koh et al., WILDS, ICML 2021, App. and the leaderboard's submission guidelines). For each
+(algorithm, model) and trial seed, the checkpoint is the one the table's selection picks (`worst`: the OOD
+validation split, WILDS' default; `worst-id`: id_val), so its weights must have been kept: the best or last
+weights when they are that checkpoint, else `model_step<N>.safetensors` (`--save-model-every-checkpoint`).
+
+The summary (`summary.json`, `summary.md` per method folder) gives, per split, the official metrics computed
+from the written predictions, per seed and as mean and standard deviation over seeds, beside the values the
+run's record holds for that checkpoint (they agree: both are over the whole split), the number of seeds
+against the number WILDS asks for, and the selection. Runs trained on a subsample (`--n-per-domain`) are
+refused: their splits are not WILDS' splits.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+import torch
+
+from dgmoe.engine.checkpoint import WEIGHT_FILES, checkpoint_step, read_run_config, saved_run
+from dgmoe.engine.io import write_json_atomic, write_text_atomic
+from dgmoe.errors import UsageError
+from dgmoe.report.tables import row_labels, user_labels
+from dgmoe.report.wilds import DEFAULT_WILDS_SEEDS, WILDS_SEEDS, wilds_datasets, wilds_runs
+from dgmoe.selection import WorstGroupSelection, sweep_accs
+
+OFFICIAL = {"acc_avg": "acc_avg", "acc_worst_group": "acc_worst_{field}", "f1_macro": "F1-macro_all"}
+
+
+@dataclass(frozen=True)
+class Pick:
+    """One selected checkpoint: a run, its step, its weights file, and the method row it belongs to."""
+
+    dataset: str
+    label: str
+    trial_seed: int
+    run_dir: Path
+    step: int
+    weights: Path
+    record: dict[str, Any]
+
+
+def pred_file_name(dataset: str, split: str, seed: int) -> str:
+    return f"{dataset}_split:{split}_seed:{seed}_epoch:best_pred.csv"
+
+
+def _weights_for(run_dir: Path, step: int) -> Path | None:
+    candidates = [run_dir / f"model_step{step}.safetensors", *(run_dir / f for f in WEIGHT_FILES.values())]
+    return next((p for p in candidates if p.is_file() and checkpoint_step(p) == step), None)
+
+
+def selected_checkpoints(records: pd.DataFrame, method: type[WorstGroupSelection] = WorstGroupSelection
+                         ) -> list[Pick]:
+    """The checkpoint of every (WILDS dataset, row, trial seed); refuses, in one line, before anything is
+    written, a pick whose weights were not kept or a run on a subsample."""
+    names = user_labels(records)
+    picks: dict[tuple, Pick] = {}
+    for dataset in wilds_datasets(records):
+        mine = wilds_runs(records, dataset)
+        sweep = sweep_accs(mine, method)
+        labels = row_labels(sorted(set(zip(sweep["algorithm"], sweep["model"]))), names)
+        by_step = {(r["run_dir"], int(r["step"])): r["record"] for r in mine.to_dict("records")}
+        for row in sweep.to_dict("records"):
+            key = (dataset, labels[(row["algorithm"], row["model"])], int(row["trial_seed"]))
+            run_dir, step = Path(row["run_dir"]), int(row["step"])
+            if key in picks:
+                continue
+            config = read_run_config(run_dir)
+            if saved_run(config).data.n_per_domain is not None:
+                raise UsageError(f"{run_dir} was trained on a subsample (--n-per-domain); its splits are not WILDS' "
+                                 "and cannot go to the leaderboard")
+            weights = _weights_for(run_dir, step)
+            if weights is None:
+                raise UsageError(f"{run_dir}: the checkpoint {method.name} selects (step {step}) has no weights "
+                                 "file; train with --save-model-every-checkpoint to export it")
+            picks[key] = Pick(dataset, key[1], key[2], run_dir, step, weights, by_step[(row["run_dir"], step)])
+    if not picks:
+        raise UsageError(f"no WILDS run ({method.name}) to export: the leaderboard takes FMoW, iWildCam, "
+                         "Camelyon17, ... runs that hold out their evaluation splits")
+    return [picks[k] for k in sorted(picks)]
+
+
+def predict_splits(pick: Pick, device: str = "cpu", data_dir: str | None = None,
+                   ) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """{split: (labels, predictions, group ids)} over every whole held-out split of the pick's run."""
+    from safetensors.torch import load_file
+
+    from dgmoe.data.loaders import EvalBatches
+    from dgmoe.engine.setup import prepare_run
+
+    run = saved_run(read_run_config(pick.run_dir)).replace(device=device, **({"data_dir": data_dir} if data_dir
+                                                                              else {}))
+    setup = prepare_run(run)
+    algorithm = setup.algorithm.to(device)
+    algorithm.inference_network().load_state_dict(load_file(str(pick.weights)), strict=True)
+    algorithm.eval()
+    evaluation = setup.dataset.evaluation
+    field = evaluation.field if evaluation is not None else None
+    batches = EvalBatches(setup.eval_transform, run.execution.eval_batch_size)
+    out = {}
+    for env in setup.test_envs:
+        ys, preds, groups = [], [], []
+        with torch.no_grad():
+            size = setup.dataset.sizes()[env]
+            for _, batch in batches([(setup.dataset[env], np.arange(size))]):
+                batch = batch.to(device)
+                preds.append(algorithm.predict(batch.x, batch.meta).argmax(1).cpu())
+                ys.append(batch.y.cpu())
+                if field is not None and batch.meta is not None:
+                    groups.append(batch.meta[field].reshape(-1).cpu())
+        out[setup.dataset.domains[env]] = (_cat(ys), _cat(preds), _cat(groups))
+    return out
+
+
+def _cat(parts: list[torch.Tensor]) -> np.ndarray:
+    return torch.cat(parts).numpy() if parts else np.zeros(0, dtype=np.int64)
+
+
+def _metrics(dataset: str, y: np.ndarray, pred: np.ndarray, groups: np.ndarray) -> dict[str, float]:
+    from dgmoe.data.catalogue import get_spec
+
+    evaluation = get_spec(dataset).evaluation
+    if evaluation is None:
+        return {"acc_avg": float((y == pred).mean())}
+    raw = evaluation.record("", torch.as_tensor(y), torch.as_tensor(pred), torch.as_tensor(groups))
+    return {OFFICIAL[k].format(field=evaluation.field): float(raw[k]) for k in OFFICIAL if k in raw}
+
+
+def _folder(label: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", label).strip("_") or "method"
+
+
+def export(records: pd.DataFrame, out: Path, method: type[WorstGroupSelection] = WorstGroupSelection,
+           device: str = "cpu", data_dir: str | None = None, echo: Callable[[str], None] = lambda s: None
+           ) -> list[Path]:
+    """Write the prediction files and summaries of every method row under `out`; returns the summary paths."""
+    picks = selected_checkpoints(records, method)
+    from dgmoe.data.catalogue import get_spec
+
+    summaries: dict[tuple[str, str], dict[str, Any]] = {}
+    for pick in picks:
+        folder = out / pick.dataset / _folder(pick.label)
+        folder.mkdir(parents=True, exist_ok=True)
+        domains = list(pick.record["args"]["domains"])
+        spec = get_spec(pick.dataset)
+        field = spec.evaluation.field if spec.evaluation is not None else "group"
+        summary = summaries.setdefault((pick.dataset, pick.label), {
+            "dataset": pick.dataset, "method": pick.label, "selection": method.name,
+            "seeds_required": WILDS_SEEDS.get(pick.dataset.split("-")[0], DEFAULT_WILDS_SEEDS), "seeds": {},
+            "folder": str(folder)})
+        seed_entry: dict[str, Any] = {"run": str(pick.run_dir), "step": pick.step, "weights": pick.weights.name,
+                                      "splits": {}}
+        for split, (y, pred, groups) in predict_splits(pick, device, data_dir).items():
+            path = folder / pred_file_name(pick.dataset, split, pick.trial_seed)
+            write_text_atomic(path, "".join(f"{int(p)}\n" for p in pred))
+            env = domains.index(split)
+            recorded = {OFFICIAL[k].format(field=field): pick.record.get(f"env{env}_{k}") for k in OFFICIAL
+                        if f"env{env}_{k}" in pick.record}
+            seed_entry["splits"][split] = {"file": path.name, "n": int(len(pred)),
+                                           "metrics": _metrics(pick.dataset, y, pred, groups), "recorded": recorded}
+        summary["seeds"][str(pick.trial_seed)] = seed_entry
+        echo(f"{pick.dataset} / {pick.label} / seed {pick.trial_seed}: {len(seed_entry['splits'])} prediction "
+             f"files -> {folder}")
+    paths = []
+    for summary in summaries.values():
+        summary["aggregate"] = _aggregate(summary["seeds"])
+        folder = Path(summary["folder"])
+        write_json_atomic(folder / "summary.json", summary)
+        write_text_atomic(folder / "summary.md", summary_markdown(summary))
+        paths.append(folder / "summary.json")
+    return paths
+
+
+def _aggregate(seeds: dict[str, Any]) -> dict[str, dict[str, dict[str, float]]]:
+    """{split: {metric: {mean, std}}} over seeds (std with ddof=0; 0 for one seed)."""
+    values: dict[str, dict[str, list[float]]] = {}
+    for entry in seeds.values():
+        for split, info in entry["splits"].items():
+            for metric, value in info["metrics"].items():
+                values.setdefault(split, {}).setdefault(metric, []).append(value)
+    return {split: {m: {"mean": float(np.mean(v)), "std": float(np.std(v))} for m, v in metrics.items()}
+            for split, metrics in values.items()}
+
+
+def summary_markdown(summary: dict[str, Any]) -> str:
+    n, need = len(summary["seeds"]), summary["seeds_required"]
+    lines = [f"# {summary['dataset']}: {summary['method']}", "",
+             f"Selection: {summary['selection']}. Seeds: {n} (WILDS asks for {need}"
+             + ("; fewer here)." if n < need else ")."), "",
+             "| split | metric | mean (%) | std (%) |", "|:--|:--|--:|--:|"]
+    for split, metrics in summary["aggregate"].items():
+        for metric, stats in metrics.items():
+            lines.append(f"| {split} | {metric} | {100 * stats['mean']:.2f} | {100 * stats['std']:.2f} |")
+    files = sorted(info["file"] for e in summary["seeds"].values() for info in e["splits"].values())
+    return "\n".join(lines + ["", "Prediction files: " + ", ".join(files), ""])

@@ -1,0 +1,270 @@
+"""Weight averaging across the runs of a sweep (`dgmoe soup`): uniform and greedy soups, ratatouille-style
+averages and the output ensemble, each written as a run folder of its own with DomainBed records.
+
+- `uniform`: the mean of the weights of every run of one (dataset, held-out domains, trial seed, algorithm,
+  model), i.e. of one cell's hparams draws: DiWA's uniform average, theta = (1/M) sum_m theta_m (Rame et al.,
+  DiWA, NeurIPS 2022, Eq. 1).
+- `greedy`: the same runs ordered by training-domain validation accuracy, best first; a run joins the average
+  only if the average's validation accuracy does not drop (DiWA's restricted average, Wortsman et al., Model
+  soups, ICML 2022, Recipe 1).
+- `ratatouille`: the uniform mean of every run of one (dataset, held-out domains, trial seed, model) that shares
+  its initialisation, whatever its algorithm (Rame et al., Model Ratatouille, ICML 2023, Eq. 2: averaging
+  fine-tunings that differ in their objective, from one initialisation).
+- `ensemble`: the mean of the members' logits (DiWA's ENS baseline, Eq. 4), for comparison.
+
+Each run contributes its `best` weights (training-domain validation within the run, what `dgmoe train`
+keeps; `--weights last` for the last step). The data splits are those of the members' trial seed, so that a
+soup is validated on the same training-domain `out` splits its members were; a soup is evaluated on every
+domain's splits exactly as a run's checkpoint is, and its one record carries `args.soup` (method, members,
+greedy trace). Float tensors are averaged in float64 (the soup of identical runs is each run, bit for bit);
+integer buffers are the first member's.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.nn as nn
+from safetensors.torch import load_file
+
+from dgmoe.data.loaders import EvalBatches
+from dgmoe.engine.checkpoint import save_weights
+from dgmoe.engine.evaluate import evaluate_domains, split_metrics
+from dgmoe.engine.io import read_jsonl, write_json_atomic, write_jsonl_atomic
+from dgmoe.engine.provenance import provenance
+from dgmoe.engine.setup import RunSetup, prepare_run
+from dgmoe.errors import UsageError
+from dgmoe.sweep.soup_members import SOUP_KEY, Member, check_shared, find_members
+
+METHODS = ("uniform", "greedy", "ratatouille", "ensemble")
+
+
+@dataclass(frozen=True)
+class SoupOptions:
+    """How `make_soups` reads, evaluates and writes."""
+
+    methods: tuple[str, ...] = METHODS
+    which: str = "best"
+    device: str = "cpu"
+    data_dir: str | None = None
+    eval_batch_size: int = 64
+    num_workers: int = 0
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One soup to make: its method and its members (sorted by folder)."""
+
+    method: str
+    members: tuple[Member, ...]
+
+    @property
+    def name(self) -> str:
+        m = self.members[0]
+        envs = "-".join(map(str, m.test_envs))
+        alg = m.algorithm if self.method != "ratatouille" else "+".join(sorted({x.algorithm for x in self.members}))
+        tag = hashlib.md5("\n".join(str(x.run_dir) for x in self.members).encode()).hexdigest()[:6]
+        return f"{self.method}_{alg}_{m.model}_{m.dataset}_env{envs}_trial{m.trial_seed}_{tag}"
+
+    @property
+    def algorithm(self) -> str:
+        """The row name of the soup in results tables."""
+        if self.method == "ratatouille":
+            return f"ratatouille ({', '.join(sorted({m.algorithm for m in self.members}))})"
+        return f"{self.members[0].algorithm} ({self.method}{'' if self.method == 'ensemble' else ' soup'})"
+
+
+def plan_soups(members: Sequence[Member], methods: Sequence[str]) -> list[Plan]:
+    """Every soup of `methods` over `members` (groups of one run are left out); refuses, in one line, a group
+    whose runs do not share an architecture or an initialisation (before anything is written)."""
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise UsageError(f"--method {unknown[0]!r} is not one of {', '.join(METHODS)}")
+    cells: dict[tuple, list[Member]] = defaultdict(list)
+    for m in members:
+        cells[m.group].append(m)
+    plans = []
+    per_cell = [m for m in methods if m in ("uniform", "greedy", "ensemble")]
+    for key in sorted(cells, key=str):
+        group = cells[key]
+        if len(group) < 2 or not per_cell:
+            continue
+        check_shared(group)
+        plans += [Plan(method, tuple(group)) for method in per_cell]
+    if "ratatouille" in methods:
+        pools: dict[tuple, list[Member]] = defaultdict(list)
+        for m in members:
+            pools[(m.dataset, m.test_envs, m.trial_seed, m.model, m.initialisation)].append(m)
+        for key in sorted(pools, key=str):
+            if len(pools[key]) >= 2:
+                check_shared(pools[key])
+                plans.append(Plan("ratatouille", tuple(pools[key])))
+    return plans
+
+
+def average_states(states: Sequence[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """(1/M) sum_m theta_m of every float tensor (summed in float64), the first state's integer buffers."""
+    out = {}
+    for key, first in states[0].items():
+        if first.is_floating_point():
+            out[key] = (torch.stack([s[key].double() for s in states]).sum(0) / len(states)).to(first.dtype)
+        else:
+            out[key] = first.clone()
+    return out
+
+
+class Ensemble(nn.Module):
+    """The mean of the members' logits (each member an algorithm holding one run's weights)."""
+
+    def __init__(self, members: Sequence[nn.Module]):
+        super().__init__()
+        self.members = nn.ModuleList(members)
+
+    def predict(self, x: torch.Tensor, meta: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
+        return torch.stack([m.predict(x, meta).float() for m in self.members]).mean(0)  # type: ignore[operator]
+
+
+class _Evaluator:
+    """The data, splits and an algorithm of one (dataset, held-out domains, trial seed), built once."""
+
+    def __init__(self, member: Member, options: SoupOptions):
+        run = member.run.replace(device=options.device, **({"data_dir": options.data_dir} if options.data_dir
+                                                               else {}))
+        self.setup: RunSetup = prepare_run(run)
+        self.options = options
+        self.batches = EvalBatches(self.setup.eval_transform, options.eval_batch_size, options.num_workers)
+        self.setup.algorithm.to(options.device)
+
+    def holding(self, state: dict[str, torch.Tensor]) -> nn.Module:
+        """The run's algorithm with `state` loaded into the network it predicts with."""
+        self.setup.algorithm.inference_network().load_state_dict(state, strict=True)
+        return self.setup.algorithm
+
+    def val_acc(self, predictor: Any) -> float:
+        """Training-domain validation accuracy: the mean `out` accuracy over the training domains (DomainBed)."""
+        s = self.setup
+        was = predictor.training
+        predictor.eval()
+        try:
+            accs = [split_metrics(predictor.predict, s.dataset[i], s.splits[i][1], s.eval_transform,
+                                  self.options.device, batches=self.batches)[0] for i in s.train_envs]
+        finally:
+            predictor.train(was)
+        return sum(accs) / len(accs)
+
+    def record(self, predictor: Any) -> dict[str, Any]:
+        s = self.setup
+        return evaluate_domains(predictor, s.dataset, s.splits, s.eval_transform, self.options.device,
+                                test_envs=s.test_envs, uda=s.uda, batches=self.batches)
+
+
+def _states(plan: Plan) -> list[dict[str, torch.Tensor]]:
+    return [load_file(str(m.weights)) for m in plan.members]
+
+
+def cook(plan: Plan, evaluator: _Evaluator) -> tuple[Any, dict[str, torch.Tensor] | None, dict[str, Any]]:
+    """(predictor, averaged weights or None for the ensemble, what the record says of the soup)."""
+    states = _states(plan)
+    names = [str(m.run_dir) for m in plan.members]
+    info: dict[str, Any] = {"method": plan.method, "members": names}
+    if plan.method == "ensemble":
+        algorithms = []
+        for state in states:
+            algorithms.append(copy.deepcopy(evaluator.holding(state)))
+        return Ensemble(algorithms), None, info
+    if plan.method != "greedy":
+        state = average_states(states)
+        return evaluator.holding(state), state, info
+    vals = [evaluator.val_acc(evaluator.holding(s)) for s in states]
+    order = sorted(range(len(states)), key=lambda k: (-vals[k], names[k]))
+    chosen, best = [order[0]], vals[order[0]]
+    trace = [{"run": names[order[0]], "run_val_acc": vals[order[0]], "soup_val_acc": best, "added": True}]
+    for k in order[1:]:
+        candidate = evaluator.val_acc(evaluator.holding(average_states([states[j] for j in chosen + [k]])))
+        added = candidate >= best
+        trace.append({"run": names[k], "run_val_acc": vals[k], "soup_val_acc": candidate, "added": added})
+        if added:
+            chosen, best = chosen + [k], candidate
+    state = average_states([states[j] for j in chosen])
+    info.update(selected=[names[j] for j in chosen], trace=trace, val_acc=best)
+    return evaluator.holding(state), state, info
+
+
+def _member_args(member: Member) -> tuple[dict[str, Any], int]:
+    """The `args` of a member's last record and the step its weights were saved at."""
+    from dgmoe.engine.checkpoint import checkpoint_step
+
+    records = read_jsonl(member.run_dir / "results.jsonl")
+    step = checkpoint_step(member.weights)
+    return dict(records[-1]["args"]), step if step is not None else int(records[-1]["step"])
+
+
+def write_soup(plan: Plan, folder: Path, evaluator: _Evaluator) -> dict[str, Any]:
+    """Make one soup and write its run folder: config.json, results.jsonl (one record), its weights, done."""
+    predictor, state, info = cook(plan, evaluator)
+    results = evaluator.record(predictor)
+    first_args, step = _member_args(plan.members[0])
+    steps = [_member_args(m)[1] for m in plan.members]
+    info.update(weights=plan.members[0].weights.name, initialisation=plan.members[0].initialisation,
+                member_steps=steps)
+    args = {**first_args, "algorithm": plan.algorithm, "hparams_seed": 0, "output_dir": str(folder),
+            "steps": None, "checkpoint_freq": None, "label": None, SOUP_KEY: info}
+    record = {"step": max(steps), **results, "hparams": {"soup": plan.method, "members": len(plan.members)},
+              "args": args}
+    folder.mkdir(parents=True, exist_ok=True)
+    config = {**plan.members[0].config, SOUP_KEY: info, "provenance": provenance(evaluator.options.device)}
+    write_json_atomic(folder / "config.json", config)
+    if state is not None:
+        evaluator.holding(state)
+        save_weights(evaluator.setup.algorithm.inference_network(), folder / "model.safetensors",
+                     metadata={"step": str(max(steps)), "soup": plan.method})
+    write_jsonl_atomic(folder / "results.jsonl", [record])
+    write_json_atomic(folder / "done", {"status": "done", "records": 1, "last_step": record["step"],
+                                       "stopped_early": False, "keep_resume": False})
+    return record
+
+
+def make_soups(root: Path, out: Path | None = None, options: SoupOptions = SoupOptions(),
+               echo: Callable[[str], None] = lambda s: None) -> list[Path]:
+    """Every soup of `options.methods` over the finished runs under `root`, written under `out` (default
+    root/soups); returns their folders. A soup folder already holding the same members is kept as it is."""
+    members = find_members(root, options.which)
+    if not members:
+        raise UsageError(f"{root} holds no finished run with {options.which} weights (a soup averages run folders)")
+    plans = plan_soups(members, options.methods)
+    if not plans:
+        raise UsageError(f"{root}: no two runs share a dataset, held-out domains, trial seed and model; nothing to "
+                         "average")
+    out = out or Path(root) / "soups"
+    evaluators: dict[tuple, _Evaluator] = {}
+    folders = []
+    for plan in plans:
+        folder = out / plan.name
+        folders.append(folder)
+        if _same_soup(folder, plan):
+            echo(f"{folder} is made already (same members); kept")
+            continue
+        m = plan.members[0]
+        key = (m.dataset, m.test_envs, m.trial_seed, m.run_dir if plan.method == "ratatouille" else m.algorithm)
+        if key not in evaluators:
+            evaluators[key] = _Evaluator(m, options)
+        record = write_soup(plan, folder, evaluators[key])
+        test = [record[f"env{i}_in_acc"] for i in m.test_envs]
+        echo(f"{plan.method}: {len(plan.members)} runs -> {folder} (test accuracy "
+             f"{sum(test) / len(test):.4f})")
+    return folders
+
+
+def _same_soup(folder: Path, plan: Plan) -> bool:
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return False
+    return (folder / "done").exists() and config.get(SOUP_KEY, {}).get("members") == [
+        str(m.run_dir) for m in plan.members]
