@@ -13,7 +13,7 @@ from dgmoe.data.base import Batch
 from dgmoe.engine.hparams import base_hparams, default_hparams, random_hparams
 from dgmoe.models import create_model
 from dgmoe.models.resnet import ResNet
-from dgmoe.moe.aux import sparse_layers
+from dgmoe.moe.auxiliary import sparse_layers
 
 ALGORITHMS = list_algorithms()  # every registered algorithm: a new one is in the matrix by default
 BACKBONES = ["vit_tiny_patch16_224", "gmoe_tiny_patch16_224", "moge_tiny_patch16_224", "resnet50"]

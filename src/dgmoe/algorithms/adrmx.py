@@ -41,7 +41,7 @@ from dgmoe.algorithms.dann import discriminator_mlp
 from dgmoe.algorithms.registry import register_algorithm
 from dgmoe.data.base import Batch
 from dgmoe.hparams import SMALL_IMAGE_DATASETS, HParam, choice, fixed
-from dgmoe.moe.aux import clear_aux
+from dgmoe.moe.auxiliary import clear_aux
 from dgmoe.sharding import gather_samples
 
 

@@ -4,7 +4,7 @@ Backbones follow timm's API: `forward_features(x)` gives tokens or feature maps,
 pre_logits=True)` pools them to a feature vector and `get_classifier()` is the final linear layer. Models
 that route on metadata (MoGE) set `uses_metadata = True` and take `forward_features(x, meta=...)`.
 
-The backbone's auxiliary losses come from its sparse layers (`dgmoe.moe.aux`: named terms such as GMoE's
+The backbone's auxiliary losses come from its sparse layers (`dgmoe.moe.auxiliary`: named terms such as GMoE's
 load balancing and MoGE's expert diversity, each weighted by its hyperparameter); every objective that
 updates the backbone adds `self.moe_aux_loss()` exactly once. The base `update` clears the layers'
 records before and after the subclass step, so repeated forwards in one update are averaged, not double
@@ -42,7 +42,7 @@ import torch.nn.functional as F
 
 from dgmoe.data.base import Batch
 from dgmoe.hparams import HParam, Sampler
-from dgmoe.moe.aux import clear_aux, weighted_aux_loss
+from dgmoe.moe.auxiliary import clear_aux, weighted_aux_loss
 from dgmoe.sharding import concat_shards, global_mean, use_shard
 
 #: what an update returns: named floats, or 0-dim tensors that the engine reads back only at log points (a

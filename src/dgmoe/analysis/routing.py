@@ -37,7 +37,7 @@ def grid_size_of(model: nn.Module) -> tuple[int, int]:
 
 def num_experts_of(model: nn.Module) -> dict[str, int]:
     """Number of experts of each MoE layer, by module name."""
-    from dgmoe.moe.aux import sparse_layers
+    from dgmoe.moe.auxiliary import sparse_layers
 
     return {name: int(layer.config.num_experts) for name, layer in sparse_layers(model).items()}
 

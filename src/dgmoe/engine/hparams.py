@@ -26,7 +26,7 @@ from dgmoe.hparams import (
     probability,
 )
 from dgmoe.models.info import ModelInfo, describe_model
-from dgmoe.moe.aux import AUX_LOSS_WEIGHTS
+from dgmoe.moe.auxiliary import AUX_LOSS_WEIGHTS
 from dgmoe.seeding import seed_hash
 
 # GMoE paper Table 8 (lr, weight decay) per dataset; CUB-DG from the official registry.
