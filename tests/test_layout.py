@@ -11,7 +11,7 @@ TESTS = Path(__file__).resolve().parent
 #: bottom to top; a package may import only from lower layers
 LAYERS = [
     {"errors"},
-    {"registry", "seeding"},
+    {"registry", "seeding", "records"},
     {"scope"},
     {"sharding", "hparams", "metrics", "selection"},
     {"moe", "data"},
@@ -130,8 +130,9 @@ WINDOWS_DEVICES = {"con", "prn", "aux", "nul", *(f"com{i}" for i in range(1, 10)
 
 def test_no_file_named_like_a_windows_device():
     root = SRC.parents[1]
-    named = [str(p.relative_to(root)) for top in ("src", "tests", "docs", "scripts", "examples") if (root / top).exists()
-             for p in (root / top).rglob("*") if p.name.split(".")[0].lower() in WINDOWS_DEVICES]
+    tops = [root / top for top in ("src", "tests", "docs", "scripts", "examples") if (root / top).exists()]
+    named = [str(p.relative_to(root)) for top in tops for p in top.rglob("*")
+             if p.name.split(".")[0].lower() in WINDOWS_DEVICES]
     assert not named, named
 
 

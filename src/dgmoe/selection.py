@@ -40,6 +40,7 @@ from typing import Any, ClassVar, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from dgmoe.records import train_val_keys
 from dgmoe.registry import Registry
 
 #: one selected accuracy per group: these keys plus the chosen hparams_seed, step, val_acc and test_acc.
@@ -154,7 +155,7 @@ class IIDAccuracySelection(SelectionMethod):
         if single.empty:
             return None
         n_envs = int(single["n_envs"].iloc[0])
-        val_keys = [f"env{j}_out_acc" for j in range(n_envs) if j != test_env]
+        val_keys = train_val_keys(n_envs, [test_env])  # as `dgmoe.records.train_domain_val_acc`, row-wise
         # row-wise np.mean of a C-contiguous array sums in the same order as DomainBed's np.mean(list)
         accs = np.ascontiguousarray(_columns(single, val_keys).to_numpy(dtype=float))
         val = accs.mean(axis=1) if val_keys else np.full(len(single), np.nan)
