@@ -10,7 +10,7 @@ TESTS = Path(__file__).resolve().parent
 
 #: bottom to top; a package may import only from lower layers
 LAYERS = [
-    {"errors"},
+    {"errors", "tables"},
     {"registry", "seeding", "records"},
     {"scope"},
     {"sharding", "hparams", "metrics", "selection"},

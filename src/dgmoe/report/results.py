@@ -7,9 +7,10 @@ from typing import Sequence
 
 import pandas as pd
 
-from dgmoe.report.tables import averages_table, dataset_table, heading, preamble, user_labels
+from dgmoe.report.tables import averages_table, dataset_table, preamble, user_labels
 from dgmoe.report.wilds import has_worst_group, wilds_datasets, wilds_table, worst_group_table
 from dgmoe.selection import MethodLike, WorstGroupSelection, resolve_selections, sweep_accs
+from dgmoe.tables import heading
 
 
 def results_tables(

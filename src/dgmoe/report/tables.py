@@ -33,6 +33,7 @@ import pandas as pd
 
 from dgmoe.report.text import count
 from dgmoe.selection import mean_and_se
+from dgmoe.tables import heading, latex_escape, table_block
 
 MISSING = "X"
 RowKey = tuple[str, str]  # (algorithm, model)
@@ -84,47 +85,6 @@ def dataset_domains(records: pd.DataFrame, dataset: str) -> list[str]:
     if len(names) > 1:
         raise ValueError(f"records of dataset {dataset!r} disagree on args.domains: {sorted(names)}")
     return list(names.pop()) if names else [f"env{i}" for i in range(counts[0])]
-
-
-_LATEX_SPECIALS = {
-    "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-    "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
-}
-
-
-def latex_escape(text: str) -> str:
-    return "".join(_LATEX_SPECIALS.get(c, c) for c in text)
-
-
-def render_table(header: Sequence[str], rows: Sequence[Sequence[str]], latex: bool = False) -> str:
-    """A Markdown pipe table (pandas + tabulate), or a booktabs `tabular`; labels are escaped for LaTeX."""
-    if not latex:
-        frame = pd.DataFrame([list(r) for r in rows], columns=list(header))
-        align = ["left"] + ["right"] * (len(header) - 1)
-        return frame.to_markdown(index=False, disable_numparse=True, colalign=align)
-    lines = [
-        "\\begin{tabular}{l" + "c" * (len(header) - 1) + "}",
-        "\\toprule",
-        " & ".join(f"\\textbf{{{latex_escape(h)}}}" for h in header) + " \\\\",
-        "\\midrule",
-        *(" & ".join([latex_escape(r[0]), *r[1:]]) + " \\\\" for r in rows),
-        "\\bottomrule",
-        "\\end{tabular}",
-    ]
-    return "\n".join(lines)
-
-
-def heading(text: str, level: int, latex: bool) -> str:
-    if latex:
-        return "\\" + "sub" * (level - 1) + "section{" + latex_escape(text) + "}"
-    return "#" * level + " " + text
-
-
-def table_block(title: str, header: Sequence[str], rows: Sequence[Sequence[str]], latex: bool) -> str:
-    body = render_table(header, rows, latex)
-    if latex:
-        body = "\\begin{center}\n" + body + "\n\\end{center}"
-    return heading(title, 3, latex) + "\n\n" + body
 
 
 def row_keys(records: pd.DataFrame) -> list[RowKey]:

@@ -22,8 +22,9 @@ from typing import Mapping
 
 import pandas as pd
 
-from dgmoe.report.tables import RowKey, dataset_domains, format_avg, format_mean, row_keys, row_labels, table_block
+from dgmoe.report.tables import RowKey, dataset_domains, format_avg, format_mean, row_keys, row_labels
 from dgmoe.selection import VAL_ENV, WorstGroupSelection, sweep_accs
+from dgmoe.tables import table_block
 
 GROUPS = "wilds_groups"
 #: (record key suffix, column title); "{groups}" is the dataset's group field, e.g. region
