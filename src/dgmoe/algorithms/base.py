@@ -41,7 +41,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from dgmoe.data.base import Batch
-from dgmoe.hparams import HParam, Sampler
+from dgmoe.hparams import DatasetHParams, HParam
 from dgmoe.moe.auxiliary import clear_aux, weighted_aux_loss
 from dgmoe.sharding import concat_shards, global_mean, use_shard
 
@@ -53,11 +53,6 @@ Metrics = Mapping[str, "float | torch.Tensor"]
 def detached(**values: torch.Tensor) -> dict[str, torch.Tensor]:
     """Metrics that stay on the device: each value detached from the graph."""
     return {name: value.detach() for name, value in values.items()}
-
-
-def as_int(sampler: Sampler) -> Sampler:
-    """`int(sampler(r))`: DomainBed's integer draws such as `int(10 ** r.uniform(0, 4))`."""
-    return lambda r: int(sampler(r))
 
 
 class Algorithm(nn.Module):
@@ -92,8 +87,9 @@ class Algorithm(nn.Module):
         self.optimizer = self.make_optimizer(self.network.parameters())
 
     @classmethod
-    def hparam_specs(cls, dataset: str, shared: Mapping[str, HParam]) -> dict[str, HParam]:
-        """This algorithm's hyperparameters for `dataset` (DomainBed has a few per-dataset entries), given the
+    def hparam_specs(cls, dataset: DatasetHParams, shared: Mapping[str, HParam]) -> dict[str, HParam]:
+        """This algorithm's hyperparameters on a dataset with the facts `dataset` (its catalogue entry's
+        `hparams`; its per-algorithm entries are applied afterwards by `dgmoe.engine.hparams`), given the
         `shared` ones every run has. Names in `shared` may be returned only if listed in `OVERRIDES`."""
         return dict(cls.HPARAMS)
 

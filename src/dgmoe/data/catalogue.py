@@ -20,12 +20,14 @@ from typing import Callable
 import numpy as np
 
 from dgmoe.data import cache as cache_mod
+from dgmoe.data import dataset_hparams as hp
 from dgmoe.data import mnist, synthetic
 from dgmoe.data.arrays import ArrayDomain
 from dgmoe.data.base import MultiDomainDataset
 from dgmoe.data.errors import LAYOUT, CacheError, DataDirNotFoundError, UnknownDatasetError
 from dgmoe.data.folder import FolderDomain, FolderListing, decode_files, scan_folder, subsample_indices
 from dgmoe.data.transforms import IMAGENET_MEAN, IMAGENET_STD, EvalTransform, ToFloat, TrainTransform
+from dgmoe.hparams import DatasetHParams
 from dgmoe.metrics import GroupEvaluation
 from dgmoe.registry import Registry, UnknownNameError
 from dgmoe.seeding import seed_hash
@@ -66,6 +68,9 @@ class DatasetSpec:
     eval_domains: tuple[str, ...] = ()
     #: "wilds" kind: `data_check(data_dir)` raises `DataDirNotFoundError` unless the files are there (no decoding)
     data_check: Callable | None = None
+    #: what the dataset decides about hyperparameters (`dgmoe.hparams.DatasetHParams`; small images, GMoE
+    #: Table 8, per-algorithm entries, regions)
+    hparams: DatasetHParams = DatasetHParams()
 
 
 DATASETS: Registry[DatasetSpec] = Registry("dataset")
@@ -85,30 +90,31 @@ def register_folder_dataset(name: str, dir_name: str, domains: tuple[str, ...], 
 
 for _spec in (
     DatasetSpec("VLCS", "folder", ("Caltech101", "LabelMe", "SUN09", "VOC2007"), 5, "VLCS", ("C", "L", "S", "V"),
-                reference="Fang et al., ICCV 2013"),
+                reference="Fang et al., ICCV 2013", hparams=hp.VLCS),
     DatasetSpec("PACS", "folder", ("art_painting", "cartoon", "photo", "sketch"), 7, "PACS", ("A", "C", "P", "S"),
-                reference="Li et al., ICCV 2017"),
+                reference="Li et al., ICCV 2017", hparams=hp.PACS),
     DatasetSpec("OfficeHome", "folder", ("Art", "Clipart", "Product", "Real World"), 65, "office_home",
-                ("A", "C", "P", "R"), reference="Venkateswara et al., CVPR 2017"),
+                ("A", "C", "P", "R"), reference="Venkateswara et al., CVPR 2017", hparams=hp.OFFICE_HOME),
     DatasetSpec("TerraIncognita", "folder", ("location_100", "location_38", "location_43", "location_46"), 10,
-                "terra_incognita", ("L100", "L38", "L43", "L46"), reference="Beery et al., ECCV 2018"),
+                "terra_incognita", ("L100", "L38", "L43", "L46"), reference="Beery et al., ECCV 2018",
+                hparams=hp.TERRA_INCOGNITA),
     DatasetSpec("DomainNet", "folder", ("clipart", "infograph", "painting", "quickdraw", "real", "sketch"), 345,
                 "domain_net", ("clip", "info", "paint", "quick", "real", "sketch"), n_steps=15001,
-                checkpoint_freq=1000, reference="Peng et al., ICCV 2019"),
+                checkpoint_freq=1000, reference="Peng et al., ICCV 2019", hparams=hp.DOMAIN_NET),
     DatasetSpec("SVIRO", "folder", ("aclass", "escape", "hilux", "i3", "lexus", "tesla", "tiguan", "tucson", "x5",
                                     "zoe"), None, "sviro", reference="Dias Da Cruz et al., WACV 2020"),
     DatasetSpec("CUBDG", "folder", ("Candy", "Mosaic", "Natural", "Udnie"), 200, "CUB_DG",
-                reference="CUB-200-2011 style-transferred, GMoE (Li et al., ICLR 2023)"),
+                reference="CUB-200-2011 style-transferred, GMoE (Li et al., ICLR 2023)", hparams=hp.CUB_DG),
     DatasetSpec("ImageFolder", "folder", (), None, None,
                 reference="any <data_dir>/<domain>/<class>/<image> tree; --data-dir is the dataset folder"),
     DatasetSpec("RotatedMNIST", "mnist", tuple(str(a) for a in mnist.ROTATED_ANGLES), 10, "MNIST",
                 checkpoint_freq=100, native_size=28, channels=1, augment=False, builder=mnist.rotated_mnist,
-                reference="Ghifary et al., ICCV 2015 (DomainBed version)"),
+                reference="Ghifary et al., ICCV 2015 (DomainBed version)", hparams=hp.SMALL_IMAGES),
     DatasetSpec("ColoredMNIST", "mnist", mnist.COLORED_ENVIRONMENTS, 2, "MNIST", checkpoint_freq=100,
                 native_size=28, channels=2, augment=False, builder=mnist.colored_mnist,
-                reference="Arjovsky et al., 2019 (IRM; DomainBed version)"),
+                reference="Arjovsky et al., 2019 (IRM; DomainBed version)", hparams=hp.SMALL_IMAGES),
     DatasetSpec("Debug28", "synthetic", synthetic.DEBUG_ENVIRONMENTS, 2, checkpoint_freq=100, native_size=28,
-                augment=False, reference="DomainBed random-tensor smoke test"),
+                augment=False, reference="DomainBed random-tensor smoke test", hparams=hp.SMALL_IMAGES),
     DatasetSpec("Debug224", "synthetic", synthetic.DEBUG_ENVIRONMENTS, 2, checkpoint_freq=100, native_size=224,
                 augment=False, reference="DomainBed random-tensor smoke test"),
 ):
@@ -124,6 +130,12 @@ def get_spec(name: str) -> DatasetSpec:
         return DATASETS.get(name)
     except UnknownNameError as e:
         raise UnknownDatasetError(str(e)) from None
+
+
+def dataset_hparams(name: str) -> DatasetHParams:
+    """What the dataset `name` decides about hyperparameters (`DatasetSpec.hparams`; the defaults of an image
+    dataset for a name outside the catalogue)."""
+    return DATASETS.get(name).hparams if name in DATASETS else DatasetHParams()
 
 
 def evaluation_envs(name: str) -> list[int]:
