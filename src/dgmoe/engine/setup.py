@@ -16,7 +16,7 @@ from dgmoe.engine.config import RunConfig
 from dgmoe.engine.hparams import run_hparams
 from dgmoe.errors import UsageError
 from dgmoe.models import MODELS, create_model
-from dgmoe.models.info import describe_model
+from dgmoe.models.info import describe_model, model_info
 from dgmoe.seeding import seed_everything
 
 
@@ -61,7 +61,7 @@ class RunSetup:
 
     def run_config(self, made_by: dict[str, Any]) -> dict[str, Any]:
         """config.json: the run config, what produced it (`made_by`, see `dgmoe.engine.provenance`), the
-        resolved hparams, dataset facts, split sizes and the model build."""
+        resolved hparams, dataset facts, split sizes, the model build and the built model's `ModelInfo`."""
         report = getattr(self.network, "load_report", None)  # what loading the checkpoint adapted, and how
         return {"config": self.cfg.to_dict(), "provenance": made_by, "hparams": self.hparams,
                 "dataset": {"name": self.dataset.name, "domains": list(self.dataset.domains),
@@ -72,6 +72,7 @@ class RunSetup:
                            "uda": {str(i): len(idx) for i, idx in self.uda.items()}},
                 "model_build": {"name": self.cfg.model.name, "kwargs": self.model_kwargs,
                                 "pretrained_load": report.summary() if report is not None else None},
+                "model_info": model_info(self.network).to_dict(),
                 "n_steps": self.n_steps, "checkpoint_freq": self.checkpoint_freq}
 
     def identity(self) -> dict[str, Any]:
