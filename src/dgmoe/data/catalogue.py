@@ -22,6 +22,7 @@ import numpy as np
 from dgmoe.data import cache as cache_mod
 from dgmoe.data import dataset_hparams as hp
 from dgmoe.data import mnist, synthetic
+from dgmoe.data import versions as known
 from dgmoe.data.arrays import ArrayDomain
 from dgmoe.data.base import MultiDomainDataset
 from dgmoe.data.errors import LAYOUT, CacheError, DataDirNotFoundError, UnknownDatasetError
@@ -71,6 +72,8 @@ class DatasetSpec:
     #: what the dataset decides about hyperparameters (`dgmoe.hparams.DatasetHParams`; small images, GMoE
     #: Table 8, per-algorithm entries, regions)
     hparams: DatasetHParams = DatasetHParams()
+    #: its known published versions (`dgmoe.data.versions`): which one a folder holds is recorded with each run
+    versions: tuple[known.DataVersion, ...] = ()
 
 
 DATASETS: Registry[DatasetSpec] = Registry("dataset")
@@ -92,12 +95,12 @@ for _spec in (
     DatasetSpec("VLCS", "folder", ("Caltech101", "LabelMe", "SUN09", "VOC2007"), 5, "VLCS", ("C", "L", "S", "V"),
                 reference="Fang et al., ICCV 2013", hparams=hp.VLCS),
     DatasetSpec("PACS", "folder", ("art_painting", "cartoon", "photo", "sketch"), 7, "PACS", ("A", "C", "P", "S"),
-                reference="Li et al., ICCV 2017", hparams=hp.PACS),
+                reference="Li et al., ICCV 2017", hparams=hp.PACS, versions=known.PACS),
     DatasetSpec("OfficeHome", "folder", ("Art", "Clipart", "Product", "Real World"), 65, "office_home",
                 ("A", "C", "P", "R"), reference="Venkateswara et al., CVPR 2017", hparams=hp.OFFICE_HOME),
     DatasetSpec("TerraIncognita", "folder", ("location_100", "location_38", "location_43", "location_46"), 10,
                 "terra_incognita", ("L100", "L38", "L43", "L46"), reference="Beery et al., ECCV 2018",
-                hparams=hp.TERRA_INCOGNITA),
+                hparams=hp.TERRA_INCOGNITA, versions=known.TERRA_INCOGNITA),
     DatasetSpec("DomainNet", "folder", ("clipart", "infograph", "painting", "quickdraw", "real", "sketch"), 345,
                 "domain_net", ("clip", "info", "paint", "quick", "real", "sketch"), n_steps=15001,
                 checkpoint_freq=1000, reference="Peng et al., ICCV 2019", hparams=hp.DOMAIN_NET),
@@ -195,8 +198,19 @@ def cache_name(spec: DatasetSpec, listing: FolderListing | None) -> str:
     return spec.name if spec.dir_name or listing is None else f"{spec.name}-{listing.root.name}"
 
 
+def listing_version(spec: DatasetSpec, listing: FolderListing | None) -> str:
+    """The published version a folder listing holds ("" when the catalogue knows none or no listing)."""
+    if listing is None or not spec.versions:
+        return ""
+    counts = known.FolderCounts(listing.root, {d: dict(zip(listing.classes, listing.class_counts(i)))
+                                               for i, d in enumerate(listing.domains)},
+                                known.files_hash([f"{d}/{f}" for i, d in enumerate(listing.domains)
+                                                  for f in listing.files[i]]))
+    return known.identify(counts, spec.versions).version
+
+
 def _folder_environments(spec, data_dir, size, cache_dir, n_per_domain, seed, decode, workers):
-    """Returns (domains, classes, environments, source description)."""
+    """Returns (domains, classes, environments, source description, version)."""
     listing = None if data_dir is None and cache_dir is not None else scan(spec, data_dir)
     folder = cache_mod.cache_folder(cache_dir, cache_name(spec, listing), size)
     try:
@@ -205,7 +219,7 @@ def _folder_environments(spec, data_dir, size, cache_dir, n_per_domain, seed, de
         picks = [subsample_indices(len(e), n_per_domain, seed_hash("subsample", spec.name, d, seed))
                  for d, e in zip(domains, envs)]
         envs = envs if n_per_domain is None else [e.subset(p) for e, p in zip(envs, picks)]
-        return domains, classes, envs, f"cache {folder}"
+        return domains, classes, envs, f"cache {folder}", listing_version(spec, listing)
     except CacheError as e:
         if listing is None:
             raise DataDirNotFoundError(f"{spec.name}: no data dir given and no usable cache ({e})") from None
@@ -229,7 +243,8 @@ def _folder_environments(spec, data_dir, size, cache_dir, n_per_domain, seed, de
             envs.append(ArrayDomain(decode_files(paths, size, workers), labels))
         else:
             envs.append(FolderDomain(paths, labels, size))
-    return listing.domains, listing.classes, envs, f"{mode} decode of {listing.root}"
+    version = listing_version(spec, listing)
+    return listing.domains, listing.classes, envs, f"{mode} decode of {listing.root}", version
 
 
 def get_dataset(
@@ -261,12 +276,12 @@ def get_dataset(
     size = _storage_size(spec, img_size)
     if decode not in ("auto", "eager", "lazy"):
         raise ValueError(f"decode must be 'auto', 'eager' or 'lazy', got {decode!r}")
-    source = ""
+    source, version = "", ""
     if spec.kind == "folder":
         if options:
             raise TypeError(f"{name} takes no options {sorted(options)}")
-        domains, classes, envs, source = _folder_environments(spec, data_dir, size, cache_dir, n_per_domain, seed,
-                                                              decode, workers)
+        domains, classes, envs, source, version = _folder_environments(spec, data_dir, size, cache_dir, n_per_domain,
+                                                                       seed, decode, workers)
         channels = 3
     elif spec.kind in BUILT_KINDS:
         assert spec.builder is not None and spec.num_classes is not None  # every such spec has both
@@ -287,7 +302,7 @@ def get_dataset(
         domains, classes, channels = spec.domains, ("0", "1"), 3
     log.debug("%s: %d domains, %d classes, %d px, from %s", name, len(domains), len(classes), size, source)
     return MultiDomainDataset(name=name, domains=list(domains), classes=list(classes), environments=list(envs),
-                              source=str(source),
+                              source=str(source), version=version,
                               input_shape=(channels, size, size), n_steps=spec.n_steps,
                               checkpoint_freq=spec.checkpoint_freq, evaluation=spec.evaluation,
                               eval_domains=spec.eval_domains)

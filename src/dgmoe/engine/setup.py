@@ -39,9 +39,11 @@ class RunSetup:
     uda: dict[int, np.ndarray] = field(default_factory=dict)  # test domain -> its unlabeled split (evaluated only)
 
     def record_args(self) -> dict[str, Any]:
-        """The `args` of every DomainBed record (DomainBed's keys plus dgmoe's model and domains)."""
+        """The `args` of every DomainBed record (DomainBed's keys plus dgmoe's model, domains and, where the
+        catalogue knows the dataset's versions, `data_version`)."""
+        version = {"data_version": self.dataset.version} if self.dataset.version else {}
         return {**self.cfg.flat(), "test_envs": self.test_envs, "steps": self.n_steps,
-                "checkpoint_freq": self.checkpoint_freq, "domains": list(self.dataset.domains)}
+                "checkpoint_freq": self.checkpoint_freq, "domains": list(self.dataset.domains), **version}
 
     def announcement(self) -> str:
         """The run's first line: what trains, on what, which domains are held out and where it writes."""
@@ -66,7 +68,7 @@ class RunSetup:
         return {"config": self.cfg.to_dict(), "provenance": made_by, "hparams": self.hparams,
                 "dataset": {"name": self.dataset.name, "domains": list(self.dataset.domains),
                             "classes": list(self.dataset.classes), "input_shape": list(self.dataset.input_shape),
-                            "sizes": self.dataset.sizes()},
+                            "sizes": self.dataset.sizes(), "version": self.dataset.version or None},
                 "splits": {"train_envs": self.train_envs, "test_envs": self.test_envs,
                            "in": [len(s[0]) for s in self.splits], "out": [len(s[1]) for s in self.splits],
                            "uda": {str(i): len(idx) for i, idx in self.uda.items()}},

@@ -176,6 +176,9 @@ def preamble(records: pd.DataFrame, title: str, cells: str, latex: bool) -> str:
         "X: missing (no run can be scored).",
         'Rows read "algorithm / model" (or the runs\' --label).',
     ]
+    if "data_version" in records.columns and records["data_version"].notna().any():  # `dgmoe.data.versions`
+        known = records.dropna(subset=["data_version"]).groupby("dataset")["data_version"].unique()
+        lines.append("Data: " + "; ".join(f"{d} {', '.join(sorted(v))}" for d, v in known.items()) + ".")
     if latex:
         return "\n".join([f"% {title}", "% Needs \\usepackage{booktabs}.", *(f"% {s}" for s in lines)])
     return "\n".join([heading(title, 1, False), "", " ".join(lines)])
