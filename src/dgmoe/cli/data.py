@@ -29,13 +29,13 @@ def list_cmd() -> None:
     """The dataset catalogue with DomainBed's facts."""
     from dgmoe.data.catalogue import DATASETS, list_datasets
 
-    click.echo(f"{'name':<15} {'kind':<10} {'dir':<16} {'classes':>7} {'steps':>6} {'ckpt':>5}  domains")
+    click.echo(f"{'name':<19} {'kind':<10} {'dir':<16} {'classes':>7} {'steps':>6} {'ckpt':>5}  domains")
     for name in list_datasets():
         s = DATASETS.get(name)
-        click.echo(f"{name:<15} {s.kind:<10} {s.dir_name or '-':<16} {s.num_classes or '?':>7} {s.n_steps:>6} "
+        click.echo(f"{name:<19} {s.kind:<10} {s.dir_name or '-':<16} {s.num_classes or '?':>7} {s.n_steps:>6} "
                    f"{s.checkpoint_freq:>5}  {', '.join(s.domains) or '(from folders)'}")
         for version in s.versions:
-            click.echo(f"{'':<15} version: {version.name}")
+            click.echo(f"{'':<19} version: {version.name}")
 
 
 @command.command("check")
@@ -99,7 +99,8 @@ def info_cmd(dataset: str, data_dir: str | None, img_size: int | None, cache_dir
             domains, classes = tuple(ds.domains), tuple(ds.classes)
             labels = [cast(Any, env).labels for env in ds.environments]  # every non-folder domain keeps them
             per_class = [[int((y == c).sum()) for c in range(len(classes))] for y in labels]
-            how = "WILDS files, decoded per item" if spec.kind == "wilds" else "built in memory"
+            how = {"wilds": "WILDS files, decoded per item", "files": "image files, decoded per item"}.get(
+                spec.kind, "built in memory")
             source = f"{how}, {ds.input_shape[0]}x{ds.input_shape[1]}x{ds.input_shape[2]}"
     except (DatasetError, KeyError) as e:
         _fail(e)

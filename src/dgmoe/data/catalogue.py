@@ -42,14 +42,17 @@ DEFAULT_IMG_SIZE = 224
 
 #: kinds whose `builder(data_dir, img_size=, n_per_domain=, seed=, **options)` makes the domains in memory
 BUILT_KINDS = ("mnist", "geo-sample")
+#: kinds whose `builder(data_dir, img_size, n_per_domain, seed)` lists image files, decoded per item
+FILE_KINDS = ("wilds", "files")
 
 
 @dataclass(frozen=True)
 class DatasetSpec:
     """Catalogue entry. `kind`: "folder" (ImageFolder layout), "mnist" (MNIST digits) or "geo-sample" (the
     bundled Sentinel-2 sample folder), both built in memory by `builder`, "synthetic" (random tensors), "wilds"
-    (a WILDS metadata table and its image files; `builder(data_dir, img_size, n_per_domain, seed)` returns
-    the domains, the class names and a description). `evaluation` and `eval_domains`: see
+    (a WILDS metadata table and its image files) or "files" (another published folder layout, e.g. Spawrious's);
+    for the last two `builder(data_dir, img_size, n_per_domain, seed)` returns the domains, the class names and
+    a description. `evaluation` and `eval_domains`: see
     `MultiDomainDataset`."""
 
     name: str
@@ -108,6 +111,9 @@ for _spec in (
                                     "zoe"), None, "sviro", reference="Dias Da Cruz et al., WACV 2020"),
     DatasetSpec("CUBDG", "folder", ("Candy", "Mosaic", "Natural", "Udnie"), 200, "CUB_DG",
                 reference="CUB-200-2011 style-transferred, GMoE (Li et al., ICLR 2023)", hparams=hp.CUB_DG),
+    DatasetSpec("NICOpp", "folder", ("autumn", "dim", "grass", "outdoor", "rock", "water"), 60, "NICO",
+                reference="Zhang et al., NICO++, CVPR 2023: the six public domains of its DG track, "
+                          "NICO/<domain>/<class>/<image>"),
     DatasetSpec("ImageFolder", "folder", (), None, None,
                 reference="any <data_dir>/<domain>/<class>/<image> tree; --data-dir is the dataset folder"),
     DatasetSpec("RotatedMNIST", "mnist", tuple(str(a) for a in mnist.ROTATED_ANGLES), 10, "MNIST",
@@ -289,7 +295,7 @@ def get_dataset(
         domains = spec.domains
         classes = tuple(str(c) for c in range(spec.num_classes))
         channels = options.get("channels", spec.channels)
-    elif spec.kind == "wilds":
+    elif spec.kind in FILE_KINDS:
         if options:
             raise TypeError(f"{name} takes no options {sorted(options)}")
         assert spec.builder is not None  # every "wilds" spec has one
