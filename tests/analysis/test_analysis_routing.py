@@ -50,3 +50,14 @@ def test_routing_maps_rejects_dense_model():
     model = create_model("vit_tiny_patch16_224", num_classes=3, img_size=32, patch_size=8)
     with pytest.raises(ValueError, match="no MoE layer"):
         routing_maps(model, torch.randn(1, 3, 32, 32))
+
+
+def test_moge_runs_are_told_by_their_model_info_not_their_name():
+    from dgmoe.analysis.pipeline import is_moge_run
+    from dgmoe.models.info import describe_model
+
+    moge = describe_model("moge_tiny_patch16_224", num_classes=3).to_dict()
+    assert is_moge_run({"model_build": {"name": "renamed"}, "model_info": moge})
+    gmoe = describe_model("gmoe_micro_patch7_28").to_dict()
+    assert not is_moge_run({"model_build": {"name": "moge_lookalike"}, "model_info": gmoe})
+    assert is_moge_run({"model_build": {"name": "moge_tiny_patch16_224", "kwargs": {"num_classes": 3}}})  # old run

@@ -24,6 +24,7 @@ from dgmoe.analysis.patches import (
 )
 from dgmoe.analysis.routing import RoutingMaps, grid_size_of, routing_maps, usage_markdown, usage_table
 from dgmoe.analysis.style import block_name, checkpoint_text, domain_colors, domain_label
+from dgmoe.models.info import describe_model
 from dgmoe.tables import markdown_table
 
 
@@ -235,9 +236,19 @@ class AnalysisOutcome:
 
 
 def is_moge_run(config: dict[str, Any]) -> bool:
-    """A MoGE (metadata-routed) run: analysed by `dgmoe.analysis.geo`, not by the patch-routing tools."""
-    name = config.get("model_build", {}).get("name") or config.get("config", {}).get("model") or ""
-    return str(name).startswith("moge")
+    """A MoGE (metadata-routed) run: analysed by `dgmoe.analysis.geo`, not by the patch-routing tools. Read
+    from the run's `ModelInfo` (config.json `model_info`: image routing on metadata), never from its name;
+    for a run written before config.json held it, from a description of its model build."""
+    info = config.get("model_info")
+    if info is None:
+        build = config.get("model_build", {})
+        try:
+            kwargs = {k: v for k, v in (build.get("kwargs") or {}).items() if k not in ("pretrained",)}
+            info = describe_model(build["name"], **kwargs).to_dict()
+        except Exception:  # an unknown or unbuildable model: not one the geo analysis can read
+            return False
+    sparse = info.get("sparse") or {}
+    return bool(info.get("uses_metadata")) and sparse.get("routing") == "image"
 
 
 def analyze_one(run: Path, n_images: int = 8, show: int = 3) -> Path:
