@@ -4,13 +4,14 @@ Every hyperparameter is an `HParam(default, sampler, check)`. A random draw for 
 `np.random.RandomState(seed_hash(seed, name))`, so adding a hyperparameter never perturbs the draws of
 the others (DomainBed's `_hparam`). Algorithms declare their own hyperparameters next to their code as a
 class attribute `HPARAMS: dict[str, HParam]`; the shared ones and the resolution of a run's values live in
-`dgmoe.engine.hparams`.
+`dgmoe.engine.hparams`. What a dataset decides about hyperparameters is a `DatasetHParams`, declared in the
+dataset's catalogue entry (`dgmoe.data.catalogue.DatasetSpec.hparams`): no code compares a dataset's name.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any, Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -18,8 +19,6 @@ from dgmoe.errors import UsageError
 from dgmoe.seeding import seed_hash
 
 Sampler = Callable[[np.random.RandomState], Any]
-
-SMALL_IMAGE_DATASETS = ("ColoredMNIST", "RotatedMNIST", "Debug28", "GeoMNIST", "Sentinel2Sample")
 
 Check = Callable[[Any], "str | None"]
 
@@ -95,3 +94,39 @@ def choice(options: list) -> Sampler:
 
 def fixed(value: Any) -> Sampler:
     return lambda r: value
+
+
+def as_int(sampler: Sampler) -> Sampler:
+    """`int(sampler(r))`: DomainBed's integer draws such as `int(10 ** r.uniform(0, 4))`."""
+    return lambda r: int(sampler(r))
+
+
+@dataclass(frozen=True)
+class DatasetHParams:
+    """What a dataset decides about a run's hyperparameters (DomainBed's `hparams_registry` by dataset name,
+    GMoE Table 8), declared once in the dataset's catalogue entry and read by `dgmoe.engine.hparams` and the
+    algorithms' `hparam_specs`.
+
+    - `small_images`: DomainBed's SMALL_IMAGES datasets (28-px digits, GeoMNIST, the Sentinel-2 sample): lr
+      1e-3, batch 64, no weight decay or stochastic depth, and the algorithms' small-image entries.
+    - `gmoe_lr_wd`: (lr, weight decay) of sparse backbones (GMoE Table 8); None: 5e-5 and 0.
+    - `batch_size_log2_max`: the upper end of DomainBed's batch-size draw 2^U(3, hi) (DomainNet 5, else 5.5).
+    - `algorithms`: per algorithm, entries that replace its own on this dataset (DomainBed's per-dataset
+      entries for RDM; MIRO's official lambda for PACS and VLCS); the algorithm must declare each name.
+    - `region_field`, `regions`: the metadata field whose values are the dataset's regions ("" when its
+      environments are the regions) and how many there are (0: none), D3G's default heads.
+    """
+
+    small_images: bool = False
+    gmoe_lr_wd: tuple[float, float] | None = None
+    batch_size_log2_max: float = 5.5
+    algorithms: Mapping[str, Mapping[str, HParam]] = field(default_factory=dict)
+    region_field: str = ""
+    regions: int = 0
+
+    def for_algorithm(self, algorithm: str) -> dict[str, HParam]:
+        return dict(self.algorithms.get(algorithm, {}))
+
+
+#: DomainBed's 28-px datasets.
+SMALL_IMAGES = DatasetHParams(small_images=True)

@@ -113,7 +113,9 @@ class GroupEvaluation:
     - `exclude_substring`: groups whose name contains it do not count for the worst group (FMoW: 'Other');
     - `f1_macro`: also record macro-F1 (iWildCam's official metric);
     - `val_domain`: the domain whose worst-group accuracy selects checkpoints (the OOD validation split,
-      `dgmoe.selection.WorstGroupSelection`).
+      `dgmoe.selection.WorstGroupSelection`);
+    - `trial_seeds`: the seeds WILDS asks a leaderboard entry to average (Koh et al., 2021, Sec. 5, App. E:
+      3, Camelyon17 10 for its variance).
     """
 
     field: str
@@ -121,6 +123,7 @@ class GroupEvaluation:
     exclude_substring: str | None = None
     f1_macro: bool = False
     val_domain: str | None = None
+    trial_seeds: int = 3
 
     def names(self, groups: torch.Tensor) -> list[str]:
         """Names for group ids 0..max: the declared ones, else the ids themselves."""

@@ -1,10 +1,10 @@
 """Model selection over training records, with DomainBed's arithmetic (Gulrajani & Lopez-Paz, 2021, §3).
 
-The records DataFrame comes from `dgmoe.report.collect.load_records`. A *group* is one
-(dataset, algorithm, model, test env, trial seed); every record whose `test_envs` contains the test env
-belongs to it (pair runs `[t, v]` are what leave-one-domain-out needs). Within a group, the records of
-one `hparams_seed` form a *run*; a selection method turns a run into (val_acc, test_acc) at one chosen
-checkpoint (`run_acc`), and the run with the best val_acc gives the group's test accuracy (`sweep_acc`).
+The records DataFrame comes from `dgmoe.report.collect.load_records`. A *group* is one (dataset, algorithm,
+model, test env, trial seed); every record whose `test_envs` contains the test env belongs to it (pair runs
+`[t, v]` are what leave-one-domain-out needs). Within a group, the records of one `hparams_seed` form a *run*;
+a selection method turns a run into (val_acc, test_acc) at one chosen checkpoint (`run_acc`), and the run
+with the best val_acc gives the group's test accuracy (`sweep_acc`).
 
 Ties and NaN follow DomainBed (`model_selection.py`, `lib/query.py`) exactly, so that `dgmoe results` prints
 the numbers `collect_results.py` prints (checked cell by cell in `tests/parity/test_selection_parity.py`):
@@ -25,11 +25,10 @@ MoGE §2.3): for datasets with WILDS metrics it picks the checkpoint with the be
 the dataset's OOD validation split, elsewhere the one whose worst training domain does best on its
 held-out part. It is not one of DomainBed's and leaves their three unchanged (nor do its variants below).
 
-dgmoe's extensions, none of which changes a number on a DomainBed-style sweep: `model` is part of the group
-(in dgmoe the backbone is a choice as large as the algorithm; DomainBed records have none); two run dirs with
-one configuration are an error (DomainBed merges their records); if both pair runs `[t, v]` and `[v, t]`
-exist, LOO averages them (DomainBed's sweeps only launch `[t, v]` with t < v, and given both it keeps
-whichever it read last, in directory-listing order).
+dgmoe's extensions, none of which changes a number on a DomainBed-style sweep: `model` is part of the group (in
+dgmoe the backbone is a choice as large as the algorithm; DomainBed records have none); two run dirs with one
+configuration are an error (DomainBed merges their records); if both pair runs `[t, v]` and `[v, t]` exist,
+LOO averages them (DomainBed launches only `[t, v]` with t < v; given both it keeps the last read).
 """
 from __future__ import annotations
 
@@ -40,6 +39,7 @@ from typing import Any, ClassVar, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from dgmoe.records import train_val_keys
 from dgmoe.registry import Registry
 
 #: one selected accuracy per group: these keys plus the chosen hparams_seed, step, val_acc and test_acc.
@@ -157,7 +157,7 @@ class IIDAccuracySelection(SelectionMethod):
         if single.empty:
             return None
         n_envs = int(single["n_envs"].iloc[0])
-        val_keys = [f"env{j}_out_acc" for j in range(n_envs) if j != test_env]
+        val_keys = train_val_keys(n_envs, [test_env])  # as `dgmoe.records.train_domain_val_acc`, row-wise
         # row-wise np.mean of a C-contiguous array sums in the same order as DomainBed's np.mean(list)
         accs = np.ascontiguousarray(_columns(single, val_keys).to_numpy(dtype=float))
         val = accs.mean(axis=1) if val_keys else np.full(len(single), np.nan)

@@ -10,10 +10,11 @@ from dgmoe.algorithms import get_algorithm, list_algorithms
 from dgmoe.algorithms.base import Algorithm
 from dgmoe.algorithms.sma import EnsembleOfAverages
 from dgmoe.data.base import Batch
-from dgmoe.engine.hparams import base_hparams, default_hparams, random_hparams
+from dgmoe.data.catalogue import dataset_hparams
+from dgmoe.engine.hparams import base_hparams, default_hparams, hparam_specs, random_hparams
 from dgmoe.models import create_model
 from dgmoe.models.resnet import ResNet
-from dgmoe.moe.aux import sparse_layers
+from dgmoe.moe.auxiliary import sparse_layers
 
 ALGORITHMS = list_algorithms()  # every registered algorithm: a new one is in the matrix by default
 BACKBONES = ["vit_tiny_patch16_224", "gmoe_tiny_patch16_224", "moge_tiny_patch16_224", "resnet50"]
@@ -251,21 +252,26 @@ def test_hparams_defaults_and_random_draws(name):
     cls = get_algorithm(name)
     assert cls.DESCRIPTION and cls.REFERENCE
     hp = default_hparams(name, "PACS")
-    for key, spec in cls.hparam_specs("PACS", base_hparams("PACS")).items():
+    for key, spec in hparam_specs(name, "PACS").items():
         assert hp[key] == spec.default
     a, b = random_hparams(name, "PACS", 3), random_hparams(name, "PACS", 3)
     assert a == b
 
 
 def test_dataset_specific_hparams():
+    """DomainBed's per-dataset entries, declared in the catalogue's entries (`DatasetSpec.hparams`)."""
     def specs(name, dataset):
-        return get_algorithm(name).hparam_specs(dataset, base_hparams(dataset))
+        return hparam_specs(name, dataset)
 
     assert specs("RDM", "DomainNet")["rdm_lambda"].default == 0.5
+    assert specs("RDM", "DomainNet")["batch_size"].default == 40
+    assert specs("RDM", "PACS")["batch_size"].default == 88
     assert specs("RDM", "OfficeHome")["variance_weight"].default == 0.0
     assert specs("MIRO", "PACS")["ld"].default == 0.01
+    assert specs("MIRO", "OfficeHome")["ld"].default == 0.1
     assert specs("DANN", "RotatedMNIST")["lr_d"].default == 1e-3
-    assert specs("ERM", "PACS") == {}
+    assert specs("D3G", "FMoW")["d3g_domain_field"].default == "region"
+    assert get_algorithm("ERM").hparam_specs(dataset_hparams("PACS"), base_hparams("PACS")) == {}
 
 
 def test_algorithms_override_shared_hparams_only_when_declared():

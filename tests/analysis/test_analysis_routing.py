@@ -1,6 +1,7 @@
 """Routing maps (top-1 expert per patch) and expert usage per domain."""
 import pytest
 import torch
+from md_tables import table_rows
 
 from dgmoe.analysis.routing import RoutingMaps, expert_usage, routing_maps, top1_patch_map, usage_markdown, usage_table
 
@@ -21,7 +22,7 @@ def test_usage_fractions_and_table():
     assert len(table) == 8
     assert table.groupby(["layer", "domain"])["fraction"].sum().tolist() == [1.0, 1.0]
     md = usage_markdown(table)
-    assert "| blocks.8.mlp | art | 50.0 | 25.0 | 25.0 | 0.0 |" in md
+    assert ["blocks.8.mlp", "art", "50.0", "25.0", "25.0", "0.0"] in table_rows(md)
 
 
 def test_routing_maps_on_gmoe_match_recorded_top1():
@@ -49,3 +50,14 @@ def test_routing_maps_rejects_dense_model():
     model = create_model("vit_tiny_patch16_224", num_classes=3, img_size=32, patch_size=8)
     with pytest.raises(ValueError, match="no MoE layer"):
         routing_maps(model, torch.randn(1, 3, 32, 32))
+
+
+def test_moge_runs_are_told_by_their_model_info_not_their_name():
+    from dgmoe.analysis.pipeline import is_moge_run
+    from dgmoe.models.info import describe_model
+
+    moge = describe_model("moge_tiny_patch16_224", num_classes=3).to_dict()
+    assert is_moge_run({"model_build": {"name": "renamed"}, "model_info": moge})
+    gmoe = describe_model("gmoe_micro_patch7_28").to_dict()
+    assert not is_moge_run({"model_build": {"name": "moge_lookalike"}, "model_info": gmoe})
+    assert is_moge_run({"model_build": {"name": "moge_tiny_patch16_224", "kwargs": {"num_classes": 3}}})  # old run

@@ -1,5 +1,5 @@
-"""What the GPU path of the step loop changes, checked on the CPU: metrics summed where they are computed and
-read back at checkpoints, evaluation loaders that keep their workers, and `--compile` (block by block) that
+"""What the GPU path of the step loop changes, checked on the CPU (the step metrics in
+test_engine_step_metrics.py): evaluation loaders that keep their workers, and `--compile` (block by block) that
 trains the same run and saves the same checkpoint names."""
 import math
 from functools import partial
@@ -11,22 +11,7 @@ from dgmoe.data.catalogue import get_dataset
 from dgmoe.data.loaders import EvalBatches, eval_loader
 from dgmoe.engine import train
 from dgmoe.engine import trainer as trainer_module
-from dgmoe.engine.step_metrics import LazyMetrics, StepMetrics
 from dgmoe.models.compiled import compile_blocks
-
-
-def test_step_metrics_sum_tensors_and_floats_and_read_them_once():
-    metrics = StepMetrics()
-    values = [{"loss": torch.tensor(0.5), "step_time": 0.1}, {"loss": torch.tensor(1.25), "step_time": 0.3}]
-    for v in values:
-        metrics.add(v)
-    means = metrics.means()
-    assert means == {"loss": pytest.approx(0.875), "step_time": pytest.approx(0.2)}
-    assert all(isinstance(v, float) for v in means.values())
-    lazy = LazyMetrics(values[0])
-    assert lazy["loss"] == 0.5 and dict(lazy) == {"loss": 0.5, "step_time": 0.1}
-    metrics.clear()
-    assert metrics.means() == {}
 
 
 def test_evaluation_batches_keep_their_workers_and_equal_the_plain_loader():

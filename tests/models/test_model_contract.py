@@ -9,7 +9,7 @@ from toy_models import NUM_CLASSES, inputs, toy_kwargs
 
 from dgmoe.models import MODELS, create_model
 from dgmoe.models.info import describe_model, model_info
-from dgmoe.moe.aux import AUX_LOSSES, aux_losses, sparse_layers
+from dgmoe.moe.auxiliary import AUX_LOSSES, aux_losses, sparse_layers
 
 
 @pytest.mark.parametrize("name", MODELS.names())

@@ -39,6 +39,14 @@ def test_every_registered_model_has_a_family_and_paper():
     assert not unknown
 
 
+def test_a_new_family_is_described_by_its_model_info():
+    from dgmoe.models.info import describe_model
+
+    assert family_of("newnet_tiny", describe_model("gmoe_micro_patch7_28")) == ("sparse ViT", "")
+    assert family_of("newnet_tiny", describe_model("vit_micro_patch7_28")) == ("ViT", "")
+    assert family_of("newnet_tiny", describe_model("moge_tiny_patch16_224"))[0] == "metadata-routed sparse ViT"
+
+
 def test_cli_lists_every_model_with_counts_and_descriptions(cli):
     result = cli("models")
     assert result.exit_code == 0

@@ -14,7 +14,7 @@ from dgmoe.models import MODELS
 from dgmoe.models.info import describe_model, model_info
 from dgmoe.models.pretrained import CheckpointMismatchError
 from dgmoe.models.twin import dense_twin, write_dense_checkpoint
-from dgmoe.moe.aux import sparse_layers
+from dgmoe.moe.auxiliary import sparse_layers
 
 SPARSE = [n for n in MODELS.names() if describe_model(n).is_sparse]
 #: every model that declares a dense twin (the sparse ones, and ERM+LE, a ViT with a location embedding)

@@ -18,7 +18,7 @@ from tie_sweep import sweep_digest, write_sweep
 
 from dgmoe.cli.results import command
 from dgmoe.report.collect import load_records
-from dgmoe.report.tables import results_tables
+from dgmoe.report.results import results_tables
 
 FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "domainbed_collect_results.json").read_text())
 

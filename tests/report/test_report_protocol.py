@@ -13,8 +13,8 @@ from dgmoe.report.collect import load_records
 from dgmoe.report.exports import latex_numbers, tables_csv
 from dgmoe.report.pages import results_section
 from dgmoe.report.protocol import protocol_items
+from dgmoe.report.results import results_tables
 from dgmoe.report.single_source import single_source_table
-from dgmoe.report.tables import results_tables
 
 PACS, FMOW = get_spec("PACS").domains, get_spec("FMoW").domains
 NAMES = ("Selection", "Steps", "Trials", "Hparams draws", "Pretrained weights", "Dataset version", "dgmoe")

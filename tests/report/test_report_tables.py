@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from dgmoe.report.collect import RecordError, load_records
-from dgmoe.report.tables import results_tables
+from dgmoe.report.results import results_tables
 
 GOLDEN = Path(__file__).parents[1] / "golden"
 PACS = ["art_painting", "cartoon", "photo", "sketch"]

@@ -13,7 +13,7 @@ from wilds_fixtures import write_fmow, write_iwildcam
 from dgmoe.cli import run as cli
 from dgmoe.report.collect import load_records
 from dgmoe.report.leaderboard import pred_file_name
-from dgmoe.report.tables import results_tables
+from dgmoe.report.results import results_tables
 from dgmoe.report.wilds_groups import bootstrap_worst
 
 TINY = ["--model", "vit_micro_patch7_28", "--img-size", "28", "--steps", "3", "--checkpoint-freq", "1",

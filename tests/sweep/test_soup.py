@@ -16,7 +16,7 @@ from dgmoe.engine.config import RunConfig
 from dgmoe.engine.io import read_jsonl
 from dgmoe.engine.trainer import train
 from dgmoe.report.collect import load_records
-from dgmoe.report.tables import results_tables
+from dgmoe.report.results import results_tables
 from dgmoe.sweep.soup import METHODS, SoupOptions, make_soups
 
 

@@ -40,8 +40,8 @@ from dgmoe.algorithms.base import Algorithm, at_least_fp32, concat_batches, cros
 from dgmoe.algorithms.dann import discriminator_mlp
 from dgmoe.algorithms.registry import register_algorithm
 from dgmoe.data.base import Batch
-from dgmoe.hparams import SMALL_IMAGE_DATASETS, HParam, choice, fixed
-from dgmoe.moe.aux import clear_aux
+from dgmoe.hparams import DatasetHParams, HParam, choice, fixed
+from dgmoe.moe.auxiliary import clear_aux
 from dgmoe.sharding import gather_samples
 
 
@@ -106,9 +106,9 @@ class ADRMX(Algorithm):
     }
 
     @classmethod
-    def hparam_specs(cls, dataset: str, shared: Mapping[str, HParam]) -> dict[str, HParam]:
+    def hparam_specs(cls, dataset: DatasetHParams, shared: Mapping[str, HParam]) -> dict[str, HParam]:
         specs = dict(cls.HPARAMS)
-        if dataset in SMALL_IMAGE_DATASETS:
+        if dataset.small_images:
             specs["lr"] = HParam(3e-3, choice([5e-4, 1e-3, 2e-3, 3e-3]))
         else:
             specs["lr"] = HParam(3e-5, choice([2e-5, 3e-5, 4e-5, 5e-5]))

@@ -33,7 +33,7 @@ import torch.nn as nn
 from dgmoe.algorithms.base import Algorithm, concat_batches, cross_entropy, split_sizes
 from dgmoe.algorithms.registry import register_algorithm
 from dgmoe.data.base import Batch
-from dgmoe.hparams import SMALL_IMAGE_DATASETS, HParam, fixed
+from dgmoe.hparams import DatasetHParams, HParam, fixed
 from dgmoe.sharding import Shard, active_shard, all_reduce_sum, concat_shards, global_mean, use_shard
 
 
@@ -123,10 +123,10 @@ class ARM(Algorithm):
     OVERRIDES = ("batch_size",)
 
     @classmethod
-    def hparam_specs(cls, dataset: str, shared: Mapping[str, HParam]) -> dict[str, HParam]:
+    def hparam_specs(cls, dataset: DatasetHParams, shared: Mapping[str, HParam]) -> dict[str, HParam]:
         """DomainBed's ARM batch size (support size) 8 on the image-folder datasets; small images keep theirs."""
         specs = dict(cls.HPARAMS)
-        if dataset not in SMALL_IMAGE_DATASETS:
+        if not dataset.small_images:
             specs["batch_size"] = HParam(8, fixed(8))
         return specs
 

@@ -4,7 +4,7 @@ Backbones follow timm's API: `forward_features(x)` gives tokens or feature maps,
 pre_logits=True)` pools them to a feature vector and `get_classifier()` is the final linear layer. Models
 that route on metadata (MoGE) set `uses_metadata = True` and take `forward_features(x, meta=...)`.
 
-The backbone's auxiliary losses come from its sparse layers (`dgmoe.moe.aux`: named terms such as GMoE's
+The backbone's auxiliary losses come from its sparse layers (`dgmoe.moe.auxiliary`: named terms such as GMoE's
 load balancing and MoGE's expert diversity, each weighted by its hyperparameter); every objective that
 updates the backbone adds `self.moe_aux_loss()` exactly once. The base `update` clears the layers'
 records before and after the subclass step, so repeated forwards in one update are averaged, not double
@@ -41,8 +41,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from dgmoe.data.base import Batch
-from dgmoe.hparams import HParam, Sampler
-from dgmoe.moe.aux import clear_aux, weighted_aux_loss
+from dgmoe.hparams import DatasetHParams, HParam
+from dgmoe.moe.auxiliary import clear_aux, weighted_aux_loss
 from dgmoe.sharding import concat_shards, global_mean, use_shard
 
 #: what an update returns: named floats, or 0-dim tensors that the engine reads back only at log points (a
@@ -53,11 +53,6 @@ Metrics = Mapping[str, "float | torch.Tensor"]
 def detached(**values: torch.Tensor) -> dict[str, torch.Tensor]:
     """Metrics that stay on the device: each value detached from the graph."""
     return {name: value.detach() for name, value in values.items()}
-
-
-def as_int(sampler: Sampler) -> Sampler:
-    """`int(sampler(r))`: DomainBed's integer draws such as `int(10 ** r.uniform(0, 4))`."""
-    return lambda r: int(sampler(r))
 
 
 class Algorithm(nn.Module):
@@ -92,8 +87,9 @@ class Algorithm(nn.Module):
         self.optimizer = self.make_optimizer(self.network.parameters())
 
     @classmethod
-    def hparam_specs(cls, dataset: str, shared: Mapping[str, HParam]) -> dict[str, HParam]:
-        """This algorithm's hyperparameters for `dataset` (DomainBed has a few per-dataset entries), given the
+    def hparam_specs(cls, dataset: DatasetHParams, shared: Mapping[str, HParam]) -> dict[str, HParam]:
+        """This algorithm's hyperparameters on a dataset with the facts `dataset` (its catalogue entry's
+        `hparams`; its per-algorithm entries are applied afterwards by `dgmoe.engine.hparams`), given the
         `shared` ones every run has. Names in `shared` may be returned only if listed in `OVERRIDES`."""
         return dict(cls.HPARAMS)
 

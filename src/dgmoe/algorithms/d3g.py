@@ -24,8 +24,9 @@ lambda = 0.5; in training the own head's weight is zeroed in the consistency mix
   A sample's own head is the index of its minibatch. Needs at least 2 training environments.
 - a metadata field, e.g. `"region"`: one head per value of `meta[field]`, `d3g_num_groups` heads (WILDS
   FMoW, whose environments are time splits and whose regions are metadata; the reimplementation's choice).
-  The default is `"region"` for datasets whose name starts with "FMoW" and the number of groups comes from
-  the dataset's region table (`dataset_groups`: FMoW 6, GeoMNIST 6); elsewhere set `d3g_num_groups`. A head
+  The default is the dataset's declared region field (`DatasetHParams.region_field`: FMoW's "region") and
+  the number of groups its declared region count (`regions`: FMoW 6, GeoMNIST 6); elsewhere set
+  `d3g_num_groups`. A head
   whose group never occurs in training is untrained: it is left out of every mix (buffer `head_seen`).
 
 **Relations.** Here (no location encoder) the query of a domain is a learned embedding of its index,
@@ -62,24 +63,10 @@ from dgmoe.algorithms.base import Algorithm, at_least_fp32, concat_batches
 from dgmoe.algorithms.registry import register_algorithm
 from dgmoe.data.base import Batch
 from dgmoe.data.geo.metadata import MetadataError, location_ids, require_fields
-from dgmoe.hparams import HParam, fixed, log_uniform, non_negative, one_of, positive, uniform
+from dgmoe.hparams import DatasetHParams, HParam, fixed, log_uniform, non_negative, one_of, positive, uniform
 from dgmoe.sharding import Shard, all_reduce_sum, global_mean
 
 EPS = 1e-6
-
-
-def dataset_groups(dataset: str) -> tuple[str, int]:
-    """(default `d3g_domain_field`, number of groups of meta['region']) for `dataset`: FMoW trains on one
-    time split, so its heads are its regions; GeoMNIST's environments already are its regions."""
-    if dataset.startswith("FMoW"):
-        from dgmoe.data.wilds.fmow import FMOW_REGIONS
-
-        return "region", len(FMOW_REGIONS)
-    if dataset == "GeoMNIST":
-        from dgmoe.data.geo.geomnist import REGION_NAMES
-
-        return "", len(REGION_NAMES)
-    return "", 0
 
 
 def shifted_or_raw(cos: torch.Tensor, kind: str) -> torch.Tensor:
@@ -115,9 +102,10 @@ class D3G(Algorithm):
     head_seen: torch.Tensor
 
     @classmethod
-    def hparam_specs(cls, dataset: str, shared: Mapping[str, HParam]) -> dict[str, HParam]:
+    def hparam_specs(cls, dataset: DatasetHParams, shared: Mapping[str, HParam]) -> dict[str, HParam]:
+        """Heads per region where the dataset declares regions (`DatasetHParams.region_field`, `regions`)."""
         specs = dict(cls.HPARAMS)
-        field, groups = dataset_groups(dataset)
+        field, groups = dataset.region_field, dataset.regions
         specs["d3g_domain_field"] = HParam(field, fixed(field))
         specs["d3g_num_groups"] = HParam(groups, fixed(groups), non_negative)
         return specs

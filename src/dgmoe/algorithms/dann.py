@@ -26,7 +26,7 @@ from dgmoe.algorithms.base import Algorithm, at_least_fp32, concat_batches, cros
 from dgmoe.algorithms.registry import register_algorithm
 from dgmoe.data.base import Batch
 from dgmoe.hparams import (
-    SMALL_IMAGE_DATASETS,
+    DatasetHParams,
     HParam,
     choice,
     fixed,
@@ -75,10 +75,10 @@ class AbstractDANN(Algorithm):
     }
 
     @classmethod
-    def hparam_specs(cls, dataset: str, shared: Mapping[str, HParam]) -> dict[str, HParam]:
+    def hparam_specs(cls, dataset: DatasetHParams, shared: Mapping[str, HParam]) -> dict[str, HParam]:
         specs = dict(cls.HPARAMS)
         specs["lr_g"], specs["weight_decay_g"] = shared["lr"], shared["weight_decay"]
-        if dataset in SMALL_IMAGE_DATASETS:
+        if dataset.small_images:
             specs["lr_d"] = HParam(1e-3, log_uniform(-4.5, -2.5), positive)
         if cls.CONDITIONAL:
             specs["cdann_balance"] = HParam("domainbed", fixed("domainbed"), one_of("domainbed", "num_classes"))

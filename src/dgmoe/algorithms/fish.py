@@ -21,7 +21,7 @@ from dgmoe.algorithms.base import Algorithm, cross_entropy
 from dgmoe.algorithms.registry import register_algorithm
 from dgmoe.data.base import Batch
 from dgmoe.hparams import HParam, choice, fixed, one_of
-from dgmoe.moe.aux import clear_aux
+from dgmoe.moe.auxiliary import clear_aux
 
 
 @torch.no_grad()

@@ -19,10 +19,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.func import functional_call, grad, vmap
 
-from dgmoe.algorithms.base import Algorithm, as_int, at_least_fp32, concat_batches, cross_entropy, split_sizes
+from dgmoe.algorithms.base import Algorithm, at_least_fp32, concat_batches, cross_entropy, split_sizes
 from dgmoe.algorithms.registry import register_algorithm
 from dgmoe.data.base import Batch
-from dgmoe.hparams import HParam, fixed, log_uniform, non_negative, probability, uniform
+from dgmoe.hparams import HParam, as_int, fixed, log_uniform, non_negative, probability, uniform
 from dgmoe.sharding import Shard, global_mean
 
 

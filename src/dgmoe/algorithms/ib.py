@@ -16,7 +16,6 @@ import torch
 
 from dgmoe.algorithms.base import (
     Algorithm,
-    as_int,
     at_least_fp32,
     concat_batches,
     domain_risk,
@@ -26,7 +25,7 @@ from dgmoe.algorithms.base import (
 from dgmoe.algorithms.irm import irm_penalty
 from dgmoe.algorithms.registry import register_algorithm
 from dgmoe.data.base import Batch
-from dgmoe.hparams import HParam, log_uniform
+from dgmoe.hparams import HParam, as_int, log_uniform
 from dgmoe.sharding import Shard, global_mean
 
 

@@ -12,7 +12,6 @@ import torch.nn.functional as F
 
 from dgmoe.algorithms.base import (
     Algorithm,
-    as_int,
     at_least_fp32,
     concat_batches,
     domain_risk,
@@ -21,7 +20,7 @@ from dgmoe.algorithms.base import (
 )
 from dgmoe.algorithms.registry import register_algorithm
 from dgmoe.data.base import Batch
-from dgmoe.hparams import HParam, log_uniform, non_negative
+from dgmoe.hparams import HParam, as_int, log_uniform, non_negative
 from dgmoe.sharding import Shard, all_reduce_sum
 
 

@@ -20,7 +20,7 @@ from dgmoe.algorithms.base import Algorithm, Metrics, concat_batches, cross_entr
 from dgmoe.algorithms.registry import register_algorithm
 from dgmoe.data.base import Batch
 from dgmoe.hparams import HParam, fixed, log_uniform, positive
-from dgmoe.moe.aux import aux_losses, sparse_layers
+from dgmoe.moe.auxiliary import aux_losses, sparse_layers
 
 
 def cross_domain_supcon(features: torch.Tensor, labels: torch.Tensor, domains: torch.Tensor,

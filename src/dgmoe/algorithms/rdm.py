@@ -13,11 +13,11 @@ from typing import Mapping
 import torch
 import torch.nn.functional as F
 
-from dgmoe.algorithms.base import Algorithm, as_int, at_least_fp32, concat_batches, split_sizes
+from dgmoe.algorithms.base import Algorithm, at_least_fp32, concat_batches, split_sizes
 from dgmoe.algorithms.mmd import SELF_DISTANCE, mmd_penalty, self_distance_of
 from dgmoe.algorithms.registry import register_algorithm
 from dgmoe.data.base import Batch
-from dgmoe.hparams import SMALL_IMAGE_DATASETS, HParam, fixed, positive, uniform
+from dgmoe.hparams import DatasetHParams, HParam, as_int, positive, uniform
 from dgmoe.sharding import gather_samples
 
 RDM_GAMMAS = (0.0001, 0.001, 0.01, 0.1, 1.0, 10.0, 100.0, 1000.0)
@@ -51,20 +51,12 @@ class RDM(Algorithm):
     OVERRIDES = ("batch_size",)
 
     @classmethod
-    def hparam_specs(cls, dataset: str, shared: Mapping[str, HParam]) -> dict[str, HParam]:
-        """DomainBed's per-dataset entries, and its own batch size on the image-folder datasets."""
+    def hparam_specs(cls, dataset: DatasetHParams, shared: Mapping[str, HParam]) -> dict[str, HParam]:
+        """DomainBed's own batch size on the image-folder datasets; its per-dataset entries (DomainNet,
+        TerraIncognita, PACS, OfficeHome) are in those datasets' catalogue entries (`RDM_LARGE` and others)."""
         specs = dict(cls.HPARAMS)
-        if dataset not in SMALL_IMAGE_DATASETS:
-            large = dataset in ("DomainNet", "TerraIncognita")
-            specs["batch_size"] = (HParam(40, as_int(uniform(30, 60)), positive) if large
-                                   else HParam(88, as_int(uniform(70, 100)), positive))
-        if dataset == "DomainNet":
-            specs["rdm_lambda"] = HParam(0.5, uniform(0.1, 1.0))
-            specs["rdm_penalty_anneal_iters"] = HParam(2400, as_int(uniform(1500, 3000)))
-        elif dataset in ("PACS", "TerraIncognita"):
-            specs["rdm_lambda"] = HParam(5.0, uniform(1.0, 10.0))
-        if dataset in ("TerraIncognita", "OfficeHome", "DomainNet"):
-            specs["variance_weight"] = HParam(0.0, fixed(0.0))
+        if not dataset.small_images:
+            specs["batch_size"] = HParam(88, as_int(uniform(70, 100)), positive)
         return specs
 
     def __init__(self, network, num_classes, num_domains, hparams):

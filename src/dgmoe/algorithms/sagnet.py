@@ -37,7 +37,7 @@ from dgmoe.algorithms.base import Algorithm, at_least_fp32, concat_batches, cros
 from dgmoe.algorithms.registry import register_algorithm
 from dgmoe.data.base import Batch
 from dgmoe.hparams import HParam, log_uniform
-from dgmoe.moe.aux import clear_aux
+from dgmoe.moe.auxiliary import clear_aux
 from dgmoe.sharding import Shard, gather_samples, per_sample, use_shard
 
 EPS = 1e-5

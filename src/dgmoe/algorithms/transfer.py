@@ -34,7 +34,7 @@ from dgmoe.algorithms.base import Algorithm, concat_batches, cross_entropy, doma
 from dgmoe.algorithms.registry import register_algorithm
 from dgmoe.data.base import Batch
 from dgmoe.hparams import HParam, choice, fixed, log_uniform, uniform
-from dgmoe.moe.aux import clear_aux
+from dgmoe.moe.auxiliary import clear_aux
 
 
 def loss_gap(risks: list[torch.Tensor]) -> torch.Tensor:

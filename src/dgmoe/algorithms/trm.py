@@ -34,7 +34,6 @@ import torch.nn.functional as F
 
 from dgmoe.algorithms.base import (
     Algorithm,
-    as_int,
     at_least_fp32,
     concat_batches,
     cross_entropy,
@@ -43,7 +42,7 @@ from dgmoe.algorithms.base import (
 )
 from dgmoe.algorithms.registry import register_algorithm
 from dgmoe.data.base import Batch
-from dgmoe.hparams import HParam, fixed, log_uniform
+from dgmoe.hparams import HParam, as_int, fixed, log_uniform
 from dgmoe.sharding import all_reduce_sum
 
 HEAD_STEPS, HEAD_LR, NEUMANN_TERMS, NEUMANN_BOUND = 30, 0.1, 10, 10.0

@@ -29,7 +29,7 @@ from dgmoe.algorithms.adrmx import replace_classifier
 from dgmoe.algorithms.base import Algorithm, at_least_fp32, concat_batches, cross_entropy
 from dgmoe.algorithms.registry import register_algorithm
 from dgmoe.data.base import Batch
-from dgmoe.hparams import SMALL_IMAGE_DATASETS, HParam, choice, log_uniform, uniform
+from dgmoe.hparams import DatasetHParams, HParam, choice, log_uniform, uniform
 from dgmoe.sharding import per_sample, use_shard
 
 ACTIVATIONS = {"tanh": (nn.Tanh, -1.0, 1.0), "relu": (nn.ReLU, 0.0, 1.0), "sigmoid": (nn.Sigmoid, 0.0, 1.0)}
@@ -64,9 +64,9 @@ class URM(Algorithm):
     }
 
     @classmethod
-    def hparam_specs(cls, dataset: str, shared: Mapping[str, HParam]) -> dict[str, HParam]:
+    def hparam_specs(cls, dataset: DatasetHParams, shared: Mapping[str, HParam]) -> dict[str, HParam]:
         specs = dict(cls.HPARAMS)
-        if dataset in SMALL_IMAGE_DATASETS:
+        if dataset.small_images:
             specs["urm_discriminator_lr"] = HParam(1e-3, log_uniform(-5.5, -3.5))
         return specs
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import torch
 
-from dgmoe.algorithms.base import Algorithm, as_int, concat_batches, penalty_weight, per_domain_risks
+from dgmoe.algorithms.base import Algorithm, concat_batches, penalty_weight, per_domain_risks
 from dgmoe.algorithms.registry import register_algorithm
 from dgmoe.data.base import Batch
-from dgmoe.hparams import HParam, log_uniform, non_negative
+from dgmoe.hparams import HParam, as_int, log_uniform, non_negative
 
 
 def vrex_penalty(risks: torch.Tensor) -> torch.Tensor:

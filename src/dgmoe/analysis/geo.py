@@ -22,7 +22,7 @@ import torch.nn as nn
 from torch.utils.data import Dataset
 
 from dgmoe.data.loaders import eval_loader
-from dgmoe.moe.aux import sparse_layers
+from dgmoe.moe.auxiliary import sparse_layers
 from dgmoe.moe.layer import MoEMlp
 from dgmoe.moe.record import record_routing
 

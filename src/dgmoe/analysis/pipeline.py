@@ -24,6 +24,8 @@ from dgmoe.analysis.patches import (
 )
 from dgmoe.analysis.routing import RoutingMaps, grid_size_of, routing_maps, usage_markdown, usage_table
 from dgmoe.analysis.style import block_name, checkpoint_text, domain_colors, domain_label
+from dgmoe.models.info import describe_model
+from dgmoe.tables import markdown_table
 
 
 @dataclass
@@ -133,12 +135,12 @@ def analyze_attention(run: RunImages, out_dir: str | Path, show: int = 2, block:
     out = Path(out_dir)
     grid = grid_size_of(run.model)
     prefix = int(getattr(run.model, "num_prefix_tokens", 1))
-    rows = ["| domain | images | redundancy (cosine) | redundancy (1 - JS) |", "|---|---|---|---|"]
+    rows: list[list[object]] = []
     shown_imgs, shown_maps, titles, title_colors = [], [], [], []
     colors = domain_colors(run.domains)
     for d, x in run.inputs.items():
         maps = cls_attention_maps(attention_weights(run.model, x, block), grid, prefix)
-        rows.append(f"| {d} | {len(x)} | {head_redundancy(maps, 'cosine'):.3f} | {head_redundancy(maps, 'js'):.3f} |")
+        rows.append([d, len(x), f"{head_redundancy(maps, 'cosine'):.3f}", f"{head_redundancy(maps, 'js'):.3f}"])
         n = min(show, len(x))
         shown_imgs += list(run.images[d][:n])
         shown_maps.append(maps[:n])
@@ -149,7 +151,8 @@ def analyze_attention(run: RunImages, out_dir: str | Path, show: int = 2, block:
                                     title=f"CLS attention per head, block {index}: {run.describe()}")
     plots.save_png(fig, out / "attention_maps.png")
     text = (f"### Head redundancy of block {index} (mean pairwise similarity of the heads' CLS attention; "
-            "1 = identical heads)\n\n" + "\n".join(rows) + "\n")
+            "1 = identical heads)\n\n"
+            + markdown_table(["domain", "images", "redundancy (cosine)", "redundancy (1 - JS)"], rows) + "\n")
     (out / "head_redundancy.md").write_text(text)
     return text
 
@@ -181,9 +184,9 @@ def analyze_cub(model: nn.Module, cub_data_dir: str | Path, out_dir: str | Path,
         labels = [*ann.part_names, "background"]
         fig = plots.plot_expert_histogram(hist, labels, f"parts x experts, {layer}")
         plots.save_png(fig, out / f"cub_parts_{_safe(layer)}.png")
-        text += [f"#### {layer}\n", "| part | " + " | ".join(f"e{i}" for i in range(e)) + " |",
-                 "|---|" + "---|" * e]
-        text += [f"| {lab} | " + " | ".join(str(int(v)) for v in row) + " |" for lab, row in zip(labels, hist)]
+        experts = [f"e{i}" for i in range(e)]
+        text += [f"#### {layer}\n", markdown_table(["part", *experts],
+                                                   [[lab, *(int(v) for v in row)] for lab, row in zip(labels, hist)])]
         text.append("")
         if ann.attributes is not None:
             attrs = ann.attributes[torch.as_tensor(rows)]
@@ -193,9 +196,8 @@ def analyze_cub(model: nn.Module, cub_data_dir: str | Path, out_dir: str | Path,
             plots.save_png(fig, out / f"cub_attributes_{_safe(layer)}.png")
             by_cat = sum_by_group(mat, groups)
             by_cat = by_cat / by_cat.sum(1, keepdim=True).clamp_min(1e-12)
-            text += ["| attribute category | " + " | ".join(f"e{i}" for i in range(e)) + " |", "|---|" + "---|" * e]
-            text += [f"| {g} | " + " | ".join(f"{100 * v:.1f}" for v in row) + " |"
-                     for (g, _, _), row in zip(groups, by_cat)]
+            shares = [[g, *(f"{100 * v:.1f}" for v in row)] for (g, _, _), row in zip(groups, by_cat)]
+            text.append(markdown_table(["attribute category", *experts], shares))
             text.append("")
         n = min(show, len(rows))
         vis_parts = [parts_xy[i][visible[i]] for i in range(n)]
@@ -234,9 +236,19 @@ class AnalysisOutcome:
 
 
 def is_moge_run(config: dict[str, Any]) -> bool:
-    """A MoGE (metadata-routed) run: analysed by `dgmoe.analysis.geo`, not by the patch-routing tools."""
-    name = config.get("model_build", {}).get("name") or config.get("config", {}).get("model") or ""
-    return str(name).startswith("moge")
+    """A MoGE (metadata-routed) run: analysed by `dgmoe.analysis.geo`, not by the patch-routing tools. Read
+    from the run's `ModelInfo` (config.json `model_info`: image routing on metadata), never from its name;
+    for a run written before config.json held it, from a description of its model build."""
+    info = config.get("model_info")
+    if info is None:
+        build = config.get("model_build", {})
+        try:
+            kwargs = {k: v for k, v in (build.get("kwargs") or {}).items() if k not in ("pretrained",)}
+            info = describe_model(build["name"], **kwargs).to_dict()
+        except Exception:  # an unknown or unbuildable model: not one the geo analysis can read
+            return False
+    sparse = info.get("sparse") or {}
+    return bool(info.get("uses_metadata")) and sparse.get("routing") == "image"
 
 
 def analyze_one(run: Path, n_images: int = 8, show: int = 3) -> Path:

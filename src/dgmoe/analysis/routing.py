@@ -12,6 +12,8 @@ import pandas as pd
 import torch
 import torch.nn as nn
 
+from dgmoe.tables import markdown_table
+
 
 @dataclass(frozen=True)
 class RoutingMaps:
@@ -37,7 +39,7 @@ def grid_size_of(model: nn.Module) -> tuple[int, int]:
 
 def num_experts_of(model: nn.Module) -> dict[str, int]:
     """Number of experts of each MoE layer, by module name."""
-    from dgmoe.moe.aux import sparse_layers
+    from dgmoe.moe.auxiliary import sparse_layers
 
     return {name: int(layer.config.num_experts) for name, layer in sparse_layers(model).items()}
 
@@ -99,8 +101,5 @@ def usage_table(per_domain: dict[str, RoutingMaps]) -> pd.DataFrame:
 def usage_markdown(table: pd.DataFrame) -> str:
     """Markdown: one row per (layer, domain), one column per expert (percent of patches)."""
     wide = table.pivot_table(index=["layer", "domain"], columns="expert", values="fraction", sort=False)
-    lines = ["| layer | domain | " + " | ".join(f"e{e}" for e in wide.columns) + " |",
-             "|---|---|" + "---|" * len(wide.columns)]
-    for (layer, domain), row in wide.iterrows():
-        lines.append(f"| {layer} | {domain} | " + " | ".join(f"{100 * v:.1f}" for v in row) + " |")
-    return "\n".join(lines)
+    rows = [[layer, domain, *(f"{100 * v:.1f}" for v in row)] for (layer, domain), row in wide.iterrows()]
+    return markdown_table(["layer", "domain", *(f"e{e}" for e in wide.columns)], rows, left=2)

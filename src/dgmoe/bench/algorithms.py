@@ -37,6 +37,7 @@ from typing import Any
 
 from dgmoe.bench.timing import MIN_ROUNDS, MIN_WARMUP, Spread, timing_warnings
 from dgmoe.engine.progress import Progress
+from dgmoe.tables import markdown_table
 
 WARMUP_OFF = {"irm_penalty_anneal_iters": 0, "vrex_penalty_anneal_iters": 0, "penalty_anneal_iters": 0,
               "rdm_penalty_anneal_iters": 0, "sma_start_iter": 0}
@@ -282,17 +283,17 @@ def cost_table_markdown(results: list[AlgorithmCost], title: str) -> str:
     with the IQR of its per-round ratios (memory is measured once: no spread); algorithms that refused the
     backbone are listed under the table with their reason."""
     erm = next(r for r in results if r.algorithm == "ERM")
-    lines = [f"**{title}**", "",
-             "| algorithm | step time (s) | rel. to ERM | IQR over rounds | peak memory (MB) | rel. to ERM |",
-             "|---|---:|---:|---:|---:|---:|"]
+    rows = []
     for r in results:
         if r.unsupported:
             continue
         erm_time = statistics.fmean(r.erm_step_times_s) if r.erm_step_times_s else erm.step_time_s
         erm_memory = r.erm_peak_memory_mb if r.erm_peak_memory_mb is not None else erm.peak_memory_mb
-        lines.append(f"| {r.algorithm} | {r.step_time_s:.3f} | {r.step_time_s / erm_time:.2f}x | "
-                     f"{Spread.of(round_ratios(r, erm)).text('.2f')} | "
-                     f"{r.peak_memory_mb:.0f} | {r.peak_memory_mb / erm_memory:.2f}x |")
+        rows.append([r.algorithm, f"{r.step_time_s:.3f}", f"{r.step_time_s / erm_time:.2f}x",
+                     Spread.of(round_ratios(r, erm)).text(".2f"), f"{r.peak_memory_mb:.0f}",
+                     f"{r.peak_memory_mb / erm_memory:.2f}x"])
+    lines = [f"**{title}**", "", markdown_table(["algorithm", "step time (s)", "rel. to ERM", "IQR over rounds",
+                                                 "peak memory (MB)", "rel. to ERM"], rows)]
     refused = [f"not measured: {r.algorithm} ({r.unsupported})" for r in results if r.unsupported]
     return "\n".join(lines + ([""] + refused if refused else []))
 

@@ -29,11 +29,50 @@ def list_cmd() -> None:
     """The dataset catalogue with DomainBed's facts."""
     from dgmoe.data.catalogue import DATASETS, list_datasets
 
-    click.echo(f"{'name':<15} {'kind':<10} {'dir':<16} {'classes':>7} {'steps':>6} {'ckpt':>5}  domains")
+    click.echo(f"{'name':<19} {'kind':<10} {'dir':<16} {'classes':>7} {'steps':>6} {'ckpt':>5}  domains")
     for name in list_datasets():
         s = DATASETS.get(name)
-        click.echo(f"{name:<15} {s.kind:<10} {s.dir_name or '-':<16} {s.num_classes or '?':>7} {s.n_steps:>6} "
+        click.echo(f"{name:<19} {s.kind:<10} {s.dir_name or '-':<16} {s.num_classes or '?':>7} {s.n_steps:>6} "
                    f"{s.checkpoint_freq:>5}  {', '.join(s.domains) or '(from folders)'}")
+        for version in s.versions:
+            click.echo(f"{'':<19} version: {version.name}")
+
+
+@command.command("check")
+@click.argument("folder", type=click.Path(file_okay=False))
+@click.option("--dataset", "-d", default=None, help="Catalogue name [default: the dataset whose folder name, "
+              "or else whose domains, the folder has].")
+def check_cmd(folder: str, dataset: str | None) -> None:
+    """Which published version of a dataset FOLDER (<domain>/<class>/<image>) holds, and what differs from the
+    closest one; reads no image."""
+    from pathlib import Path
+
+    from dgmoe.data.catalogue import DATASETS, get_spec
+    from dgmoe.data.versions import count_folder, identify
+
+    root = Path(folder)
+    if not root.is_dir():
+        raise UsageError(f"FOLDER {folder} is not a directory (expected a dataset folder <domain>/<class>/<image>)")
+    try:
+        spec = get_spec(dataset) if dataset else None
+    except KeyError as e:
+        _fail(e)
+    candidates = [DATASETS.get(n) for n in DATASETS.names() if DATASETS.get(n).versions]
+    if spec is None:
+        named = [s for s in candidates if s.dir_name and (root / s.dir_name).is_dir()]
+        root = root / named[0].dir_name if len(named) == 1 and named[0].dir_name else root
+    found = count_folder(root)
+    if spec is None:
+        by_name = [s for s in candidates if s.dir_name == root.name or s.name == root.name]
+        overlap = sorted(candidates, key=lambda s: -len(set(s.domains) & set(found.counts)))
+        spec = by_name[0] if by_name else (overlap[0] if overlap and set(overlap[0].domains) & set(found.counts)
+                                           else None)
+        if spec is None:
+            raise UsageError(f"FOLDER {folder}: no catalogue dataset with known versions has its name or domains; "
+                             f"name one with --dataset ({', '.join(s.name for s in candidates)})")
+    click.echo(f"{root}: {found.total:,} images in {len(found.counts)} domains ("
+               + ", ".join(f"{d} {n:,}" for d, n in found.counts.items()) + ")")
+    click.echo(identify(found, spec.versions).describe(spec.name))
 
 
 @command.command("info")
@@ -60,7 +99,8 @@ def info_cmd(dataset: str, data_dir: str | None, img_size: int | None, cache_dir
             domains, classes = tuple(ds.domains), tuple(ds.classes)
             labels = [cast(Any, env).labels for env in ds.environments]  # every non-folder domain keeps them
             per_class = [[int((y == c).sum()) for c in range(len(classes))] for y in labels]
-            how = "WILDS files, decoded per item" if spec.kind == "wilds" else "built in memory"
+            how = {"wilds": "WILDS files, decoded per item", "files": "image files, decoded per item"}.get(
+                spec.kind, "built in memory")
             source = f"{how}, {ds.input_shape[0]}x{ds.input_shape[1]}x{ds.input_shape[2]}"
     except (DatasetError, KeyError) as e:
         _fail(e)

@@ -269,10 +269,10 @@ def estimate(step_times: tuple[str, ...], eval_times: tuple[str, ...], ref_image
 def _warn_wilds_seeds(cfg: SweepConfig) -> None:
     """A line for each WILDS dataset swept with fewer trial seeds than WILDS asks for (3; Camelyon17 10)."""
     from dgmoe.data.catalogue import evaluation_envs
-    from dgmoe.report.wilds import DEFAULT_WILDS_SEEDS, WILDS_SEEDS
+    from dgmoe.report.wilds import required_seeds
 
     for dataset in cfg.datasets:
-        need = WILDS_SEEDS.get(dataset.split("-")[0], DEFAULT_WILDS_SEEDS)
+        need = required_seeds(dataset)
         if evaluation_envs(dataset) and cfg.n_trials < need:
             click.echo(f"warning: {dataset}: --n-trials {cfg.n_trials}; WILDS asks for {need} seeds for leaderboard "
                        "numbers", err=True)

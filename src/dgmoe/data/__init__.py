@@ -37,5 +37,8 @@ __all__ = [
     "check_test_envs", "domain_splits", "split_domain", "uda_splits", "eval_transform", "train_transform",
 ]
 
-from dgmoe.data import wilds  # noqa: E402,F401  (registers FMoW, FMoW-LAO, WILDSFMoW, iWildCam, Camelyon17)
+from dgmoe.data import (
+    spawrious,  # noqa: E402,F401  (registers the six Spawrious challenges)
+    wilds,  # noqa: E402,F401  (registers FMoW, FMoW-LAO, WILDSFMoW, iWildCam, Camelyon17)
+)
 from dgmoe.data.geo import geomnist, sentinel  # noqa: E402,F401  (registers GeoMNIST and Sentinel2Sample)

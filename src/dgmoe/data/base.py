@@ -66,6 +66,7 @@ class MultiDomainDataset:
     evaluation: GroupEvaluation | None = None
     eval_domains: tuple[str, ...] = ()
     source: str = ""  # where the images came from, in words
+    version: str = ""  # the published version the folder holds (`dgmoe.data.versions`; "" when not known)
 
     N_STEPS: ClassVar[int] = 5001
 

@@ -20,12 +20,15 @@ from typing import Callable
 import numpy as np
 
 from dgmoe.data import cache as cache_mod
+from dgmoe.data import dataset_hparams as hp
 from dgmoe.data import mnist, synthetic
+from dgmoe.data import versions as known
 from dgmoe.data.arrays import ArrayDomain
 from dgmoe.data.base import MultiDomainDataset
 from dgmoe.data.errors import LAYOUT, CacheError, DataDirNotFoundError, UnknownDatasetError
 from dgmoe.data.folder import FolderDomain, FolderListing, decode_files, scan_folder, subsample_indices
 from dgmoe.data.transforms import IMAGENET_MEAN, IMAGENET_STD, EvalTransform, ToFloat, TrainTransform
+from dgmoe.hparams import DatasetHParams
 from dgmoe.metrics import GroupEvaluation
 from dgmoe.registry import Registry, UnknownNameError
 from dgmoe.seeding import seed_hash
@@ -39,14 +42,17 @@ DEFAULT_IMG_SIZE = 224
 
 #: kinds whose `builder(data_dir, img_size=, n_per_domain=, seed=, **options)` makes the domains in memory
 BUILT_KINDS = ("mnist", "geo-sample")
+#: kinds whose `builder(data_dir, img_size, n_per_domain, seed)` lists image files, decoded per item
+FILE_KINDS = ("wilds", "files")
 
 
 @dataclass(frozen=True)
 class DatasetSpec:
     """Catalogue entry. `kind`: "folder" (ImageFolder layout), "mnist" (MNIST digits) or "geo-sample" (the
     bundled Sentinel-2 sample folder), both built in memory by `builder`, "synthetic" (random tensors), "wilds"
-    (a WILDS metadata table and its image files; `builder(data_dir, img_size, n_per_domain, seed)` returns
-    the domains, the class names and a description). `evaluation` and `eval_domains`: see
+    (a WILDS metadata table and its image files) or "files" (another published folder layout, e.g. Spawrious's);
+    for the last two `builder(data_dir, img_size, n_per_domain, seed)` returns the domains, the class names and
+    a description. `evaluation` and `eval_domains`: see
     `MultiDomainDataset`."""
 
     name: str
@@ -66,6 +72,11 @@ class DatasetSpec:
     eval_domains: tuple[str, ...] = ()
     #: "wilds" kind: `data_check(data_dir)` raises `DataDirNotFoundError` unless the files are there (no decoding)
     data_check: Callable | None = None
+    #: what the dataset decides about hyperparameters (`dgmoe.hparams.DatasetHParams`; small images, GMoE
+    #: Table 8, per-algorithm entries, regions)
+    hparams: DatasetHParams = DatasetHParams()
+    #: its known published versions (`dgmoe.data.versions`): which one a folder holds is recorded with each run
+    versions: tuple[known.DataVersion, ...] = ()
 
 
 DATASETS: Registry[DatasetSpec] = Registry("dataset")
@@ -85,30 +96,34 @@ def register_folder_dataset(name: str, dir_name: str, domains: tuple[str, ...], 
 
 for _spec in (
     DatasetSpec("VLCS", "folder", ("Caltech101", "LabelMe", "SUN09", "VOC2007"), 5, "VLCS", ("C", "L", "S", "V"),
-                reference="Fang et al., ICCV 2013"),
+                reference="Fang et al., ICCV 2013", hparams=hp.VLCS),
     DatasetSpec("PACS", "folder", ("art_painting", "cartoon", "photo", "sketch"), 7, "PACS", ("A", "C", "P", "S"),
-                reference="Li et al., ICCV 2017"),
+                reference="Li et al., ICCV 2017", hparams=hp.PACS, versions=known.PACS),
     DatasetSpec("OfficeHome", "folder", ("Art", "Clipart", "Product", "Real World"), 65, "office_home",
-                ("A", "C", "P", "R"), reference="Venkateswara et al., CVPR 2017"),
+                ("A", "C", "P", "R"), reference="Venkateswara et al., CVPR 2017", hparams=hp.OFFICE_HOME),
     DatasetSpec("TerraIncognita", "folder", ("location_100", "location_38", "location_43", "location_46"), 10,
-                "terra_incognita", ("L100", "L38", "L43", "L46"), reference="Beery et al., ECCV 2018"),
+                "terra_incognita", ("L100", "L38", "L43", "L46"), reference="Beery et al., ECCV 2018",
+                hparams=hp.TERRA_INCOGNITA, versions=known.TERRA_INCOGNITA),
     DatasetSpec("DomainNet", "folder", ("clipart", "infograph", "painting", "quickdraw", "real", "sketch"), 345,
                 "domain_net", ("clip", "info", "paint", "quick", "real", "sketch"), n_steps=15001,
-                checkpoint_freq=1000, reference="Peng et al., ICCV 2019"),
+                checkpoint_freq=1000, reference="Peng et al., ICCV 2019", hparams=hp.DOMAIN_NET),
     DatasetSpec("SVIRO", "folder", ("aclass", "escape", "hilux", "i3", "lexus", "tesla", "tiguan", "tucson", "x5",
                                     "zoe"), None, "sviro", reference="Dias Da Cruz et al., WACV 2020"),
     DatasetSpec("CUBDG", "folder", ("Candy", "Mosaic", "Natural", "Udnie"), 200, "CUB_DG",
-                reference="CUB-200-2011 style-transferred, GMoE (Li et al., ICLR 2023)"),
+                reference="CUB-200-2011 style-transferred, GMoE (Li et al., ICLR 2023)", hparams=hp.CUB_DG),
+    DatasetSpec("NICOpp", "folder", ("autumn", "dim", "grass", "outdoor", "rock", "water"), 60, "NICO",
+                reference="Zhang et al., NICO++, CVPR 2023: the six public domains of its DG track, "
+                          "NICO/<domain>/<class>/<image>"),
     DatasetSpec("ImageFolder", "folder", (), None, None,
                 reference="any <data_dir>/<domain>/<class>/<image> tree; --data-dir is the dataset folder"),
     DatasetSpec("RotatedMNIST", "mnist", tuple(str(a) for a in mnist.ROTATED_ANGLES), 10, "MNIST",
                 checkpoint_freq=100, native_size=28, channels=1, augment=False, builder=mnist.rotated_mnist,
-                reference="Ghifary et al., ICCV 2015 (DomainBed version)"),
+                reference="Ghifary et al., ICCV 2015 (DomainBed version)", hparams=hp.SMALL_IMAGES),
     DatasetSpec("ColoredMNIST", "mnist", mnist.COLORED_ENVIRONMENTS, 2, "MNIST", checkpoint_freq=100,
                 native_size=28, channels=2, augment=False, builder=mnist.colored_mnist,
-                reference="Arjovsky et al., 2019 (IRM; DomainBed version)"),
+                reference="Arjovsky et al., 2019 (IRM; DomainBed version)", hparams=hp.SMALL_IMAGES),
     DatasetSpec("Debug28", "synthetic", synthetic.DEBUG_ENVIRONMENTS, 2, checkpoint_freq=100, native_size=28,
-                augment=False, reference="DomainBed random-tensor smoke test"),
+                augment=False, reference="DomainBed random-tensor smoke test", hparams=hp.SMALL_IMAGES),
     DatasetSpec("Debug224", "synthetic", synthetic.DEBUG_ENVIRONMENTS, 2, checkpoint_freq=100, native_size=224,
                 augment=False, reference="DomainBed random-tensor smoke test"),
 ):
@@ -124,6 +139,12 @@ def get_spec(name: str) -> DatasetSpec:
         return DATASETS.get(name)
     except UnknownNameError as e:
         raise UnknownDatasetError(str(e)) from None
+
+
+def dataset_hparams(name: str) -> DatasetHParams:
+    """What the dataset `name` decides about hyperparameters (`DatasetSpec.hparams`; the defaults of an image
+    dataset for a name outside the catalogue)."""
+    return DATASETS.get(name).hparams if name in DATASETS else DatasetHParams()
 
 
 def evaluation_envs(name: str) -> list[int]:
@@ -183,8 +204,19 @@ def cache_name(spec: DatasetSpec, listing: FolderListing | None) -> str:
     return spec.name if spec.dir_name or listing is None else f"{spec.name}-{listing.root.name}"
 
 
+def listing_version(spec: DatasetSpec, listing: FolderListing | None) -> str:
+    """The published version a folder listing holds ("" when the catalogue knows none or no listing)."""
+    if listing is None or not spec.versions:
+        return ""
+    counts = known.FolderCounts(listing.root, {d: dict(zip(listing.classes, listing.class_counts(i)))
+                                               for i, d in enumerate(listing.domains)},
+                                known.files_hash([f"{d}/{f}" for i, d in enumerate(listing.domains)
+                                                  for f in listing.files[i]]))
+    return known.identify(counts, spec.versions).version
+
+
 def _folder_environments(spec, data_dir, size, cache_dir, n_per_domain, seed, decode, workers):
-    """Returns (domains, classes, environments, source description)."""
+    """Returns (domains, classes, environments, source description, version)."""
     listing = None if data_dir is None and cache_dir is not None else scan(spec, data_dir)
     folder = cache_mod.cache_folder(cache_dir, cache_name(spec, listing), size)
     try:
@@ -193,7 +225,7 @@ def _folder_environments(spec, data_dir, size, cache_dir, n_per_domain, seed, de
         picks = [subsample_indices(len(e), n_per_domain, seed_hash("subsample", spec.name, d, seed))
                  for d, e in zip(domains, envs)]
         envs = envs if n_per_domain is None else [e.subset(p) for e, p in zip(envs, picks)]
-        return domains, classes, envs, f"cache {folder}"
+        return domains, classes, envs, f"cache {folder}", listing_version(spec, listing)
     except CacheError as e:
         if listing is None:
             raise DataDirNotFoundError(f"{spec.name}: no data dir given and no usable cache ({e})") from None
@@ -217,7 +249,8 @@ def _folder_environments(spec, data_dir, size, cache_dir, n_per_domain, seed, de
             envs.append(ArrayDomain(decode_files(paths, size, workers), labels))
         else:
             envs.append(FolderDomain(paths, labels, size))
-    return listing.domains, listing.classes, envs, f"{mode} decode of {listing.root}"
+    version = listing_version(spec, listing)
+    return listing.domains, listing.classes, envs, f"{mode} decode of {listing.root}", version
 
 
 def get_dataset(
@@ -249,12 +282,12 @@ def get_dataset(
     size = _storage_size(spec, img_size)
     if decode not in ("auto", "eager", "lazy"):
         raise ValueError(f"decode must be 'auto', 'eager' or 'lazy', got {decode!r}")
-    source = ""
+    source, version = "", ""
     if spec.kind == "folder":
         if options:
             raise TypeError(f"{name} takes no options {sorted(options)}")
-        domains, classes, envs, source = _folder_environments(spec, data_dir, size, cache_dir, n_per_domain, seed,
-                                                              decode, workers)
+        domains, classes, envs, source, version = _folder_environments(spec, data_dir, size, cache_dir, n_per_domain,
+                                                                       seed, decode, workers)
         channels = 3
     elif spec.kind in BUILT_KINDS:
         assert spec.builder is not None and spec.num_classes is not None  # every such spec has both
@@ -262,7 +295,7 @@ def get_dataset(
         domains = spec.domains
         classes = tuple(str(c) for c in range(spec.num_classes))
         channels = options.get("channels", spec.channels)
-    elif spec.kind == "wilds":
+    elif spec.kind in FILE_KINDS:
         if options:
             raise TypeError(f"{name} takes no options {sorted(options)}")
         assert spec.builder is not None  # every "wilds" spec has one
@@ -275,7 +308,7 @@ def get_dataset(
         domains, classes, channels = spec.domains, ("0", "1"), 3
     log.debug("%s: %d domains, %d classes, %d px, from %s", name, len(domains), len(classes), size, source)
     return MultiDomainDataset(name=name, domains=list(domains), classes=list(classes), environments=list(envs),
-                              source=str(source),
+                              source=str(source), version=version,
                               input_shape=(channels, size, size), n_steps=spec.n_steps,
                               checkpoint_freq=spec.checkpoint_freq, evaluation=spec.evaluation,
                               eval_domains=spec.eval_domains)

@@ -13,9 +13,10 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from dgmoe.algorithms import get_algorithm
+from dgmoe.data.catalogue import dataset_hparams
 from dgmoe.errors import UsageError
 from dgmoe.hparams import (
-    SMALL_IMAGE_DATASETS,
+    DatasetHParams,
     HParam,
     choice,
     fixed,
@@ -26,27 +27,19 @@ from dgmoe.hparams import (
     probability,
 )
 from dgmoe.models.info import ModelInfo, describe_model
-from dgmoe.moe.aux import AUX_LOSS_WEIGHTS
+from dgmoe.moe.auxiliary import AUX_LOSS_WEIGHTS
 from dgmoe.seeding import seed_hash
-
-# GMoE paper Table 8 (lr, weight decay) per dataset; CUB-DG from the official registry.
-GMOE_DATASET_DEFAULTS: dict[str, tuple[float, float]] = {
-    "PACS": (3e-5, 0.0),
-    "VLCS": (3e-5, 1e-6),
-    "OfficeHome": (1e-5, 1e-6),
-    "TerraIncognita": (5e-5, 1e-4),
-    "DomainNet": (5e-5, 0.0),
-    "CUBDG": (5e-5, 0.0),
-}
 
 #: the dense backbone `default_hparams` and friends describe when no model is named.
 DEFAULT_MODEL = "vit_tiny_patch16_224"
 
 
-def base_hparams(dataset: str, model: str | ModelInfo = DEFAULT_MODEL) -> dict[str, HParam]:
-    """Hyperparameters every run with this dataset and backbone has (see the module docstring)."""
+def base_hparams(dataset: str | DatasetHParams, model: str | ModelInfo = DEFAULT_MODEL) -> dict[str, HParam]:
+    """Hyperparameters every run with this dataset (a catalogue name, or its `DatasetHParams`) and backbone
+    has (see the module docstring)."""
     info = model if isinstance(model, ModelInfo) else describe_model(model)
-    small = dataset in SMALL_IMAGE_DATASETS
+    facts = dataset_hparams(dataset) if isinstance(dataset, str) else dataset
+    small = facts.small_images
     sparse = info.sparse
     hp: dict[str, HParam] = {}
     if small:
@@ -54,15 +47,14 @@ def base_hparams(dataset: str, model: str | ModelInfo = DEFAULT_MODEL) -> dict[s
         hp["weight_decay"] = HParam(0.0, fixed(0.0), non_negative)
         hp["batch_size"] = HParam(64, pow2_int(3, 9), positive)
     elif sparse is not None:  # the GMoE registry: lr 10^U(-4.5,-2.5), weight decay 0 in random search
-        lr, wd = GMOE_DATASET_DEFAULTS.get(dataset, (5e-5, 0.0))
+        lr, wd = facts.gmoe_lr_wd or (5e-5, 0.0)
         hp["lr"] = HParam(lr, log_uniform(-4.5, -2.5), positive)
         hp["weight_decay"] = HParam(wd, fixed(0.0), non_negative)
     else:
         hp["lr"] = HParam(5e-5, log_uniform(-5, -3.5), positive)
         hp["weight_decay"] = HParam(0.0, log_uniform(-6, -2), non_negative)
     if not small:
-        hi = 5.0 if dataset == "DomainNet" else 5.5
-        hp["batch_size"] = HParam(32, pow2_int(3, hi), positive)
+        hp["batch_size"] = HParam(32, pow2_int(3, facts.batch_size_log2_max), positive)
     if "resnet_dropout" in info.hparam_kwargs:  # DomainBed's dropout on the pooled ResNet feature
         hp["resnet_dropout"] = HParam(0.0, choice([0.0, 0.1, 0.5]), probability)
     if "drop_path_rate" in info.hparam_kwargs:  # stochastic depth of the ViT family (GMoE: 0.1)
@@ -85,14 +77,22 @@ def _resolve(specs: Mapping[str, HParam], seed: int | None) -> dict[str, Any]:
 
 
 def hparam_specs(algorithm: str, dataset: str, model: str | ModelInfo = DEFAULT_MODEL) -> dict[str, HParam]:
-    """The shared hyperparameters, then the algorithm's own. An algorithm may replace a shared one only if
-    it lists the name in its `OVERRIDES` (as DomainBed's registry gives RDM its own batch size)."""
+    """The shared hyperparameters, then the algorithm's own, then the dataset's entries for the algorithm
+    (`DatasetHParams.algorithms`). An algorithm may replace a shared one only if it lists the name in its
+    `OVERRIDES` (as DomainBed's registry gives RDM its own batch size); a dataset's entry must name one of the
+    algorithm's hyperparameters or overrides."""
     cls = get_algorithm(algorithm)
-    specs = base_hparams(dataset, model)
-    for name, spec in cls.hparam_specs(dataset, specs).items():
+    facts = dataset_hparams(dataset)
+    specs = base_hparams(facts, model)
+    own = cls.hparam_specs(facts, specs)
+    for name, spec in own.items():
         if name in specs and name not in cls.OVERRIDES:
             raise ValueError(f"algorithm {algorithm} redefines shared hyperparameter {name!r} without declaring it "
                              "in OVERRIDES")
+        specs[name] = spec
+    for name, spec in facts.for_algorithm(algorithm).items():
+        if name not in own and name not in cls.OVERRIDES:
+            raise ValueError(f"dataset {dataset} sets {algorithm}'s {name!r}, which {algorithm} does not declare")
         specs[name] = spec
     return specs
 

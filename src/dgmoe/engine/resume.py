@@ -17,7 +17,7 @@ from dgmoe.seeding import numpy_rng_state, set_numpy_rng_state
 
 
 @dataclass
-class Progress:
+class RunState:
     """Where a run stands: the next step to train, the records so far and the best training-domain
     validation accuracy seen (the `best.safetensors` criterion)."""
 
@@ -26,7 +26,7 @@ class Progress:
     best_val: float = -1.0
 
 
-def capture(step: int, algorithm, progress: Progress, identity: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def capture(step: int, algorithm, progress: RunState, identity: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The resume state after `step` (tensors and plain types only: loaded with `weights_only=True`);
     `identity` is the run's (`RunConfig.identity()` with its schedule resolved)."""
     return {"step": step, "algorithm": algorithm.state_dict(), "records": progress.records,
@@ -72,7 +72,7 @@ def load_checked(path: Path, identity: Mapping[str, Any], schedules: Collection[
     return state
 
 
-def restore(state: Mapping[str, Any], algorithm) -> Progress:
+def restore(state: Mapping[str, Any], algorithm) -> RunState:
     """Load a resume state (`load_checked`'s) into `algorithm` and the RNGs; return where the run stands."""
     algorithm.load_state_dict(state["algorithm"])
     for name, opt in dict(algorithm.optimizers()).items():
@@ -81,4 +81,4 @@ def restore(state: Mapping[str, Any], algorithm) -> Progress:
     torch.set_rng_state(state["rng"])
     if "numpy_rng" in state:  # runs saved before dgmoe drew from numpy have none
         set_numpy_rng_state(state["numpy_rng"])
-    return Progress(state["step"] + 1, list(state["records"]), state["best_val"])
+    return RunState(state["step"] + 1, list(state["records"]), state["best_val"])

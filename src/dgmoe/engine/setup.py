@@ -16,7 +16,7 @@ from dgmoe.engine.config import RunConfig
 from dgmoe.engine.hparams import run_hparams
 from dgmoe.errors import UsageError
 from dgmoe.models import MODELS, create_model
-from dgmoe.models.info import describe_model
+from dgmoe.models.info import describe_model, model_info
 from dgmoe.seeding import seed_everything
 
 
@@ -39,9 +39,11 @@ class RunSetup:
     uda: dict[int, np.ndarray] = field(default_factory=dict)  # test domain -> its unlabeled split (evaluated only)
 
     def record_args(self) -> dict[str, Any]:
-        """The `args` of every DomainBed record (DomainBed's keys plus dgmoe's model and domains)."""
+        """The `args` of every DomainBed record (DomainBed's keys plus dgmoe's model, domains and, where the
+        catalogue knows the dataset's versions, `data_version`)."""
+        version = {"data_version": self.dataset.version} if self.dataset.version else {}
         return {**self.cfg.flat(), "test_envs": self.test_envs, "steps": self.n_steps,
-                "checkpoint_freq": self.checkpoint_freq, "domains": list(self.dataset.domains)}
+                "checkpoint_freq": self.checkpoint_freq, "domains": list(self.dataset.domains), **version}
 
     def announcement(self) -> str:
         """The run's first line: what trains, on what, which domains are held out and where it writes."""
@@ -61,17 +63,18 @@ class RunSetup:
 
     def run_config(self, made_by: dict[str, Any]) -> dict[str, Any]:
         """config.json: the run config, what produced it (`made_by`, see `dgmoe.engine.provenance`), the
-        resolved hparams, dataset facts, split sizes and the model build."""
+        resolved hparams, dataset facts, split sizes, the model build and the built model's `ModelInfo`."""
         report = getattr(self.network, "load_report", None)  # what loading the checkpoint adapted, and how
         return {"config": self.cfg.to_dict(), "provenance": made_by, "hparams": self.hparams,
                 "dataset": {"name": self.dataset.name, "domains": list(self.dataset.domains),
                             "classes": list(self.dataset.classes), "input_shape": list(self.dataset.input_shape),
-                            "sizes": self.dataset.sizes()},
+                            "sizes": self.dataset.sizes(), "version": self.dataset.version or None},
                 "splits": {"train_envs": self.train_envs, "test_envs": self.test_envs,
                            "in": [len(s[0]) for s in self.splits], "out": [len(s[1]) for s in self.splits],
                            "uda": {str(i): len(idx) for i, idx in self.uda.items()}},
                 "model_build": {"name": self.cfg.model.name, "kwargs": self.model_kwargs,
                                 "pretrained_load": report.summary() if report is not None else None},
+                "model_info": model_info(self.network).to_dict(),
                 "n_steps": self.n_steps, "checkpoint_freq": self.checkpoint_freq}
 
     def identity(self) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from dgmoe.engine.progress import Progress, duration, resolve_mode
 from dgmoe.engine.runlog import RunLog
 from dgmoe.errors import UsageError
+from dgmoe.records import train_domain_val_acc
 
 
 class Sink:
@@ -83,10 +84,9 @@ class ConsoleSink(Sink):
         self.eval_seconds += record.get("eval_time", 0.0)
         self.evals_done += 1
         domains = record["args"]["domains"]
-        train_out = [record[f"env{i}_out_acc"] for i in range(len(domains)) if i not in self.test_envs]
         tests = "  ".join(f"test {domains[i]} {record[f'env{i}_in_acc']:.4f}" for i in self.test_envs)
         self.run_log.say(f"checkpoint step {step}  loss {record.get('loss', float('nan')):.4f}  "
-                         f"val (training domains, out) {sum(train_out) / len(train_out):.4f}  {tests}  "
+                         f"val (training domains, out) {train_domain_val_acc(record, self.test_envs):.4f}  {tests}  "
                          f"eval {record.get('eval_time', 0.0):.1f} s  eta {duration(self.seconds_left(step))}")
         self.progress.mark()
 

@@ -35,7 +35,7 @@ from dgmoe.engine.evaluate import evaluate_domains, online_val_loss, sampled_spl
 from dgmoe.engine.finite import FiniteWatch
 from dgmoe.engine.io import read_jsonl
 from dgmoe.engine.provenance import as_metadata, provenance
-from dgmoe.engine.resume import Progress, capture, load_checked, restore
+from dgmoe.engine.resume import RunState, capture, load_checked, restore
 from dgmoe.engine.rundir import RunLock, RunWriter, Schedule, read_done, tidy_finished
 from dgmoe.engine.runlog import RunLog
 from dgmoe.engine.setup import RunSetup, prepare_run
@@ -43,6 +43,7 @@ from dgmoe.engine.sinks import ConsoleSink, Sink, TensorBoardSink, tensorboard_w
 from dgmoe.engine.step_metrics import LazyMetrics, StepMetrics
 from dgmoe.errors import Interrupted, NonFiniteLossError, RunLockedError, UsageError
 from dgmoe.models.compiled import compile_blocks
+from dgmoe.records import train_domain_val_acc
 from dgmoe.seeding import make_deterministic, seed_hash
 
 
@@ -71,7 +72,7 @@ class RunResult:
         `out` accuracy, as DomainBed within a run), with its `val_acc`."""
         best, best_val = self.records[0], -1.0
         for record in self.records:
-            val = _train_val_acc(record)
+            val = train_domain_val_acc(record)
             if val > best_val:
                 best, best_val = record, val
         return {**self._summary(best), "val_acc": best_val}
@@ -243,7 +244,7 @@ def _run_loop(cfg: RunConfig, setup: RunSetup, writer: RunWriter, run_log: RunLo
                            domain_ids=setup.train_envs, device=ex.device if on_gpu else None)
     torch.manual_seed(seed_hash(cfg.seeds.seed, "train"))
     np.random.seed(seed_hash(cfg.seeds.seed, "train"))
-    progress = Progress(records=[])
+    progress = RunState(records=[])
     if resume:
         progress = restore(resume.pop(), algorithm)
         writer.last_saved_step = progress.next_step - 1
@@ -320,7 +321,7 @@ def _sinks(cfg: RunConfig, setup: RunSetup, writer: RunWriter, run_log: RunLog, 
     return sinks
 
 
-def _checkpoint(step: int, cfg: RunConfig, setup: RunSetup, writer: RunWriter, progress: Progress,
+def _checkpoint(step: int, cfg: RunConfig, setup: RunSetup, writer: RunWriter, progress: RunState,
                 sums: StepMetrics, info: DistInfo, eval_batches: EvalBatches) -> dict[str, Any] | None:
     """Evaluate every domain, append the record, write records, weights and resume state (rank 0 only)."""
     ex, algorithm = cfg.execution, setup.algorithm
@@ -341,7 +342,7 @@ def _checkpoint(step: int, cfg: RunConfig, setup: RunSetup, writer: RunWriter, p
                   "mem_gb": _peak_memory_gb(ex.device),
                   **algorithm.checkpoint_record(), "hparams": setup.hparams, "args": setup.record_args()}
         progress.records.append(record)
-        val = _train_val_acc(record)
+        val = train_domain_val_acc(record)
         best = val > progress.best_val
         progress.best_val = max(val, progress.best_val)
         progress.next_step = step + 1
@@ -372,13 +373,6 @@ def _peak_memory_gb(device: str) -> float:
     if device.startswith("cuda"):
         return torch.cuda.max_memory_allocated() / 2**30
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB on Linux
-
-
-def _train_val_acc(record: dict[str, Any]) -> float:
-    """Mean `out` accuracy over the training domains (DomainBed's training-domain validation)."""
-    args = record["args"]
-    train_envs = [i for i in range(len(args["domains"])) if i not in args["test_envs"]]
-    return sum(record[f"env{i}_out_acc"] for i in train_envs) / len(train_envs)
 
 
 def main_log_config() -> None:

@@ -28,6 +28,7 @@ import numpy as np
 
 from dgmoe.data.geo.geomnist import DEFAULT_HELD_OUT, GEO_REGIONS, REGION_NAMES, geo_domains
 from dgmoe.selection import worst_group_checkpoint
+from dgmoe.tables import markdown_table
 
 
 @dataclass(frozen=True)
@@ -221,8 +222,7 @@ def run_geo_benchmark(output_root: str | Path, methods: Sequence[str] = ("ERM", 
 def results_table(rows: list[dict[str, Any]]) -> str:
     """Markdown: mean +- std over seeds of worst-region, overall and held-out accuracy (in %)."""
     methods = list(dict.fromkeys(r["method"] for r in rows))
-    lines = ["| method | worst-region acc (%) | overall acc (%) | held-out region acc (%) | worst seen-region acc (%) "
-             "| seeds |", "|---|---|---|---|---|---|"]
+    table = []
     for m in methods:
         sub = [r for r in rows if r["method"] == m]
 
@@ -230,9 +230,10 @@ def results_table(rows: list[dict[str, Any]]) -> str:
             v = np.array([r[key] for r in sub], dtype=np.float64) * 100
             return f"{v.mean():.1f} ± {v.std(ddof=1) if len(v) > 1 else 0.0:.1f}"
 
-        lines.append(f"| {m} | {fmt('worst_region_acc')} | {fmt('overall_acc')} | {fmt('held_out_acc')} | "
-                     f"{fmt('seen_worst_region_acc')} | {len(sub)} |")
-    return "\n".join(lines)
+        table.append([m, fmt("worst_region_acc"), fmt("overall_acc"), fmt("held_out_acc"),
+                      fmt("seen_worst_region_acc"), len(sub)])
+    return markdown_table(["method", "worst-region acc (%)", "overall acc (%)", "held-out region acc (%)",
+                           "worst seen-region acc (%)", "seeds"], table)
 
 
 

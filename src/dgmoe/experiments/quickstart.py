@@ -16,6 +16,7 @@ from typing import Callable, Sequence
 from dgmoe.engine.config import RunConfig
 from dgmoe.engine.trainer import train
 from dgmoe.models.catalogue import summarize_model
+from dgmoe.records import train_domain_val_acc
 
 QUICKSTART_MODELS = ("vit_micro_patch7_28", "gmoe_micro_patch7_28")
 
@@ -54,10 +55,9 @@ def summarize(records: list[dict], test_envs: Sequence[int], model: str, seconds
     """The checkpoint training-domain validation selects: its in-domain (training domains' out splits) and
     out-of-domain (held-out domains' in splits, averaged) accuracy."""
     domains = records[0]["args"]["domains"]
-    train_envs = [i for i in range(len(domains)) if i not in test_envs]
 
     def val(r):
-        return sum(r[f"env{i}_out_acc"] for i in train_envs) / len(train_envs)
+        return train_domain_val_acc(r, test_envs)
 
     best = max(records, key=val)
     return {"model": model, "selected step": best["step"], "in-domain acc": val(best),

@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from dgmoe.engine.progress import Mode, Progress
 from dgmoe.experiments.synthetic_config import SyntheticConfig
 from dgmoe.seeding import seed_hash
+from dgmoe.tables import markdown_table
 
 Arch = Literal["mlp", "fcn"]
 SPLITS = ("val", "test1", "test2")
@@ -212,22 +213,19 @@ def _pct(values: list[float]) -> str:
 
 def noiseless_table(results: list[TrainResult]) -> str:
     """Markdown: accuracy (%) per architecture and split, mean ± std over seeds (ddof 0)."""
-    lines = ["| network | val | test 1 (pixel feature shifted) | test 2 (patch feature shifted) | seeds |",
-             "|---|---|---|---|---|"]
+    rows = []
     for arch in dict.fromkeys(r.arch for r in results):
         rs = [r for r in results if r.arch == arch]
-        cells = [_pct([r.final[s] for r in rs]) for s in SPLITS]
-        lines.append(f"| {arch.upper()} | " + " | ".join(cells) + f" | {len(rs)} |")
-    return "\n".join(lines)
+        rows.append([arch.upper(), *(_pct([r.final[s] for r in rs]) for s in SPLITS), len(rs)])
+    return markdown_table(["network", "val", "test 1 (pixel feature shifted)", "test 2 (patch feature shifted)",
+                           "seeds"], rows)
 
 
 def per_seed_table(results: list[TrainResult]) -> str:
     """Markdown: every run's final accuracy (%), one row per (network, seed)."""
-    lines = ["| network | seed | val | test 1 | test 2 | train time (s) |", "|---|---|---|---|---|---|"]
-    for r in results:
-        lines.append(f"| {r.arch.upper()} | {r.seed} | " + " | ".join(f"{100 * r.final[s]:.1f}" for s in SPLITS)
-                     + f" | {r.seconds:.1f} |")
-    return "\n".join(lines)
+    rows = [[r.arch.upper(), r.seed, *(f"{100 * r.final[s]:.1f}" for s in SPLITS), f"{r.seconds:.1f}"]
+            for r in results]
+    return markdown_table(["network", "seed", "val", "test 1", "test 2", "train time (s)"], rows)
 
 
 def noisy_table(results: list[TrainResult], epoch: int | None = None) -> str:
@@ -235,11 +233,9 @@ def noisy_table(results: list[TrainResult], epoch: int | None = None) -> str:
     p1s = sorted({r.p1 for r in results})
     p2s = sorted({r.p2 for r in results})
     lookup = {(r.p1, r.p2): (r.history[-1] if epoch is None else r.history[epoch - 1]) for r in results}
-    lines = ["| p1 \\ p2 | " + " | ".join(f"{p:g}" for p in p2s) + " |", "|---" * (len(p2s) + 1) + "|"]
-    for p1 in p1s:
-        cells = [f"{100 * lookup[p1, p2]['test1']:.1f} / {100 * lookup[p1, p2]['test2']:.1f}" for p2 in p2s]
-        lines.append(f"| {p1:g} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    rows = [[f"{p1:g}", *(f"{100 * lookup[p1, p2]['test1']:.1f} / {100 * lookup[p1, p2]['test2']:.1f}"
+                          for p2 in p2s)] for p1 in p1s]
+    return markdown_table(["p1 \\ p2", *(f"{p:g}" for p in p2s)], rows)
 
 
 def results_to_json(results: list[TrainResult], cfg: SyntheticConfig) -> dict:

@@ -9,6 +9,7 @@ from typing import Any, Sequence
 
 from dgmoe.models.info import VIT_HPARAMS, ModelInfo
 from dgmoe.models.layout import resolve_layout, sparse_blocks
+from dgmoe.models.moge_vit import MoGEVisionTransformer, location_encoder_for
 from dgmoe.models.vit import VisionTransformer
 from dgmoe.moe.config import MoEConfig
 from dgmoe.moe.layer import MoEMlp
@@ -58,8 +59,6 @@ def build_vit(name: str, arch: dict[str, Any], layout: str | Sequence[int] | Non
     hidden = int(dim * kwargs.get("mlp_ratio", 4.0))
     context_dim = None
     if config.routing == "image":
-        from dgmoe.models.moge import MoGEVisionTransformer, location_encoder_for
-
         encoder = location_encoder_for({k: kwargs.pop(k) for k in LOCATION_FIELDS if k in kwargs})
         context_dim, cls, kwargs["location_encoder"] = getattr(encoder, "out_dim"), MoGEVisionTransformer, encoder
 

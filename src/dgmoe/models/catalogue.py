@@ -42,11 +42,18 @@ class ModelSummary:
         return f"{self.family}: {self.structure}; {self.paper}"
 
 
-def family_of(name: str) -> tuple[str, str]:
-    """(family label, paper) of an architecture name; ('?', '') for a name no prefix matches."""
+def family_of(name: str, info: ModelInfo | None = None) -> tuple[str, str]:
+    """(family label, paper) of an architecture name; for a name no prefix of `FAMILIES` matches, what its
+    `ModelInfo` says (a sparse or dense ViT, a ResNet), or ('?', '') without one."""
     matches = [prefix for prefix in FAMILIES
                if name.startswith(prefix) and name[len(prefix):len(prefix) + 1] in ("", "_", *"0123456789")]
-    return FAMILIES[max(matches, key=len)] if matches else ("?", "")
+    if matches:
+        return FAMILIES[max(matches, key=len)]
+    if info is None:
+        return "?", ""
+    kind = {"vit": "ViT", "resnet": "ResNet"}.get(info.family, info.family)
+    routed = "metadata-routed sparse " if info.uses_metadata else ("sparse " if info.sparse is not None else "")
+    return f"{routed}{kind}" if routed else kind, ""
 
 
 def compact_layout(layout: Sequence[str]) -> str:
@@ -102,7 +109,7 @@ def summarize_model(name: str) -> ModelSummary:
     """The `ModelSummary` of a registered model at its defaults, from a meta-device build (fast)."""
     model = build_on_meta(name)
     info = model_info(model)
-    family, paper = family_of(name)
+    family, paper = family_of(name, info)
     if family == "ResNet":
         family = f"ResNet-{3 * sum(len(getattr(model, f'layer{i}')) for i in range(1, 5)) + 2}"
     return ModelSummary(name, info, sum(p.numel() for p in model.parameters()), family,

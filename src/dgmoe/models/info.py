@@ -7,6 +7,8 @@ the model (stochastic depth, ResNet dropout).
 """
 from __future__ import annotations
 
+import dataclasses
+import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -45,6 +47,10 @@ class ModelInfo:
     @property
     def is_sparse(self) -> bool:
         return self.sparse is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The facts as plain JSON types (what a run's config.json records under `model_info`)."""
+        return json.loads(json.dumps(dataclasses.asdict(self)))
 
 
 def model_info(model: nn.Module) -> ModelInfo:

@@ -30,7 +30,7 @@ import torch.nn as nn
 
 from dgmoe.errors import UsageError
 from dgmoe.models.resample import RESIZE_METHODS, resample_patch_embed, resize_pos_embed
-from dgmoe.moe.aux import sparse_layers
+from dgmoe.moe.auxiliary import sparse_layers
 
 log = logging.getLogger(__name__)
 

@@ -48,7 +48,8 @@ def routing_context(r: torch.Tensor | None) -> Iterator[None]:
 
 @contextlib.contextmanager
 def no_aux_record() -> Iterator[None]:
-    """Forwards inside the block record no auxiliary terms (activation checkpointing's recomputation)."""
+    """Forwards inside the block record no auxiliary terms (activation checkpointing's recomputation: they
+    are computed, as in the forward, and dropped)."""
     with scoped(record_aux=False):
         yield
 
@@ -206,7 +207,7 @@ class MoEMlp(nn.Module):
             idx, gates = idx.repeat_interleave(per_image, 0), gates.repeat_interleave(per_image, 0)
         dispatch = self._dispatch or choose_dispatch(cfg.dispatch, tokens)
         out = dispatch(tokens, idx, gates, self.experts, keep).reshape(x.shape)
-        if self.training and self.mode == "routed" and SCOPE.record_aux:
+        if self.training and self.mode == "routed":
             self._record(x, routing, shared)
         if self._routing_sink is not None:
             self._routing_sink(routing, x.shape[:-1] if cfg.routing == "token" else x.shape[:1])
@@ -219,10 +220,14 @@ class MoEMlp(nn.Module):
 
     def _record(self, x: torch.Tensor, routing: Routing, shared: torch.Tensor | None) -> None:
         """Add this forward's auxiliary terms to the sums (tensors: no host sync, a fixed structure for
-        torch.compile) and keep MoGE's eq. 3 inputs of the last forward."""
+        torch.compile) and keep MoGE's eq. 3 inputs of the last forward. Under `no_aux_record` (activation
+        checkpointing's recomputation) the terms are computed as in the forward, so that the recomputation
+        saves the same tensors for backward as the forward did (torch.utils.checkpoint checks), and dropped."""
         aux = {"balance": self.balance_loss(routing)}
         if self.config.cka_tokens > 0 and self.config.num_experts > 1:
             aux["cka"] = self.forced_token_cka(x)
+        if not SCOPE.record_aux:
+            return
         sums, count = self._aux_sums, self._aux_forwards
         if sums is None or count is None:
             self._aux_sums, self._aux_forwards = aux, torch.ones((), device=x.device)

@@ -14,7 +14,7 @@ from typing import Iterator
 import torch
 import torch.nn as nn
 
-from dgmoe.moe.aux import sparse_layers
+from dgmoe.moe.auxiliary import sparse_layers
 from dgmoe.moe.layer import Routing
 
 

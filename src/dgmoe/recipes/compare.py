@@ -28,9 +28,10 @@ from dgmoe.recipes.run import COST_FILE, SYNTHETIC_FILE, read_manifest
 from dgmoe.report.collect import load_records
 from dgmoe.report.protocol import protocol_block
 from dgmoe.report.single_source import improvement, ood_improvement, single_source_accs
-from dgmoe.report.tables import cell_accs, dataset_domains, heading, table_block
+from dgmoe.report.tables import cell_accs, dataset_domains
 from dgmoe.report.wilds import wilds_values
 from dgmoe.selection import VAL_ENV, mean_and_se, sweep_accs
+from dgmoe.tables import heading, table_block
 
 Stats = tuple[float, float] | None  # mean and SE in % (cost: a ratio)
 MISSING = "X"

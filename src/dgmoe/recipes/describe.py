@@ -6,7 +6,7 @@ from typing import Any, Mapping
 from dgmoe.data.catalogue import evaluation_envs, get_spec
 from dgmoe.recipes.base import AVG, SELECTION_NAMES, SELECTION_SHORT, SWEEP_KINDS, Cell, Part, Recipe, column_keys
 from dgmoe.recipes.plan import SMOKE, row_model, row_parts
-from dgmoe.report.tables import render_table
+from dgmoe.tables import render_table
 
 
 def list_table(recipes: list[Recipe]) -> str:

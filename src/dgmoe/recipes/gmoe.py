@@ -10,7 +10,7 @@ draws x 3 trials, DomainNet 5K steps (15K for SWAD and MIRO, as their papers).
 """
 from __future__ import annotations
 
-from dgmoe.engine.hparams import GMOE_DATASET_DEFAULTS
+from dgmoe.data.catalogue import dataset_hparams
 from dgmoe.experiments.synthetic_config import SyntheticConfig
 from dgmoe.recipes.base import Cell, Part, Recipe, Row, Weights, cells, columns
 
@@ -25,9 +25,9 @@ RESNET101 = Weights("resnet101", "resnet101.safetensors", "torchvision ResNet-10
 CITED = "DomainBed or the algorithm's paper (ResNet-50)"
 
 #: GMoE Table 8: learning rate and weight decay per dataset ("to reproduce best performance of GMoE"), as
-#: hparams overrides; dgmoe's engine declares them (`GMOE_DATASET_DEFAULTS`), for the ViT rows too
-TABLE8 = {d: {"hparams": {"lr": lr, "weight_decay": wd}} for d, (lr, wd) in GMOE_DATASET_DEFAULTS.items()
-          if d in FIVE}
+#: hparams overrides; the catalogue declares them (`DatasetHParams.gmoe_lr_wd`), for the ViT rows too
+TABLE8 = {d: {"hparams": {"lr": lr, "weight_decay": wd}} for d in FIVE
+          if (table8 := dataset_hparams(d).gmoe_lr_wd) is not None for lr, wd in [table8]}
 STEPS_5K = {"DomainNet": {"steps": 5001}}  # DomainBed's 5K steps on DomainNet (the catalogue's default is 15K)
 
 

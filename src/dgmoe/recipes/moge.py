@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dgmoe.moe.aux import AUX_LOSS_WEIGHTS
+from dgmoe.moe.auxiliary import AUX_LOSS_WEIGHTS
 from dgmoe.recipes.base import Cell, Part, Recipe, Row, Weights, columns
 
 PAPER = "MoGE (Rangzan et al.)"

@@ -22,8 +22,8 @@ from dgmoe.selection import drop_duplicate_runs
 REQUIRED_ARGS: tuple[str, ...] = ("dataset", "algorithm", "test_envs", "hparams_seed", "trial_seed")
 #: further `args` fields copied to columns when present (`model` is "" when absent, e.g. DomainBed records;
 #: with overrides such as `args.model_kwargs` it becomes `model_label(...)`; `model_name` keeps the bare name;
-#: `label` is the run's `--label`, its name in tables).
-OPTIONAL_ARGS: tuple[str, ...] = ("model", "seed", "output_dir", "steps", "domains", "label")
+#: `label` is the run's `--label`, its name in tables; `data_version` the dataset version it trained on).
+OPTIONAL_ARGS: tuple[str, ...] = ("model", "seed", "output_dir", "steps", "domains", "label", "data_version")
 #: columns that describe where a record came from rather than what it measured.
 SOURCE_COLUMNS: tuple[str, ...] = ("model_name", "run_dir", "file", "line", "done", "n_envs", "record")
 

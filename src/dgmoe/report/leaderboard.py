@@ -30,7 +30,7 @@ from dgmoe.engine.checkpoint import WEIGHT_FILES, checkpoint_step, read_run_conf
 from dgmoe.engine.io import write_json_atomic, write_text_atomic
 from dgmoe.errors import UsageError
 from dgmoe.report.tables import row_labels, user_labels
-from dgmoe.report.wilds import DEFAULT_WILDS_SEEDS, WILDS_SEEDS, wilds_datasets, wilds_runs
+from dgmoe.report.wilds import required_seeds, wilds_datasets, wilds_runs
 from dgmoe.selection import WorstGroupSelection, sweep_accs
 
 OFFICIAL = {"acc_avg": "acc_avg", "acc_worst_group": "acc_worst_{field}", "f1_macro": "F1-macro_all"}
@@ -155,7 +155,7 @@ def export(records: pd.DataFrame, out: Path, method: type[WorstGroupSelection] =
         field = spec.evaluation.field if spec.evaluation is not None else "group"
         summary = summaries.setdefault((pick.dataset, pick.label), {
             "dataset": pick.dataset, "method": pick.label, "selection": method.name,
-            "seeds_required": WILDS_SEEDS.get(pick.dataset.split("-")[0], DEFAULT_WILDS_SEEDS), "seeds": {},
+            "seeds_required": required_seeds(pick.dataset), "seeds": {},
             "folder": str(folder)})
         seed_entry: dict[str, Any] = {"run": str(pick.run_dir), "step": pick.step, "weights": pick.weights.name,
                                       "splits": {}}

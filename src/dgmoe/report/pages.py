@@ -26,9 +26,9 @@ from dgmoe.report.groups import (
     groups_table,
     pct,
 )
-from dgmoe.report.html import CHART, FigureStore, Layout
 from dgmoe.report.markdown import markdown_to_html, slugify, table_html
 from dgmoe.report.runs import RunInfo, figure_title
+from dgmoe.report.store import CHART, FigureStore, Layout
 from dgmoe.report.text import count, rounded
 
 Section = tuple[str, str, str, list[tuple[str, str]]]  # (anchor, heading, HTML, [(anchor, heading) of parts])
@@ -66,7 +66,7 @@ def results_section(records, selection: str, multi: list[RunInfo]) -> tuple[str,
 
     Only datasets with single-test-domain runs have DomainBed tables, and those with WILDS metrics WILDS tables;
     `multi` are the runs of the others."""
-    from dgmoe.report.tables import results_tables
+    from dgmoe.report.results import results_tables
     from dgmoe.report.wilds import wilds_datasets
 
     if records is not None and len(records):

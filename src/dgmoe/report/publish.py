@@ -13,7 +13,7 @@ import pandas as pd
 from dgmoe.engine.io import write_text_atomic
 from dgmoe.report.html import page
 from dgmoe.report.markdown import markdown_to_html
-from dgmoe.report.tables import results_tables
+from dgmoe.report.results import results_tables
 
 PAGE_NAME = "index"
 

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from dgmoe.analysis.style import block_name
+from dgmoe.records import train_domain_val_acc
 from dgmoe.report.collect import RecordError, count_envs, model_label, read_records
 from dgmoe.selection import python_argmax
 
@@ -142,7 +143,7 @@ class RunInfo:
         if not train or not self.test_envs:
             return None
         try:
-            vals = [float(np.mean([r[f"env{j}_out_acc"] for j in train])) for r in self.records]
+            vals = [train_domain_val_acc(r, self.test_envs, len(self.domains)) for r in self.records]
             best = python_argmax(vals)
             if best is None:
                 return None

@@ -13,7 +13,8 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from dgmoe.report.tables import RowKey, dataset_domains, latex_escape, row_labels, table_block
+from dgmoe.report.tables import RowKey, dataset_domains, row_labels
+from dgmoe.tables import latex_escape, table_block
 
 
 def run_hparams(records: pd.DataFrame) -> dict[str, dict[str, Any]]:

@@ -29,12 +29,11 @@ from dgmoe.report.tables import (
     dataset_domains,
     format_avg,
     format_mean,
-    heading,
     row_labels,
-    table_block,
     user_labels,
 )
 from dgmoe.selection import check_unique_runs
+from dgmoe.tables import heading, table_block
 
 Split = Literal["in", "out"]
 Improvement = Literal["relative", "absolute"]

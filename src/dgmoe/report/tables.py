@@ -26,21 +26,14 @@ table beside its accuracy table: that worst-group accuracy at the checkpoints th
 """
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Sequence, cast
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 from dgmoe.report.text import count
-from dgmoe.selection import (
-    IDWorstGroupSelection,
-    MethodLike,
-    WildsOfficialSelection,
-    WorstGroupSelection,
-    mean_and_se,
-    resolve_selections,
-    sweep_accs,
-)
+from dgmoe.selection import mean_and_se
+from dgmoe.tables import heading, latex_escape, table_block
 
 MISSING = "X"
 RowKey = tuple[str, str]  # (algorithm, model)
@@ -92,47 +85,6 @@ def dataset_domains(records: pd.DataFrame, dataset: str) -> list[str]:
     if len(names) > 1:
         raise ValueError(f"records of dataset {dataset!r} disagree on args.domains: {sorted(names)}")
     return list(names.pop()) if names else [f"env{i}" for i in range(counts[0])]
-
-
-_LATEX_SPECIALS = {
-    "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-    "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
-}
-
-
-def latex_escape(text: str) -> str:
-    return "".join(_LATEX_SPECIALS.get(c, c) for c in text)
-
-
-def render_table(header: Sequence[str], rows: Sequence[Sequence[str]], latex: bool = False) -> str:
-    """A Markdown pipe table (pandas + tabulate), or a booktabs `tabular`; labels are escaped for LaTeX."""
-    if not latex:
-        frame = pd.DataFrame([list(r) for r in rows], columns=list(header))
-        align = ["left"] + ["right"] * (len(header) - 1)
-        return frame.to_markdown(index=False, disable_numparse=True, colalign=align)
-    lines = [
-        "\\begin{tabular}{l" + "c" * (len(header) - 1) + "}",
-        "\\toprule",
-        " & ".join(f"\\textbf{{{latex_escape(h)}}}" for h in header) + " \\\\",
-        "\\midrule",
-        *(" & ".join([latex_escape(r[0]), *r[1:]]) + " \\\\" for r in rows),
-        "\\bottomrule",
-        "\\end{tabular}",
-    ]
-    return "\n".join(lines)
-
-
-def heading(text: str, level: int, latex: bool) -> str:
-    if latex:
-        return "\\" + "sub" * (level - 1) + "section{" + latex_escape(text) + "}"
-    return "#" * level + " " + text
-
-
-def table_block(title: str, header: Sequence[str], rows: Sequence[Sequence[str]], latex: bool) -> str:
-    body = render_table(header, rows, latex)
-    if latex:
-        body = "\\begin{center}\n" + body + "\n\\end{center}"
-    return heading(title, 3, latex) + "\n\n" + body
 
 
 def row_keys(records: pd.DataFrame) -> list[RowKey]:
@@ -224,67 +176,9 @@ def preamble(records: pd.DataFrame, title: str, cells: str, latex: bool) -> str:
         "X: missing (no run can be scored).",
         'Rows read "algorithm / model" (or the runs\' --label).',
     ]
+    if "data_version" in records.columns and records["data_version"].notna().any():  # `dgmoe.data.versions`
+        known = records.dropna(subset=["data_version"]).groupby("dataset")["data_version"].unique()
+        lines.append("Data: " + "; ".join(f"{d} {', '.join(sorted(v))}" for d, v in known.items()) + ".")
     if latex:
         return "\n".join([f"% {title}", "% Needs \\usepackage{booktabs}.", *(f"% {s}" for s in lines)])
     return "\n".join([heading(title, 1, False), "", " ".join(lines)])
-
-
-def results_tables(
-    records: pd.DataFrame, selection: MethodLike | Sequence[MethodLike] = "all", latex: bool = False,
-    complete_trials: bool = False, hparams: bool = False, bootstrap_seed: int = 0,
-) -> str:
-    """Markdown (or LaTeX) tables: per selection method, one table per dataset and an Averages table.
-
-    `selection` is `"iid"`, `"loo"`, `"oracle"`, `"worst"`, `"all"` (DomainBed's three, then worst-group
-    selection for the WILDS datasets), a `SelectionMethod` class, or a list of these. DomainBed's tables
-    cover the datasets with single-test-domain runs; under worst-group selection the WILDS datasets get their
-    WILDS tables instead. `complete_trials` leaves trial seeds that lack a test domain out of the Averages;
-    `hparams` adds, after each dataset's table, the runs its cells selected (`dgmoe.report.selected`);
-    `bootstrap_seed` seeds the intervals of the worst-group tables (`dgmoe.report.wilds_groups`).
-    """
-    from dgmoe.report.protocol import protocol_block
-    from dgmoe.report.selected import selected_table
-    from dgmoe.report.wilds import has_worst_group, wilds_datasets, wilds_runs, wilds_tables, worst_group_table
-
-    if records.empty:
-        raise ValueError("no records to report")
-    methods = resolve_selections(selection)
-    wilds = wilds_datasets(records)
-    if selection == "all" and wilds:
-        methods.append(WorstGroupSelection)
-    single = sorted(set(records.loc[records["test_envs"].map(len) == 1, "dataset"]))
-    names = user_labels(records)
-    cells = (
-        "Cells: test-domain accuracy (%), mean +/- standard error over trial seeds "
-        "(SE = population std / sqrt(n))."
-    )
-    if wilds:
-        cells += (" WILDS tables: accuracy, worst-group accuracy and macro-F1 (%) over each held-out split, "
-                  "at the checkpoint with the best worst-group accuracy on the validation split.")
-    chosen = [m for m in methods if not (m is WorstGroupSelection and not wilds)]
-    parts = [preamble(records, "dgmoe results", cells, latex),
-             protocol_block(records, "; ".join(m.name for m in chosen), latex)]
-    for method in methods:
-        worst = issubclass(method, WorstGroupSelection)
-        datasets = [d for d in single if not (worst and d in wilds)]
-        if (selection == "all" and worst) or method in (IDWorstGroupSelection, WildsOfficialSelection):
-            datasets = []  # `all`: worst-group selection only for the WILDS datasets
-        wg = cast(type[WorstGroupSelection], method)
-        tables = [t for d in wilds if wg.val_env(wilds_runs(records, d)) is not None
-                  for t in wilds_tables(records, d, latex, names, wg, bootstrap_seed)] if worst else []
-        if datasets:
-            sweep = sweep_accs(records, method)
-            for d in datasets:  # Camelyon17: beside the accuracy, the held-out hospital's worst-slide accuracy
-                tables.append(dataset_table(records, sweep, d, latex, names))
-                if hparams:
-                    tables.append(selected_table(records, sweep, d, latex, names))
-                if has_worst_group(records, d):
-                    tables.append(worst_group_table(records, sweep, d, latex, names))
-            tables.append(averages_table(records, sweep, datasets, latex, complete_trials, names))
-        if tables:
-            parts.append(heading(f"Model selection: {method.name}", 2, latex))
-            parts.extend(tables)
-    if len(parts) == 2:
-        raise ValueError("no run fits a results table: DomainBed's tables need runs that hold out one domain "
-                         "(--test-envs t), WILDS tables runs that hold out the validation split")
-    return "\n\n".join(parts) + "\n"

@@ -22,7 +22,7 @@ from typing import Mapping
 
 import pandas as pd
 
-from dgmoe.report.tables import RowKey, dataset_domains, format_avg, format_mean, row_keys, row_labels, table_block
+from dgmoe.report.tables import RowKey, dataset_domains, format_avg, format_mean, row_keys, row_labels
 from dgmoe.selection import (
     GROUPS_FIELD,
     VAL_ENV,
@@ -31,15 +31,26 @@ from dgmoe.selection import (
     WorstGroupSelection,
     sweep_accs,
 )
+from dgmoe.tables import table_block
 
 GROUPS = GROUPS_FIELD
 #: (record key suffix, column title: WILDS' official metric name); "{groups}" is the dataset's group field, e.g.
 #: region (FMoW's `acc_worst_region`); iWildCam's macro-F1 is WILDS' `F1-macro_all`
 METRICS: tuple[tuple[str, str], ...] = (("acc_avg", "acc_avg"), ("acc_worst_group", "acc_worst_{groups}"),
                                         ("f1_macro", "F1-macro_all"))
-#: trial seeds WILDS asks for (Koh et al., 2021, Sec. 5 and App. E): 3, and 10 for Camelyon17 (its variance)
-WILDS_SEEDS: dict[str, int] = {"Camelyon17": 10}
-DEFAULT_WILDS_SEEDS = 3
+
+
+def required_seeds(dataset: str) -> int:
+    """The trial seeds WILDS asks for on `dataset` (its catalogue declaration, `GroupEvaluation.trial_seeds`)."""
+    from dgmoe.data.catalogue import get_spec  # (the catalogue imports torch)
+    from dgmoe.data.errors import UnknownDatasetError
+    from dgmoe.metrics import GroupEvaluation
+
+    try:
+        evaluation = get_spec(dataset).evaluation
+    except UnknownDatasetError:  # a dataset the catalogue does not know (records from elsewhere)
+        evaluation = None
+    return (evaluation or GroupEvaluation("group")).trial_seeds
 
 
 def wilds_datasets(records: pd.DataFrame) -> list[str]:
@@ -126,7 +137,7 @@ def wilds_tables(records: pd.DataFrame, dataset: str, latex: bool = False, names
 
 def seeds_note(mine: pd.DataFrame, dataset: str, latex: bool = False) -> str:
     """How many trial seeds each row has, against the number WILDS asks for."""
-    need = WILDS_SEEDS.get(dataset.split("-")[0], DEFAULT_WILDS_SEEDS)
+    need = required_seeds(dataset)
     seeds = mine.groupby(["algorithm", "model"])["trial_seed"].nunique()
     fewest = int(seeds.min()) if len(seeds) else 0
     text = (f"Trial seeds per row: {fewest}{'' if seeds.nunique() <= 1 else f' to {int(seeds.max())}'}; WILDS asks "

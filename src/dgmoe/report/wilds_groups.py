@@ -21,8 +21,9 @@ import numpy as np
 import pandas as pd
 
 from dgmoe.data.catalogue import get_spec
-from dgmoe.report.tables import RowKey, dataset_domains, row_labels, table_block
+from dgmoe.report.tables import RowKey, dataset_domains, row_labels
 from dgmoe.selection import WorstGroupSelection, sweep_accs
+from dgmoe.tables import table_block
 
 BOOTSTRAP_DRAWS = 2000
 LEVEL = 0.95

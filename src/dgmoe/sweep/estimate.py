@@ -24,6 +24,7 @@ from typing import Mapping, Sequence
 from dgmoe.engine.config import RunConfig
 from dgmoe.engine.hparams import run_hparams
 from dgmoe.sweep.jobs import SweepConfig, build_jobs
+from dgmoe.tables import markdown_table
 
 
 @dataclass(frozen=True)
@@ -144,16 +145,13 @@ def estimate_study(step_time_s: Mapping[str, float], *,
 def format_estimate(est: StudyEstimate) -> str:
     """Markdown: assumptions, a per-(dataset, model) table and the wall-clock per GPU count."""
     a = est.assumptions
-    lines = ["Assumptions: " + "; ".join(f"{k} = {v}" for k, v in a.items()), "",
-             "| dataset | model | jobs | GPU-hours | evaluation share | longest job (h) |",
-             "|---|---|---:|---:|---:|---:|"]
-    for r in est.rows:
-        lines.append(f"| {r['dataset']} | {r['model']} | {r['jobs']} | {r['gpu_hours']:.1f} | "
-                     f"{r['eval_share']:.0%} | {r['longest_job_h']:.2f} |")
-    lines.append(f"| **total** | | {est.total_jobs} | {est.total_gpu_hours:.1f} | | {est.longest_job_h:.2f} |")
-    lines += ["", "| GPUs (one job per GPU) | wall-clock (h) | lower bound max(total/G, longest) (h) |",
-              "|---:|---:|---:|"]
-    for g, h in est.wall_clock_h.items():
-        bound = max(est.total_gpu_hours / g, est.longest_job_h)
-        lines.append(f"| {g} | {h:.1f} | {bound:.1f} |")
-    return "\n".join(lines)
+    rows = [[r["dataset"], r["model"], r["jobs"], f"{r['gpu_hours']:.1f}", f"{r['eval_share']:.0%}",
+             f"{r['longest_job_h']:.2f}"] for r in est.rows]
+    rows.append(["**total**", "", est.total_jobs, f"{est.total_gpu_hours:.1f}", "", f"{est.longest_job_h:.2f}"])
+    per_job = markdown_table(["dataset", "model", "jobs", "GPU-hours", "evaluation share", "longest job (h)"], rows,
+                             left=2)
+    walls = [[g, f"{h:.1f}", f"{max(est.total_gpu_hours / g, est.longest_job_h):.1f}"]
+             for g, h in est.wall_clock_h.items()]
+    wall = markdown_table(["GPUs (one job per GPU)", "wall-clock (h)", "lower bound max(total/G, longest) (h)"],
+                          walls, left=0)
+    return "\n".join(["Assumptions: " + "; ".join(f"{k} = {v}" for k, v in a.items()), "", per_job, "", wall])

@@ -41,6 +41,7 @@ from dgmoe.data.arrays import ArrayDomain
 from dgmoe.data.base import MultiDomainDataset
 from dgmoe.data.catalogue import DatasetSpec, register_dataset
 from dgmoe.data.mnist import load_mnist
+from dgmoe.hparams import DatasetHParams
 from dgmoe.seeding import seed_hash
 
 
@@ -165,4 +166,5 @@ def _catalogue_builder(data_dir, img_size=None, n_per_domain=None, seed=0, **opt
 GEO_MNIST_SPEC = register_dataset(DatasetSpec(
     "GeoMNIST", "mnist", tuple(geo_domains()[0]), 10, "MNIST", n_steps=1001, checkpoint_freq=100, native_size=28,
     channels=3, augment=False, builder=_catalogue_builder,
-    reference="dgmoe synthetic geo benchmark: real MNIST digits, declared region metadata (dgmoe.data.geo.geomnist)"))
+    reference="dgmoe synthetic geo benchmark: real MNIST digits, declared region metadata (dgmoe.data.geo.geomnist)",
+    hparams=DatasetHParams(small_images=True, regions=len(REGION_NAMES))))  # its environments are its regions

@@ -25,6 +25,7 @@ from dgmoe.data.catalogue import DatasetSpec, register_dataset
 from dgmoe.data.errors import DataDirNotFoundError, LayoutError
 from dgmoe.data.geo.images import read_image
 from dgmoe.data.wilds.tables import decimal_year
+from dgmoe.hparams import SMALL_IMAGES
 
 SAMPLE_DIR = "geolifeclef2023-sample"
 LAT_BANDS = ("south", "middle", "north")
@@ -86,4 +87,5 @@ def get_sentinel_sample(data_dir, img_size: int | None = 64) -> MultiDomainDatas
 SENTINEL_SPEC = register_dataset(DatasetSpec(
     "Sentinel2Sample", "geo-sample", LON_SECTORS, len(LAT_BANDS), None, n_steps=301, checkpoint_freq=50,
     native_size=128, channels=3, augment=False, builder=sentinel_environments,
-    reference="GeoLifeCLEF 2023 Sentinel-2 RGB sample; labels/domains from coordinates (dgmoe.data.geo.sentinel)"))
+    reference="GeoLifeCLEF 2023 Sentinel-2 RGB sample; labels/domains from coordinates (dgmoe.data.geo.sentinel)",
+    hparams=SMALL_IMAGES))

@@ -50,7 +50,11 @@ from typing import Callable
 from dgmoe.data.catalogue import DatasetSpec, register_dataset
 from dgmoe.data.wilds import camelyon, fmow, iwildcam
 from dgmoe.data.wilds.files import image_domains, wilds_root
+from dgmoe.hparams import DatasetHParams
 from dgmoe.metrics import GroupEvaluation
+
+#: FMoW trains on time splits; its regions are metadata (D3G's default heads, `DatasetHParams.region_field`)
+FMOW_REGION_HEADS = DatasetHParams(region_field="region", regions=len(fmow.FMOW_REGIONS))
 
 #: steps between evaluations of the WILDS datasets: each evaluation reads every held-out split whole
 #: (FMoW about 65,000 images, Camelyon17 up to 455,954), so dgmoe evaluates less often than DomainBed (100)
@@ -107,12 +111,12 @@ for _spec in (
                 checkpoint_freq=WILDS_CHECKPOINT_FREQ, builder=_fmow_builder("official"),
                 evaluation=_fmow_evaluation("val"), eval_domains=_eval_domains("official"),
                 reference=f"Christie et al., CVPR 2018; {REFERENCE}; MoGE Table 1a",
-                data_check=_fmow_files),
+                data_check=_fmow_files, hparams=FMOW_REGION_HEADS),
     DatasetSpec("FMoW-LAO", "wilds", fmow.FMOW_LAYOUTS["leave_asia_out"], len(fmow.FMOW_CATEGORIES), fmow.FMOW_DIR,
                 checkpoint_freq=WILDS_CHECKPOINT_FREQ, builder=_fmow_builder("leave_asia_out"),
                 evaluation=_fmow_evaluation("val_asia"), eval_domains=_eval_domains("leave_asia_out"),
                 reference="dgmoe's FMoW leave-Asia-out split (MoGE Table 1b), dgmoe.data.wilds",
-                data_check=_fmow_files),
+                data_check=_fmow_files, hparams=FMOW_REGION_HEADS),
     DatasetSpec("WILDSFMoW", "wilds", fmow.FMOW_LAYOUTS["regions"], len(fmow.FMOW_CATEGORIES), fmow.FMOW_DIR,
                 checkpoint_freq=WILDS_CHECKPOINT_FREQ, builder=_fmow_builder("regions"),
                 reference=f"DomainBed's WILDSFMoW, regions as domains; {REFERENCE}; GMoE Table 1",
@@ -125,7 +129,8 @@ for _spec in (
                 data_check=_iwildcam_files),
     DatasetSpec("Camelyon17", "wilds", camelyon.CAMELYON_DOMAINS, len(camelyon.CAMELYON_CLASSES),
                 camelyon.CAMELYON_DIR, checkpoint_freq=WILDS_CHECKPOINT_FREQ, builder=_camelyon_builder,
-                evaluation=GroupEvaluation("slide", val_domain=camelyon.CAMELYON_DOMAINS[camelyon.VAL_HOSPITAL]),
+                evaluation=GroupEvaluation("slide", val_domain=camelyon.CAMELYON_DOMAINS[camelyon.VAL_HOSPITAL],
+                                           trial_seeds=10),
                 reference=f"Bandi et al., IEEE TMI 2018; {REFERENCE}; DomainBed's WILDSCamelyon; GMoE Table 1",
                 data_check=_camelyon_files),
 ):

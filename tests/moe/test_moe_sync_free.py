@@ -1,6 +1,6 @@
 """The sync-free dispatch (`dgmoe.moe.sync_free`) and what it enables: one compiled graph per block kind
 with no recompiles, and training steps that read nothing back from the device (issue: train at the speed of
-the GPU). The GPU versions of these checks are in tests/moe/test_sync_free_gpu.py (marked gpu)."""
+the GPU). The GPU versions of these checks are in tests/moe/test_moe_sync_free_gpu.py (marked gpu)."""
 import pytest
 import torch
 import torch.nn.functional as F

@@ -1,7 +1,7 @@
 """On a CUDA device (marked gpu; run with `-m gpu`): the sync-free dispatch equals the mask loop, and a
 whole training update of GMoE, SF-MoE and MoGE (forward, auxiliary losses, backward, Adam, metrics) runs
 under `torch.cuda.set_sync_debug_mode("error")`, which raises on any host synchronisation. The CPU
-versions (the same checks by construction) are in tests/moe/test_sync_free.py."""
+versions (the same checks by construction) are in tests/moe/test_moe_sync_free.py."""
 import pytest
 import torch
 

@@ -1,0 +1,80 @@
+"""The results report: per selection method, DomainBed's tables for the datasets with single-test-domain
+runs (`dgmoe.report.tables`) and WILDS tables for those with WILDS metrics (`dgmoe.report.wilds`); see
+`dgmoe.report.tables` for what each cell is."""
+from __future__ import annotations
+
+from typing import Sequence, cast
+
+import pandas as pd
+
+from dgmoe.report.tables import averages_table, dataset_table, preamble, user_labels
+from dgmoe.selection import (
+    IDWorstGroupSelection,
+    MethodLike,
+    WildsOfficialSelection,
+    WorstGroupSelection,
+    resolve_selections,
+    sweep_accs,
+)
+from dgmoe.tables import heading
+
+
+def results_tables(
+    records: pd.DataFrame, selection: MethodLike | Sequence[MethodLike] = "all", latex: bool = False,
+    complete_trials: bool = False, hparams: bool = False, bootstrap_seed: int = 0,
+) -> str:
+    """Markdown (or LaTeX) tables: per selection method, one table per dataset and an Averages table.
+
+    `selection` is `"iid"`, `"loo"`, `"oracle"`, `"worst"`, `"all"` (DomainBed's three, then worst-group
+    selection for the WILDS datasets), a `SelectionMethod` class, or a list of these. DomainBed's tables
+    cover the datasets with single-test-domain runs; under worst-group selection the WILDS datasets get their
+    WILDS tables instead. `complete_trials` leaves trial seeds that lack a test domain out of the Averages;
+    `hparams` adds, after each dataset's table, the runs its cells selected (`dgmoe.report.selected`);
+    `bootstrap_seed` seeds the intervals of the worst-group tables (`dgmoe.report.wilds_groups`).
+    """
+    from dgmoe.report.protocol import protocol_block
+    from dgmoe.report.selected import selected_table
+    from dgmoe.report.wilds import has_worst_group, wilds_datasets, wilds_runs, wilds_tables, worst_group_table
+
+    if records.empty:
+        raise ValueError("no records to report")
+    methods = resolve_selections(selection)
+    wilds = wilds_datasets(records)
+    if selection == "all" and wilds:
+        methods.append(WorstGroupSelection)
+    single = sorted(set(records.loc[records["test_envs"].map(len) == 1, "dataset"]))
+    names = user_labels(records)
+    cells = (
+        "Cells: test-domain accuracy (%), mean +/- standard error over trial seeds "
+        "(SE = population std / sqrt(n))."
+    )
+    if wilds:
+        cells += (" WILDS tables: accuracy, worst-group accuracy and macro-F1 (%) over each held-out split, "
+                  "at the checkpoint with the best worst-group accuracy on the validation split.")
+    chosen = [m for m in methods if not (m is WorstGroupSelection and not wilds)]
+    parts = [preamble(records, "dgmoe results", cells, latex),
+             protocol_block(records, "; ".join(m.name for m in chosen), latex)]
+    for method in methods:
+        worst = issubclass(method, WorstGroupSelection)
+        datasets = [d for d in single if not (worst and d in wilds)]
+        if (selection == "all" and worst) or method in (IDWorstGroupSelection, WildsOfficialSelection):
+            datasets = []  # `all`: worst-group selection only for the WILDS datasets
+        wg = cast(type[WorstGroupSelection], method)
+        tables = [t for d in wilds if wg.val_env(wilds_runs(records, d)) is not None
+                  for t in wilds_tables(records, d, latex, names, wg, bootstrap_seed)] if worst else []
+        if datasets:
+            sweep = sweep_accs(records, method)
+            for d in datasets:  # Camelyon17: beside the accuracy, the held-out hospital's worst-slide accuracy
+                tables.append(dataset_table(records, sweep, d, latex, names))
+                if hparams:
+                    tables.append(selected_table(records, sweep, d, latex, names))
+                if has_worst_group(records, d):
+                    tables.append(worst_group_table(records, sweep, d, latex, names))
+            tables.append(averages_table(records, sweep, datasets, latex, complete_trials, names))
+        if tables:
+            parts.append(heading(f"Model selection: {method.name}", 2, latex))
+            parts.extend(tables)
+    if len(parts) == 2:
+        raise ValueError("no run fits a results table: DomainBed's tables need runs that hold out one domain "
+                         "(--test-envs t), WILDS tables runs that hold out the validation split")
+    return "\n\n".join(parts) + "\n"

@@ -1,0 +1,29 @@
+"""Micro MoE layers for the tests of `dgmoe.moe`: one per dispatch option, plus the internal paths the tests
+hold against the mask reference."""
+import torch
+
+from dgmoe.moe import MoEConfig, MoEMlp
+from dgmoe.moe import dispatch as dispatch_module
+from dgmoe.moe.sync_free import sync_free_dispatch
+
+#: the layer's dispatch options, plus the internal paths the tests hold against the mask reference
+PATHS = {"grouped": None, "mask": None, "grouped_autograd": dispatch_module.sorted_autograd_dispatch,
+         "padded": dispatch_module.padded_dispatch, "sync_free": sync_free_dispatch}
+
+
+def make_layer(dispatch="grouped", **kw):
+    torch.manual_seed(1)
+    layer = MoEMlp(8, 32, MoEConfig(dispatch=dispatch if PATHS.get(dispatch) is None else "grouped", **kw))
+    if PATHS.get(dispatch) is not None:
+        layer._dispatch = PATHS[dispatch]
+    return layer
+
+
+def outputs_and_grads(dispatch, x, **kw):
+    layer = make_layer(dispatch=dispatch, **kw).to(x.device).train()
+    torch.manual_seed(5)  # same gate noise for every path
+    x = x.detach().clone().requires_grad_(True)
+    y = layer(x)
+    (y * torch.linspace(-1, 1, y.numel(), device=x.device).view_as(y)).sum().backward()
+    return y.detach(), x.grad, {n: p.grad for n, p in layer.named_parameters()}
+
