@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Mapping
 
 import torch
 import torch.distributed as dist
@@ -94,10 +95,11 @@ def barrier(info: DistInfo) -> None:
         dist.barrier()
 
 
-def average_metrics(metrics: dict[str, float], info: DistInfo) -> dict[str, float]:
-    """Average an update's scalar metrics over ranks, so records describe the global batch."""
+def average_metrics(metrics: Mapping[str, float | torch.Tensor], info: DistInfo) -> dict[str, float]:
+    """An update's scalar metrics as floats (read back from the device), averaged over ranks so that they
+    describe the global batch. (The trainer itself sums them on the device, `dgmoe.engine.step_metrics`.)"""
     if not info.enabled or not metrics:
-        return metrics
+        return {k: float(v) for k, v in metrics.items()}
     keys = sorted(metrics)
     values = torch.tensor([float(metrics[k]) for k in keys], dtype=torch.float64)
     dist.all_reduce(values)
