@@ -8,7 +8,6 @@ import datetime
 import json
 import math
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -174,8 +173,8 @@ def _train(out, nproc, model="gmoe_micro_patch7_28", model_kwargs='{"depth": 2, 
     if nproc == 1:
         cmd = [sys.executable, *args]
     else:
-        torchrun = shutil.which("torchrun") or pytest.skip("torchrun is not on PATH")
-        cmd = [torchrun, "--standalone", "--nproc_per_node", str(nproc), *args]
+        # torchrun of this interpreter's torch (a `torchrun` on PATH may belong to another environment)
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc), *args]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
