@@ -166,32 +166,16 @@ class TrainBatches:
         return ([_pinned(b) for b in batches] for batches in loader)
 
 
-class _Chunks(Dataset):
-    def __init__(self, env: Dataset, indices: torch.Tensor, transform, batch_size: int):
-        self.env, self.indices, self.transform, self.batch_size = env, indices, transform, batch_size
-
-    def __len__(self) -> int:
-        return (len(self.indices) + self.batch_size - 1) // self.batch_size
-
-    def __getitem__(self, k: int) -> Batch:
-        x, y, meta = gather_items(self.env, self.indices[k * self.batch_size:(k + 1) * self.batch_size])
-        if self.transform is not None:
-            x = self.transform(x, generator=None)
-        return Batch(x, y, meta)
-
-
 def eval_loader(dataset: Dataset, indices: Sequence[int] | np.ndarray | torch.Tensor | None,
                 transform: Transform | None, batch_size: int = 64, num_workers: int = 0) -> Iterator[Batch]:
     """`Batch`es over `indices` (all items when None) in order, `batch_size` at a time (DomainBed uses 64)."""
     if indices is None:
-        idx = torch.arange(len(cast(Sized, dataset)))  # torch's Dataset declares no __len__
-    else:
-        idx = torch.as_tensor(np.asarray(indices), dtype=torch.long)
-    chunks = _Chunks(dataset, idx, transform, batch_size)
-    if num_workers <= 0:
-        return (chunks[k] for k in range(len(chunks)))
-    return iter(DataLoader(chunks, batch_size=None, shuffle=False, num_workers=num_workers, collate_fn=_identity,
-                           worker_init_fn=_single_thread))
+        indices = torch.arange(len(cast(Sized, dataset)))  # torch's Dataset declares no __len__
+    chunks = _Parts([(dataset, torch.as_tensor(np.asarray(indices), dtype=torch.long))], transform, batch_size)
+    items = (chunks[k] for k in range(len(chunks))) if num_workers <= 0 else iter(
+        DataLoader(chunks, batch_size=None, shuffle=False, num_workers=num_workers, collate_fn=_identity,
+                   worker_init_fn=_single_thread))
+    return (Batch(x, y, meta) for _, x, y, meta in items)
 
 
 class _Parts(Dataset):

@@ -89,15 +89,15 @@ def expert_bias(rows: torch.Tensor, bias: torch.Tensor, expert_sorted: torch.Ten
 
 
 def sorted_assignments(expert_idx: torch.Tensor, num_experts: int):
-    """(expert of each sorted assignment, the token of each, the permutation, its inverse, int32 offsets:
-    the end row of each expert). Stable, so within an expert assignments keep token order."""
+    """(expert of each sorted assignment, the token of each, the inverse of the sorting permutation, int32
+    offsets: the end row of each expert). Stable, so within an expert assignments keep token order."""
     num_tokens, k = expert_idx.shape
     flat = expert_idx.reshape(-1)
     order = torch.argsort(flat, stable=True)
     inverse = torch.empty_like(order).scatter_(0, order, torch.arange(order.shape[0], device=order.device))
     counts = torch.histc(flat.float(), bins=num_experts, min=0, max=num_experts - 1)
     offsets = torch.cumsum(counts, 0).to(torch.int32)
-    return flat.index_select(0, order), order // k, order, inverse, offsets
+    return flat.index_select(0, order), order // k, inverse, offsets
 
 
 def sync_free_dispatch(x: torch.Tensor, expert_idx: torch.Tensor, gates: torch.Tensor, experts: Experts,
@@ -110,7 +110,7 @@ def sync_free_dispatch(x: torch.Tensor, expert_idx: torch.Tensor, gates: torch.T
                            f"torch {torch.__version__}: use dispatch='grouped' on CPU")
     num_tokens, k = expert_idx.shape
     dtype = compute_dtype(x)
-    expert_sorted, token_sorted, _, inverse, offsets = sorted_assignments(expert_idx, experts.num_experts)
+    expert_sorted, token_sorted, inverse, offsets = sorted_assignments(expert_idx, experts.num_experts)
     with torch.autocast(x.device.type, enabled=False):
         rows = _GatherAssignments.apply(x.to(dtype), token_sorted, inverse, k)
         w1 = experts.fc1_weight.to(dtype).transpose(-2, -1)   # [N, d, H]: column-major, as the kernel wants
