@@ -1,36 +1,41 @@
 #!/usr/bin/env bash
 # The GPU measurements of the "train at the speed of the GPU" issue (docs/benchmarks.md, section 12):
-#   PYTHONPATH=src bash benchmarks/gpu.sh [OUT] [STAGES]   (or with dgmoe installed: `pip install -e .`)
+#   PYTHONPATH=src bash benchmarks/gpu.sh [OUT] [STAGES] [SECONDS]   (or with dgmoe installed: `pip install -e .`)
 # The device image lacks mlxtend and submitit: bring their wheels and `pip install --no-deps` them first.
-# STAGES: any of "tests layer models compile memory data" (default: all, about 9 minutes on an H200; a device
-# session allows 10 minutes per call, so split it, e.g. "tests layer models memory" then "compile data").
-# Each stage writes OUT/<stage>.txt and has its own time limit, so one slow stage cannot eat the others.
+# STAGES: any of "tests layer models memory data profile compile" (default: all, in that order, about 6 minutes
+# on an H100). Each stage writes OUT/<stage>.txt under its own time limit, cut to what is left of SECONDS (the
+# whole run's budget, default 540), so one slow stage cannot eat the others and the run ends in time.
 set -uo pipefail
 DGMOE="python -m dgmoe"   # works without an installed `dgmoe` executable (PYTHONPATH=src on the device image)
 OUT=${1:-runs/gpu}
-STAGES=${2:-tests layer models compile memory data}
+STAGES=${2:-tests layer models memory data profile compile}
+BUDGET=${3:-540}
 want() { [[ " $STAGES " == *" $1 "* ]]; }
 mkdir -p "$OUT"
-stage() { local name=$1 limit=$2; shift 2; echo "== $name"; timeout "$limit" "$@" > "$OUT/$name.txt" 2>&1 \
-  || echo "   $name: exit $? (see $OUT/$name.txt)"; tail -n 25 "$OUT/$name.txt"; }
+stage() {
+  local name=$1 limit=$2 left=$((BUDGET - SECONDS - 5)); shift 2
+  (( left < limit )) && limit=$left
+  (( limit < 15 )) && { echo "== $name: skipped, $left s of the budget left"; return; }
+  echo "== $name (limit ${limit} s, at ${SECONDS} s)"
+  timeout "$limit" "$@" > "$OUT/$name.txt" 2>&1 || echo "   $name: exit $? (see $OUT/$name.txt)"
+  tail -n 25 "$OUT/$name.txt"
+}
 nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || true
 python -c "import torch; print(torch.__version__, torch.cuda.get_device_name(), torch.cuda.get_device_capability())" \
   > "$OUT/versions.txt" 2>&1; cat "$OUT/versions.txt"
 # 1. correctness on CUDA: the sync-free dispatch, zero host syncs per training update (GMoE, SF-MoE, MoGE), the
 #    CUDA dispatch paths and device-side augmentation
-want tests && stage gpu_tests 150 python -m pytest -q -m gpu tests/moe tests/data/test_data_loaders.py
+want tests && stage gpu_tests 100 python -m pytest -q -m gpu tests/moe tests/data/test_data_loaders.py
 # 2. the MoE layer at ViT-S dims, T = 96 x 197, bf16: the layer as a model runs it, each dispatch alone, the peers
-want layer && stage layer_bf16 150 $DGMOE bench layer --device cuda --precision bf16 --tokens 18912 --rounds 10 --repeats 1 \
+want layer && stage layer_bf16 100 $DGMOE bench layer --device cuda --precision bf16 --tokens 18912 --rounds 10 --repeats 1 \
   --paths "moe grouped (default),moe sorted per-expert,dispatch sync-free grouped_mm,transformers-style eager loop,transformers grouped_mm experts,router alone"
 # 3. whole models, batch 96 at 224 px, bf16: eager, then compiled block by block; then peak memory
 MODELS=vit_small_patch16_224,gmoe_small_patch16_224,sfmoe_small_patch16_224,moge_small_patch16_224
-want models && stage models_bf16 150 $DGMOE bench models --device cuda --precision bf16 --batch-size 96 --rounds 10 --models "$MODELS"
-want compile && stage models_bf16_compile 300 $DGMOE bench models --device cuda --precision bf16 --batch-size 96 --rounds 10 --compile \
-  --models vit_small_patch16_224,gmoe_small_patch16_224
-want memory && stage memory_bf16 90 $DGMOE bench memory --device cuda --precision bf16 --batch-sizes 96 --models "$MODELS"
+want models && stage models_bf16 120 $DGMOE bench models --device cuda --precision bf16 --batch-size 96 --rounds 10 --models "$MODELS"
+want memory && stage memory_bf16 80 $DGMOE bench memory --device cuda --precision bf16 --batch-sizes 96 --models "$MODELS"
 # 4. the data path: a PACS-shaped folder of random JPEGs (4 domains x 7 classes x 60 images), cached at 224 px;
 #    loader img/s per worker count beside the model step's, then `dgmoe train` itself
-want data || { echo "done: $OUT"; exit 0; }
+if want data; then
 python - "$OUT/PACS_fake" <<'PY'
 import sys, numpy as np
 from pathlib import Path
@@ -42,12 +47,18 @@ for d in ("art_painting", "cartoon", "photo", "sketch"):
         for i in range(60):
             Image.fromarray(rng.integers(0, 255, (227, 227, 3), dtype=np.uint8)).save(root / d / c / f"{i}.jpg")
 PY
-stage prepare 60 $DGMOE data prepare --dataset PACS --data-dir "$OUT/PACS_fake" --img-size 224
+stage prepare 40 $DGMOE data prepare --dataset PACS --data-dir "$OUT/PACS_fake" --img-size 224
 for model in vit_small_patch16_224 gmoe_small_patch16_224; do
-  stage "data_$model" 60 $DGMOE bench data --dataset PACS --data-dir "$OUT/PACS_fake" --model "$model" --device cuda \
+  stage "data_$model" 75 $DGMOE bench data --dataset PACS --data-dir "$OUT/PACS_fake" --model "$model" --device cuda \
     --precision bf16 --workers 0,4,8 --timed-steps 30
-  stage "train_$model" 90 $DGMOE train --dataset PACS --data-dir "$OUT/PACS_fake" --model "$model" --device cuda \
+  stage "train_$model" 60 $DGMOE train --dataset PACS --data-dir "$OUT/PACS_fake" --model "$model" --device cuda \
     --precision bf16 --num-workers 8 --steps 200 --checkpoint-freq 100 --progress lines --log-every-s 5 \
     --output-dir "$OUT/runs/$model"
 done
-echo "done: $OUT"
+fi
+# 5. where the step's time goes (torch.profiler tables), then whole models compiled block by block
+want profile && stage profile 60 python benchmarks/profile_step.py gmoe_small_patch16_224 sfmoe_small_patch16_224 \
+  moge_small_patch16_224
+want compile && stage models_bf16_compile 200 $DGMOE bench models --device cuda --precision bf16 --batch-size 96 --rounds 10 --compile \
+  --models vit_small_patch16_224,gmoe_small_patch16_224
+echo "done: $OUT at ${SECONDS} s"

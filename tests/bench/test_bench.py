@@ -52,6 +52,10 @@ def test_timing_warnings_from_injected_timings():
     assert any("median per-round ratio (0.405) and the ratio of median seconds (3.500) disagree" in m for m in messages)
     (short,) = timing_warnings("b", [1.0] * 5, [1e-3] * 5, [1e-3] * 5)
     assert "a call takes 1.00 ms (< 5 ms)" in short
+    # on a GPU a round is 10 back-to-back calls: 1 ms calls make a 10 ms round, long enough to time
+    assert timing_warnings("b", [1.0] * 5, [1e-3] * 5, [1e-3] * 5, calls=10) == []
+    (short,) = timing_warnings("b", [1.0] * 5, [1e-4] * 5, [1e-4] * 5, calls=10)
+    assert "a round of 10 calls takes 1.00 ms (< 5 ms)" in short
 
 
 def test_size_warning_depends_on_the_problem_only():
@@ -187,10 +191,12 @@ def test_bench_data_prints_the_loader_beside_the_model_step():
     assert result.exit_code == 0, result.output
     rows = [line.split("|") for line in result.output.splitlines() if line.startswith("|") and "---" not in line]
     header, body = [c.strip() for c in rows[0]], rows[1:]
-    assert header[1:5] == ["workers", "loader (img/s)", "model step (img/s)", "loader / step"]
+    assert header[1:7] == ["workers", "loader (img/s)", "model step (img/s)", "loader / step", "evaluation (img/s)",
+                           "first evaluation (img/s)"]
     assert [int(r[1]) for r in body] == [0, 1]
     for r in body:
-        loader, step, ratio = (float(r[i]) for i in (2, 3, 4))
+        loader, step, ratio, evaluation, first = (float(r[i]) for i in (2, 3, 4, 5, 6))
         assert loader > 0 and step > 0 and ratio == pytest.approx(loader / step, rel=1e-2)
+        assert evaluation > 0 and first > 0
     bad = CliRunner().invoke(main, ["bench", "data", "--workers", "0,x"])
     assert bad.exit_code != 0 and "--workers" in bad.output

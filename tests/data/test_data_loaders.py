@@ -7,6 +7,8 @@ import torch
 from torch.utils.data import Dataset
 
 from dgmoe.data import ArrayDomain, TrainBatches, class_balanced_weights, eval_loader, train_transform
+from dgmoe.data.loaders import EvalBatches
+from dgmoe.data.transforms import eval_transform
 
 
 def identity_env(n: int, offset: int = 0, size: int = 6) -> ArrayDomain:
@@ -113,6 +115,18 @@ def test_eval_loader_in_order():
     assert all_items[0].x.dtype == torch.float32
     workers = list(eval_loader(env, idx, None, batch_size=64, num_workers=2))
     assert all(torch.equal(a.y, b.y) for a, b in zip(batches, workers))
+
+
+def test_eval_batches_transformed_on_the_device_equal_the_loader_s():
+    """With `device`, uint8 images travel and the transform runs after the copy: the same batches."""
+    env = ArrayDomain(torch.randint(0, 255, (40, 3, 8, 8), dtype=torch.uint8).numpy(), list(range(40)))
+    parts = [(env, np.arange(0, 40, 3)), (env, np.arange(1, 40, 2))]
+    for workers in (0, 2):
+        plain = list(EvalBatches(eval_transform(8), 8, workers)(parts))
+        on_device = list(EvalBatches(eval_transform(8), 8, workers, device="cpu")(parts))
+        assert [p for p, _ in plain] == [p for p, _ in on_device] == [0, 0, 1, 1, 1]
+        for (_, a), (_, b) in zip(plain, on_device):
+            assert torch.equal(a.x, b.x) and torch.equal(a.y, b.y) and a.x.dtype == torch.float32
 
 
 def test_bad_arguments():

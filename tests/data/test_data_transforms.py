@@ -159,3 +159,29 @@ def test_get_transforms_by_dataset():
 def test_rejects_bad_shapes():
     with pytest.raises(ValueError, match=r"\[B, C, H, W\]"):
         eval_transform(4)(torch.zeros(4, 4, dtype=torch.uint8))
+
+
+def test_augmenting_on_a_device_reads_nothing_back_and_copies_asynchronously():
+    """On the meta device any read of a device tensor's values (`.any()`, boolean-mask indexing, `nonzero`)
+    raises, so the batch-wide augmentation runs there only if every decision is taken on the CPU draws; and
+    every CPU -> device copy it makes is non-blocking (a blocking one waits for the GPU: a host sync)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class BlockingCopies(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.found: list[str] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func is torch.ops.aten._to_copy.default and args[0].device.type == "cpu" \
+                    and kwargs.get("device", args[0].device).type != "cpu" and not kwargs.get("non_blocking"):
+                self.found.append(str(func))
+            return func(*args, **kwargs)
+
+    x = torch.randint(0, 255, (12, 3, 16, 16), dtype=torch.uint8).to("meta")
+    with BlockingCopies() as mode:
+        out = train_transform(16)(x, generator=torch.Generator().manual_seed(0))
+        evaluated = eval_transform(16)(x)
+    assert out.shape == evaluated.shape == (12, 3, 16, 16) and out.device.type == "meta"
+    assert mode.found == []

@@ -7,7 +7,10 @@ process:
   each worker count, after a warm-up that starts the workers;
 - the model: images per second of the algorithm's update on one fixed batch already on the device (the
   step alone, no loading), timed as the trainer runs it (back-to-back steps, one synchronisation);
-and prints each loader rate next to the step's, with their ratio: below 1, training waits for data.
+and prints each loader rate next to the step's, with their ratio: below 1, training waits for data;
+- evaluation: images per second of a checkpoint's evaluation of every split (`evaluate_domains` with one
+  `EvalBatches`, as the trainer calls it, in the run's precision), at its second pass, when persistent
+  workers are already started (the first pass, with their start-up, is printed beside it).
 """
 from __future__ import annotations
 
@@ -18,8 +21,9 @@ from dataclasses import dataclass
 import torch
 
 from dgmoe.bench.timing import device_sync
-from dgmoe.data.loaders import TrainBatches
+from dgmoe.data.loaders import EvalBatches, TrainBatches
 from dgmoe.engine.config import RunConfig
+from dgmoe.engine.evaluate import evaluate_domains
 from dgmoe.engine.setup import prepare_run
 from dgmoe.seeding import seed_hash
 
@@ -45,14 +49,35 @@ def _loader_rate(batches: TrainBatches, workers: int, cfg: DataBenchConfig, imag
     return cfg.steps * images_per_step / (time.perf_counter() - start)
 
 
+def _autocast(run: RunConfig):
+    return (torch.autocast(device_type=run.execution.device.split(":")[0], dtype=torch.bfloat16)
+            if run.training.precision == "bf16" else contextlib.nullcontext())
+
+
+def _eval_rates(run: RunConfig, setup, workers: int) -> tuple[float, float]:
+    """(img/s of the first evaluation, img/s of the second) of every split with `workers` loader workers."""
+    device = run.execution.device
+    on_gpu = device.startswith("cuda")
+    batches = EvalBatches(setup.eval_transform, run.execution.eval_batch_size, workers, pin_memory=on_gpu,
+                          device=device if on_gpu else None)
+    images = sum(len(idx) for split in setup.splits for idx in split)
+    sync, rates = device_sync(device), []
+    for _ in range(2):
+        start = time.perf_counter()
+        with _autocast(run):
+            evaluate_domains(setup.algorithm, setup.dataset, setup.splits, setup.eval_transform, device,
+                             run.execution.eval_batch_size, workers, setup.test_envs, None, batches)
+        sync()
+        rates.append(images / (time.perf_counter() - start))
+    return rates[0], rates[1]
+
+
 def _step_rate(run: RunConfig, setup, batches: TrainBatches, cfg: DataBenchConfig, images_per_step: int) -> float:
     device = run.execution.device
     algorithm = setup.algorithm.to(device).train()
     minibatches = [b.to(device) for b in batches.batch_at(0)]
-    autocast = (torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16)
-                if run.training.precision == "bf16" else contextlib.nullcontext())
     sync = device_sync(device)
-    with autocast:
+    with _autocast(run):
         for step in range(cfg.warmup):
             algorithm.update(minibatches, step)
         sync()
@@ -64,7 +89,8 @@ def _step_rate(run: RunConfig, setup, batches: TrainBatches, cfg: DataBenchConfi
 
 
 def bench_data(run: RunConfig, cfg: DataBenchConfig = DataBenchConfig()) -> list[dict]:
-    """One row per worker count: loader img/s, the model step's img/s and their ratio."""
+    """One row per worker count: loader img/s, the model step's img/s, their ratio, and evaluation img/s
+    (steady, and the first pass with the workers' start-up)."""
     setup = prepare_run(run)
     device = run.execution.device
     on_gpu = device.startswith("cuda")
@@ -77,6 +103,8 @@ def bench_data(run: RunConfig, cfg: DataBenchConfig = DataBenchConfig()) -> list
     rows = []
     for workers in cfg.workers:
         loader = _loader_rate(batches, workers, cfg, images, on_gpu, device)
+        first, steady = _eval_rates(run, setup, workers)
         rows.append({"workers": str(workers), "loader (img/s)": loader, "model step (img/s)": step,
-                     "loader / step": loader / step})
+                     "loader / step": loader / step, "evaluation (img/s)": steady,
+                     "first evaluation (img/s)": first})
     return rows

@@ -213,7 +213,7 @@ def bench_moe_layer_repeated(cfg: LayerBenchConfig, repeats: int,
         rows.append({"path": c, "seconds": seconds["median"], "ratio to limit": ratio["median"],
                      "IQR over rounds": Spread.of(per_round).text(), "min": ratio["min"], "max": ratio["max"]})
         warnings += timing_warnings(c, per_round, [x for r in rs for x in r[c]["times"]],
-                                    [x for r in rs for x in r[LIMIT]["times"]])
+                                    [x for r in rs for x in r[LIMIT]["times"]], calls_per_round(cfg.device))
         if ratio["max"] > (1 + MAX_SPREAD) * ratio["min"]:
             warnings.append(f"{c}: the ratio differs between processes ({ratio['min']:.3f}-{ratio['max']:.3f}): "
                             "memory placement or machine load; add --repeats")

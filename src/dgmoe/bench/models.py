@@ -208,7 +208,7 @@ def bench_models(cfg: ModelBenchConfig, repeats: int = 1) -> tuple[list[dict], l
                      "mem vs ref": memory[n]["total"] / memory[ref]["total"]})
         if n != ref:
             for kind, label in (("train", "train step"), ("infer", "inference")):
-                warnings += timing_warnings(f"{n} {label} vs {ref}", *pooled[kind])
+                warnings += timing_warnings(f"{n} {label} vs {ref}", *pooled[kind], calls_per_round(cfg.device))
     return rows, warnings
 
 

@@ -150,9 +150,10 @@ def round_ratios(times: Mapping[str, Sequence[float]], reference: str) -> dict[s
 
 
 def timing_warnings(label: str, ratios: Sequence[float], seconds: Sequence[float] = (),
-                    reference_seconds: Sequence[float] = ()) -> list[str]:
-    """Why the ratio of `label` (its per-round `ratios`; its and the reference's per-round `seconds`) should
-    not be trusted, if it should not: rounds that disagree, medians that disagree, calls too short."""
+                    reference_seconds: Sequence[float] = (), calls: int = 1) -> list[str]:
+    """Why the ratio of `label` (its per-round `ratios`; its and the reference's per-call `seconds`, timed
+    `calls` back-to-back calls per round) should not be trusted, if it should not: rounds that disagree,
+    medians that disagree, rounds too short to time."""
     out = []
     spread = Spread.of(ratios)
     if spread.relative > MAX_SPREAD:
@@ -165,9 +166,10 @@ def timing_warnings(label: str, ratios: Sequence[float], seconds: Sequence[float
             out.append(f"{label}: the median per-round ratio ({spread.median:.3f}) and the ratio of median seconds "
                        f"({of_medians:.3f}) disagree: the timings are unstable, the ratio is not a measurement")
     shortest = min((statistics.median(s) for s in (seconds, reference_seconds) if s), default=None)
-    if shortest is not None and shortest < MIN_SECONDS:
-        out.append(f"{label}: a call takes {1e3 * shortest:.2f} ms (< {1e3 * MIN_SECONDS:.0f} ms), mostly timer, "
-                   "Python and dispatch overhead: time a larger problem")
+    if shortest is not None and shortest * calls < MIN_SECONDS:
+        timed = "a call takes" if calls == 1 else f"a round of {calls} calls takes"
+        out.append(f"{label}: {timed} {1e3 * shortest * calls:.2f} ms (< {1e3 * MIN_SECONDS:.0f} ms), mostly "
+                   "timer, Python and dispatch overhead: time a larger problem")
     return out
 
 

@@ -31,8 +31,10 @@ class Batch:
         return len(self.y)
 
     def to(self, device: torch.device | str) -> "Batch":
-        meta = None if self.meta is None else {k: v.to(device) for k, v in self.meta.items()}
-        shard = None if self.shard is None else self.shard.to(device)
+        # non-blocking: from pinned memory the copies overlap the device's work, from pageable memory they
+        # are staged at once; either way the host never waits for the device (no synchronisation)
+        meta = None if self.meta is None else {k: v.to(device, non_blocking=True) for k, v in self.meta.items()}
+        shard = None if self.shard is None else self.shard.to(device, non_blocking=True)
         return Batch(self.x.to(device, non_blocking=True), self.y.to(device, non_blocking=True), meta, shard)
 
     def head(self, n: int) -> "Batch":

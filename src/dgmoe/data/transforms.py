@@ -7,8 +7,10 @@ normalisation, only `/255` (DomainBed).
 
 Every callable takes `(x, generator=None)`: `x` uint8 (or float in [0, 1]) `[B, C, H, W]` or `[C, H, W]`
 on any device; all randomness is drawn on the CPU from `generator` (the global torch RNG when None), so a
-batch augmented on a GPU gets the same crops, flips and jitter factors as on the CPU. Differences from torchvision, kept
-on purpose and small:
+batch augmented on a GPU gets the same crops, flips and jitter factors as on the CPU. Every decision is
+taken on the CPU draws and only index tensors and constants travel to the device (asynchronously), so
+augmenting on a GPU never waits for it: no value of a device tensor is read back (a host synchronisation).
+Differences from torchvision, kept on purpose and small:
 - images are stored pre-resized to S (see `dgmoe.data.folder`), so the crop is taken from the S x S image
   rather than the original file, and works in float without re-quantising to uint8 between steps;
 - the crop is resampled with one batched `grid_sample` whose sample points are exactly those of bilinear
@@ -30,6 +32,20 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 GRAY_WEIGHTS = (0.299, 0.587, 0.114)
 
 
+def to_device(values, like: torch.Tensor) -> torch.Tensor:
+    """CPU `values` (a tensor or a sequence of numbers) on `like`'s device in its float dtype, copied without
+    waiting for the device (a plain `torch.tensor(..., device=cuda)` blocks until the copy is done)."""
+    cpu = torch.as_tensor(values, dtype=like.dtype if like.is_floating_point() else None)
+    return cpu if like.device == cpu.device else cpu.to(like.device, non_blocking=True)
+
+
+def _rows(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """The indices of a CPU boolean `mask`'s True rows, on `like`'s device (indexing with them reads nothing
+    back, unlike indexing a device tensor with a device mask)."""
+    rows = mask.nonzero().squeeze(1)
+    return rows if like.device == rows.device else rows.to(like.device, non_blocking=True)
+
+
 def _to_float_batch(x: torch.Tensor) -> tuple[torch.Tensor, bool]:
     if x.ndim not in (3, 4):
         raise ValueError(f"expected an image [C, H, W] or a batch [B, C, H, W], got shape {tuple(x.shape)}")
@@ -47,17 +63,14 @@ def resize(x: torch.Tensor, size: int) -> torch.Tensor:
 
 
 def normalize(x: torch.Tensor, mean, std) -> torch.Tensor:
-    m = torch.as_tensor(mean, dtype=x.dtype, device=x.device).view(1, -1, 1, 1)
-    s = torch.as_tensor(std, dtype=x.dtype, device=x.device).view(1, -1, 1, 1)
-    return x.sub(m).div_(s)
+    return x.sub(to_device(mean, x).view(1, -1, 1, 1)).div_(to_device(std, x).view(1, -1, 1, 1))
 
 
 def grayscale(x: torch.Tensor) -> torch.Tensor:
     """`[B, 1, H, W]` luma of an RGB batch (a 1-channel batch is returned as is)."""
     if x.shape[1] == 1:
         return x
-    w = torch.tensor(GRAY_WEIGHTS, dtype=x.dtype, device=x.device).view(1, 3, 1, 1)
-    return (x * w).sum(1, keepdim=True)
+    return (x * to_device(GRAY_WEIGHTS, x).view(1, 3, 1, 1)).sum(1, keepdim=True)
 
 
 def resized_crop_params(b: int, height: int, width: int, scale, ratio,
@@ -102,11 +115,12 @@ def resized_crop(x: torch.Tensor, top, left, h, w, size: int, flip: torch.Tensor
         start, length = start.double()[:, None], length.double()[:, None]
         src = start + centers[None] * (length / size) - 0.5
         src = torch.minimum(torch.maximum(src, start), start + length - 1)
-        return ((2 * src + 1) / extent - 1).to(device=x.device, dtype=x.dtype)
+        return (2 * src + 1) / extent - 1
 
     gx, gy = axis(left, w, width), axis(top, h, height)
     if flip is not None:
-        gx = torch.where(flip.to(gx.device)[:, None], gx.flip(-1), gx)
+        gx = torch.where(flip[:, None], gx.flip(-1), gx)
+    gx, gy = to_device(gx.to(x.dtype), x), to_device(gy.to(x.dtype), x)
     grid = torch.stack(torch.broadcast_tensors(gx[:, None, :], gy[:, :, None]), dim=-1)
     return F.grid_sample(x, grid, mode="bilinear", padding_mode="border", align_corners=False)
 
@@ -210,22 +224,23 @@ class TrainTransform:
         out = resized_crop(out, *box, self.img_size, flip=flip)
         out = self._jitter(out, g)  # `out` is a fresh tensor: the jitter may write into it
         if c == 3:
-            gray = (torch.rand(b, generator=g) < self.grayscale_p).to(out.device)
+            gray = torch.rand(b, generator=g) < self.grayscale_p
             if gray.any():
-                out[gray] = grayscale(out[gray]).expand(-1, 3, -1, -1)
+                rows = _rows(gray, out)
+                out[rows] = grayscale(out[rows]).expand(-1, 3, -1, -1)
         out = normalize(out, self.mean, self.std)
         return out[0] if single else out
 
     def _jitter(self, x: torch.Tensor, g) -> torch.Tensor:
         b = x.shape[0]
-        order = torch.rand(b, 4, generator=g).argsort(1).to(x.device)
+        order = torch.rand(b, 4, generator=g).argsort(1)
         u = torch.rand(b, 4, generator=g)
         bri, con, sat, hue = self.jitter
         # torchvision's ranges: [max(0, 1 - f), 1 + f] for brightness/contrast/saturation, [-f, f] for hue
         factors = torch.stack([max(0.0, 1 - bri) + (1 + bri - max(0.0, 1 - bri)) * u[:, 0],
                                max(0.0, 1 - con) + (1 + con - max(0.0, 1 - con)) * u[:, 1],
                                max(0.0, 1 - sat) + (1 + sat - max(0.0, 1 - sat)) * u[:, 2],
-                               -hue + 2 * hue * u[:, 3]], 1).to(device=x.device, dtype=x.dtype)
+                               -hue + 2 * hue * u[:, 3]], 1).to(x.dtype)
         ops = (adjust_brightness, adjust_contrast, adjust_saturation, adjust_hue)
         for k in range(4):
             for op in range(4):
@@ -233,7 +248,8 @@ class TrainTransform:
                     continue
                 m = order[:, k] == op
                 if m.any():
-                    x[m] = ops[op](x[m], factors[m, op])
+                    rows = _rows(m, x)
+                    x[rows] = ops[op](x[rows], to_device(factors[m, op], x))
         return x
 
 

@@ -259,7 +259,8 @@ def _run_loop(cfg: RunConfig, setup: RunSetup, writer: RunWriter, run_log: RunLo
     autocast = (torch.autocast(device_type=ex.device.split(":")[0], dtype=torch.bfloat16)
                 if cfg.training.precision == "bf16" else contextlib.nullcontext())
     sums = StepMetrics()  # on the device until a checkpoint reads them: no host sync per step
-    eval_batches = EvalBatches(setup.eval_transform, ex.eval_batch_size, ex.num_workers, pin_memory=on_gpu)
+    eval_batches = EvalBatches(setup.eval_transform, ex.eval_batch_size, ex.num_workers, pin_memory=on_gpu,
+                               device=ex.device if on_gpu else None)
     algorithm.train()
     step, stopped_early, due, watch = start, False, checkpoints, FiniteWatch()
     try:
@@ -277,7 +278,8 @@ def _run_loop(cfg: RunConfig, setup: RunSetup, writer: RunWriter, run_log: RunLo
             if step in due:
                 if (warning := watch.check(str(writer.out), stop=ex.on_nonfinite_loss == "stop")) is not None:
                     run_log.say(warning)
-                record = _checkpoint(step, cfg, setup, writer, progress, sums, info, eval_batches)
+                with autocast:  # evaluation in the training precision (bf16 inference, as the step)
+                    record = _checkpoint(step, cfg, setup, writer, progress, sums, info, eval_batches)
                 if record is not None:  # (rank 0's)
                     for sink in sinks:
                         sink.checkpoint(record)

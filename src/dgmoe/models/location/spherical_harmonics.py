@@ -26,6 +26,7 @@ Pbar is computed with the stable three-term recursion on fully normalised values
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -37,8 +38,10 @@ def satclip_angles(lon: torch.Tensor, lat: torch.Tensor) -> tuple[torch.Tensor, 
     return torch.deg2rad(lat.double() + 90.0), torch.deg2rad(lon.double() + 180.0)
 
 
+@functools.lru_cache(maxsize=None)
 def _recursion_coefficients(num_degrees: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """a_lm and b_lm as [L, L] float64 tables (zero where unused)."""
+    """a_lm and b_lm as [L, L] float64 tables (zero where unused); built once per L and never modified (the
+    copies to a device read them asynchronously)."""
     a = torch.zeros(num_degrees, num_degrees, dtype=torch.float64)
     b = torch.zeros(num_degrees, num_degrees, dtype=torch.float64)
     for l in range(2, num_degrees):
@@ -51,7 +54,7 @@ def _recursion_coefficients(num_degrees: int) -> tuple[torch.Tensor, torch.Tenso
 def normalized_legendre(x: torch.Tensor, num_degrees: int) -> list[torch.Tensor]:
     """Pbar_l^m(x) for l < num_degrees: a list whose entry l is a [..., l+1] tensor over m = 0..l."""
     a, b = _recursion_coefficients(num_degrees)
-    a, b = a.to(x.device), b.to(x.device)
+    a, b = a.to(x.device, non_blocking=True), b.to(x.device, non_blocking=True)  # no host sync on a GPU
     s = torch.sqrt(torch.clamp(1.0 - x * x, min=0.0))
     rows: list[torch.Tensor] = [torch.full_like(x, 1.0 / math.sqrt(4.0 * math.pi)).unsqueeze(-1)]
     for l in range(1, num_degrees):
