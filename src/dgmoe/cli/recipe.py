@@ -10,10 +10,10 @@ import click
 from dgmoe.cli.options import ListFlagsGroup
 from dgmoe.cli.sweep import TrainFlagsAfterDash, launch_options, launcher_options, train_flags
 from dgmoe.engine.config import ExecutionConfig
-from dgmoe.engine.settings import flag, key_of
 from dgmoe.errors import DgmoeError, UsageError
 from dgmoe.recipes import get_recipe, list_recipes  # the paper modules load on first use
 from dgmoe.recipes.plan import SCALES
+from dgmoe.settings import flag, key_of
 
 #: the `dgmoe train` flags a recipe launch passes on (after `--`): where and how jobs execute, never what
 #: they compute (the recipe declares that); --data-dir and --output-dir are options of the launch itself

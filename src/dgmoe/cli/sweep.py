@@ -9,8 +9,8 @@ import click
 
 from dgmoe.cli.options import INDEX_LIST, LIST_HINT, ListFlagsGroup, given_settings, run_options, spread_lists
 from dgmoe.engine.config import RunConfig
-from dgmoe.engine.settings import flag
 from dgmoe.errors import DgmoeError, UsageError
+from dgmoe.settings import flag
 from dgmoe.sweep.jobs import DEFAULT_TRAIN_COMMAND, GRID_KEYS, SweepConfig, build_jobs, check_sweep
 from dgmoe.sweep.launchers import LAUNCHERS, LaunchOptions
 
