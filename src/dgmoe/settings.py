@@ -176,7 +176,7 @@ def validate(config: Any) -> None:
             if not optional:
                 raise ConfigError(f"{name} is required")
             continue
-        if dataclasses.is_dataclass(base):
+        if isinstance(base, type) and dataclasses.is_dataclass(base):
             if not isinstance(value, base):
                 raise ConfigError(f"{name} must be a {base.__name__}, got {value!r}")
         elif base is bool:

@@ -163,8 +163,8 @@ def setting_param(config: type, f: dataclasses.Field, hint: Any, click_required:
     choices = choices_of(f, hint)
     if choices:
         return click.option(*names, type=click.Choice(choices), default=default, **{"show_default": True, **common})
-    kind = {int: int, float: float}.get(base, str)
-    return click.option(*names, type=kind, default=default, **{"show_default": default is not None, **common})
+    scalar: type = {int: int, float: float}.get(base, str)
+    return click.option(*names, type=scalar, default=default, **{"show_default": default is not None, **common})
 
 
 def config_fields(config: type, only: Iterable[str] | None = None,
