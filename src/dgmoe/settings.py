@@ -29,8 +29,7 @@ def setting(default: Any, help: str, *, key: str | None = None, minimum: float |
             maximum: float | None = None, choices: tuple[str, ...] | None = None, exclusive_max: bool = False,
             exclusive_min: bool = False, flags: tuple[str, ...] | None = None,
             parser: Callable[[str], Any] | None = None, shown: str | None = None, required: bool = False,
-            argument: bool = False, hidden: bool = False,
-            metavar: str | None = None) -> Any:
+            argument: bool = False, hidden: bool = False, metavar: str | None = None, commas: bool = False) -> Any:
     """A config field with its help text and constraints; `key` is its flat name when the field's own name
     would be ambiguous outside its section (`model.name` is `--model`).
 
@@ -38,13 +37,36 @@ def setting(default: Any, help: str, *, key: str | None = None, minimum: float |
     `flags` its option names (`("--verbose", "-v")`); `parser` turns the text given into the value (a comma
     list, `NAME=SECONDS` pairs; a ValueError's message is the error); `shown` is the default as `--help`
     prints it; `required` a value the command line (or a `--config` file) must give; `argument` a positional
-    argument; `hidden` an option kept for old command lines, left out of `--help`."""
+    argument; `hidden` an option kept for old command lines, left out of `--help`; `commas` a list of names
+    whose items may also be comma lists (`--datasets PACS,VLCS`)."""
     meta = {"help": help, "key": key, "minimum": minimum, "maximum": maximum, "choices": choices,
             "exclusive_min": exclusive_min, "exclusive_max": exclusive_max, "flags": flags, "parser": parser,
-            "shown": shown, "required": required, "argument": argument, "hidden": hidden, "metavar": metavar}
+            "shown": shown, "required": required, "argument": argument, "hidden": hidden, "metavar": metavar,
+            "commas": commas}
     if isinstance(default, (dict, list)):
         return field(default_factory=lambda: type(default)(default), metadata=meta)
     return field(default=default, metadata=meta)
+
+
+def comma_ints(text: str) -> tuple[int, ...]:
+    """'0,1,2' -> (0, 1, 2): a parser of list options written as one comma list."""
+    try:
+        return tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise ValueError(f"expected a comma list of integers, got {text!r}") from None
+
+
+def comma_floats(text: str) -> tuple[float, ...]:
+    """'0.7,1' -> (0.7, 1.0)."""
+    try:
+        return tuple(float(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise ValueError(f"expected comma-separated numbers, got {text!r}") from None
+
+
+def comma_names(text: str) -> tuple[str, ...]:
+    """'a, b' -> ('a', 'b')."""
+    return tuple(v.strip() for v in text.split(",") if v.strip())
 
 
 def key_of(f: dataclasses.Field) -> str:
@@ -172,8 +194,8 @@ def validate(config: Any) -> None:
     for f in dataclasses.fields(config):
         value, meta, name = getattr(config, f.name), f.metadata, flag_of(f)
         base, optional = kind_of(hints[f.name])
-        if value is None:
-            if not optional:
+        if value is None or (meta.get("required") and value in ("", ())):
+            if not optional or meta.get("required"):
                 raise ConfigError(f"{name} is required")
             continue
         if isinstance(base, type) and dataclasses.is_dataclass(base):
@@ -191,8 +213,6 @@ def validate(config: Any) -> None:
             if allowed and value not in allowed:
                 raise ConfigError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
         elif base is tuple:
-            if meta.get("required") and not value:
-                raise ConfigError(f"{name} is required")
             _check_list(name, value, item_kind(hints[f.name]), meta)
         elif base is dict:
             if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):

@@ -21,7 +21,7 @@ import click
 from click.core import ParameterSource
 
 from dgmoe.engine.config import RunConfig
-from dgmoe.settings import choices_of, default_of, flag, item_kind, key_of, kind_of
+from dgmoe.settings import choices_of, comma_ints, default_of, flag, item_kind, key_of, kind_of
 
 LIST_HINT = "space-separated, repeat the flag or use a comma list"
 
@@ -30,6 +30,7 @@ class IndexList(click.ParamType):
     """One integer of a list flag (`--test-envs`); its error says how a list is written."""
 
     name = "integer"
+    commas = True  # `spread_lists` splits comma lists
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
         if isinstance(value, int) and not isinstance(value, bool):
@@ -41,6 +42,19 @@ class IndexList(click.ParamType):
 
 
 INDEX_LIST = IndexList()
+
+
+class NameList(click.ParamType):
+    """One name of a list flag whose items may be comma lists (`--datasets PACS,VLCS`)."""
+
+    name = "text"
+    commas = True
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        return str(value)
+
+
+NAME_LIST = NameList()
 
 
 def spread_lists(params: Iterable[click.Parameter], args: list[str]) -> list[str]:
@@ -65,7 +79,7 @@ def spread_lists(params: Iterable[click.Parameter], args: list[str]) -> list[str
         while i < len(args) and not args[i].startswith("-"):
             values.append(args[i])
             i += 1
-        if isinstance(option.type, IndexList):
+        if getattr(option.type, "commas", False):
             values = [v for value in values for v in (value.split(",") if "," in value else [value])]
         for value in values:
             out += [name, value]
@@ -139,7 +153,8 @@ def setting_param(config: type, f: dataclasses.Field, hint: Any, click_required:
     parser = meta.get("parser")
     if meta.get("argument"):
         kind = Parsed(parser, key) if parser else str
-        return click.argument(key, type=kind, metavar=meta.get("metavar") or key.upper(), **common)
+        return click.argument(key, type=kind, metavar=meta.get("metavar") or key.upper(),
+                              required=bool(meta.get("required")) and click_required, **common)
     explicit = meta.get("flags")
     names = [*(explicit or _names(key, base, getattr(config, "DOMAINBED_FLAGS", False))), key]
     common.update(help=meta.get("help", ""), hidden=bool(meta.get("hidden")),
@@ -154,7 +169,9 @@ def setting_param(config: type, f: dataclasses.Field, hint: Any, click_required:
         return click.option(*names, type=Parsed(parser, key), default=None, **{
             "show_default": _shown(default) if default not in (None, (), "") else False, **common})
     if base is tuple:
-        item = {int: INDEX_LIST, float: float}.get(item_kind(hint), str)
+        item: Any = {int: INDEX_LIST, float: float, tuple: Parsed(comma_ints, "integers")}.get(item_kind(hint), str)
+        if meta.get("commas"):
+            item = NAME_LIST
         hint_text = common["help"].rstrip(".")
         common["help"] = f"{hint_text}: {LIST_HINT}." if hint_text else f"({LIST_HINT})"
         return click.option(*names, multiple=True, type=item, default=default, **{"show_default": True, **common})
@@ -164,7 +181,7 @@ def setting_param(config: type, f: dataclasses.Field, hint: Any, click_required:
     if choices:
         return click.option(*names, type=click.Choice(choices), default=default, **{"show_default": True, **common})
     scalar: type = {int: int, float: float}.get(base, str)
-    return click.option(*names, type=scalar, default=default, **{"show_default": default is not None, **common})
+    return click.option(*names, type=scalar, default=default, **{"show_default": default not in (None, ""), **common})
 
 
 def config_fields(config: type, only: Iterable[str] | None = None,
@@ -221,14 +238,14 @@ def given_values(ctx: click.Context, values: dict[str, Any], config: type, only:
     return out
 
 
-def build_config(config: type, ctx: click.Context, values: dict[str, Any], base: Any = None,
+def build_config(config: type, ctx: click.Context, values: dict[str, Any], start: Any = None,
                  skip: Iterable[str] = (), **fixed: Any) -> Any:
-    """The config the command line describes: the given flags (and `fixed` fields) over `base` (a `--config`
+    """The config the command line describes: the given flags (and `fixed` fields) over `start` (a `--config`
     file) or the defaults; the config validates itself (one error naming the flag)."""
     by_key = {key_of(f): f.name for _, f, _ in config_fields(config)}
     changes = {by_key[k]: v for k, v in given_values(ctx, values, config, skip=skip).items()}
     changes.update(fixed)
-    return dataclasses.replace(base, **changes) if base is not None else config(**changes)
+    return dataclasses.replace(start, **changes) if start is not None else config(**changes)
 
 
 def print_config(cfg: Any) -> None:
