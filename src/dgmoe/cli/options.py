@@ -21,7 +21,7 @@ import click
 from click.core import ParameterSource
 
 from dgmoe.engine.config import RunConfig
-from dgmoe.settings import choices_of, comma_ints, default_of, flag, item_kind, key_of, kind_of
+from dgmoe.settings import ConfigError, choices_of, comma_ints, default_of, flag, item_kind, key_of, kind_of
 
 LIST_HINT = "space-separated, repeat the flag or use a comma list"
 
@@ -229,9 +229,12 @@ def given_values(ctx: click.Context, values: dict[str, Any], config: type, only:
                  skip: Iterable[str] = ()) -> dict[str, Any]:
     """The settings of `config` the user gave on the command line (or through the environment), by flat key."""
     out = {}
+    params = {p.name: p for p in ctx.command.params}
     for _, f, hint in config_fields(config, only, skip):
         key = key_of(f)
         if key not in values or ctx.get_parameter_source(key) in (ParameterSource.DEFAULT, None):
+            continue
+        if getattr(params.get(key), "setting", f) is not f:  # another config's option of the same name
             continue
         value = values[key]
         out[key] = tuple(value) if kind_of(hint)[0] is tuple else value
@@ -245,7 +248,10 @@ def build_config(config: type, ctx: click.Context, values: dict[str, Any], start
     by_key = {key_of(f): f.name for _, f, _ in config_fields(config)}
     changes = {by_key[k]: v for k, v in given_values(ctx, values, config, skip=skip).items()}
     changes.update(fixed)
-    return dataclasses.replace(start, **changes) if start is not None else config(**changes)
+    try:
+        return dataclasses.replace(start, **changes) if start is not None else config(**changes)
+    except ConfigError as e:  # reported as click reports a bad flag (with the command's --help)
+        raise click.UsageError(str(e), ctx) from None
 
 
 def print_config(cfg: Any) -> None:
