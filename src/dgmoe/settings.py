@@ -69,6 +69,13 @@ def comma_names(text: str) -> tuple[str, ...]:
     return tuple(v.strip() for v in text.split(",") if v.strip())
 
 
+def existing_folder(text: str) -> str:
+    """A folder that must exist (a parser of folder arguments)."""
+    if not Path(text).is_dir():
+        raise ValueError(f"Directory {text!r} does not exist.")
+    return text
+
+
 def key_of(f: dataclasses.Field) -> str:
     """The flat name of a field: its flag without dashes and its key in records."""
     return f.metadata.get("key") or f.name

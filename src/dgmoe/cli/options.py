@@ -143,11 +143,24 @@ def _shown(value: Any) -> str:
     return str(value)
 
 
+def _option_maker(names: list[str], required: bool) -> Callable[..., Callable]:
+    """click.option over `names`; a required option gets no default (click 8.4 counts a None default as given)."""
+    def make(**kw: Any) -> Callable:
+        if required:
+            kw.pop("default", None)
+            kw["show_default"] = False
+        return click.option(*names, **kw)
+
+    return make
+
+
 def setting_param(config: type, f: dataclasses.Field, hint: Any, click_required: bool = True) -> Callable:
     """The click option (or argument) of one field; `click_required=False` leaves a required field to the
     config's own check (a command that also reads a `--config` file)."""
     base, _ = kind_of(hint)
     key, meta, default = key_of(f), f.metadata, default_of(f)
+    if meta.get("required"):
+        default = None  # nothing to show
     common: dict[str, Any] = {"cls": SettingArgument if meta.get("argument") else SettingOption, "config": config,
                               "setting": f}
     parser = meta.get("parser")
@@ -159,29 +172,28 @@ def setting_param(config: type, f: dataclasses.Field, hint: Any, click_required:
     names = [*(explicit or _names(key, base, getattr(config, "DOMAINBED_FLAGS", False))), key]
     common.update(help=meta.get("help", ""), hidden=bool(meta.get("hidden")),
                   required=bool(meta.get("required")) and click_required, metavar=meta.get("metavar"))
-    if meta.get("shown") is not None:
-        common["show_default"] = meta["shown"]
+    option = _option_maker(names, bool(meta.get("required")))
     if base is bool:
         if explicit:
-            return click.option(*names, is_flag=True, default=default, **common)
-        return click.option(*names, default=default, **{"show_default": True, **common})
-    if parser:
-        return click.option(*names, type=Parsed(parser, key), default=None, **{
-            "show_default": _shown(default) if default not in (None, (), "") else False, **common})
+            return option(is_flag=True, default=default, **common)
+        return option(default=default, **{"show_default": True, **common})
+    if parser:  # the default as typed (`--seeds 0,1,2`), or as `shown` says
+        text = meta.get("shown") or (_shown(default) if default not in (None, (), "") else None)
+        return option(type=Parsed(parser, key), default=text, show_default=text is not None, **common)
     if base is tuple:
         item: Any = {int: INDEX_LIST, float: float, tuple: Parsed(comma_ints, "integers")}.get(item_kind(hint), str)
         if meta.get("commas"):
             item = NAME_LIST
         hint_text = common["help"].rstrip(".")
         common["help"] = f"{hint_text}: {LIST_HINT}." if hint_text else f"({LIST_HINT})"
-        return click.option(*names, multiple=True, type=item, default=default, **{"show_default": True, **common})
+        return option(multiple=True, type=item, default=default, **{"show_default": True, **common})
     if base is dict:
-        return click.option(*names, default="", **{"show_default": False, **common})
+        return option(default="", **{"show_default": False, **common})
     choices = choices_of(f, hint)
     if choices:
-        return click.option(*names, type=click.Choice(choices), default=default, **{"show_default": True, **common})
+        return option(type=click.Choice(choices), default=default, **{"show_default": True, **common})
     scalar: type = {int: int, float: float}.get(base, str)
-    return click.option(*names, type=scalar, default=default, **{"show_default": default not in (None, ""), **common})
+    return option(type=scalar, default=default, **{"show_default": default not in (None, ""), **common})
 
 
 def config_fields(config: type, only: Iterable[str] | None = None,
