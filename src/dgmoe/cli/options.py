@@ -214,11 +214,14 @@ def config_fields(config: type, only: Iterable[str] | None = None,
 def config_options(config: type, only: Iterable[str] | None = None, skip: Iterable[str] = (),
                    click_required: bool = True) -> Callable:
     """A decorator adding one click option (or argument) per field of `config` (see `config_fields`)."""
+    only, skip = (tuple(only) if only is not None else None), tuple(skip)
     fields = config_fields(config, only, skip)
 
     def decorate(fn: Callable) -> Callable:
         for kind, f, hint in reversed(fields):
             fn = setting_param(kind, f, hint, click_required)(fn)
+        declared = getattr(fn, "dgmoe_configs", [])  # what the command declares it reads (tests check it)
+        fn.dgmoe_configs = [(config, only, skip), *declared]  # type: ignore[attr-defined]
         return fn
 
     return decorate

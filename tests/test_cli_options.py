@@ -1,0 +1,90 @@
+"""Every option of every command is generated from a typed config (`dgmoe.cli.options`): the test walks the
+click tree of `dgmoe`, maps every option and argument to the config field it was generated from (or to the
+short list of command-line-only parameters below, each with its reason), and checks that `--help` lists
+every field a command declares; `--config` files round-trip for sweep and recipe launches as for train."""
+import dataclasses
+import json
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from dgmoe.cli import main
+from dgmoe.cli.options import SettingArgument, SettingOption, config_fields
+from dgmoe.settings import flag_of, key_of
+
+#: parameters that describe no config field, and why
+CLI_ONLY = {
+    "help": "click's --help",
+    "config_file": "--config FILE: the file a config is read from, not a setting of it",
+    "print_config": "--print-config: prints the config the command line describes",
+    "train_args": "hidden old spelling of the `dgmoe train` flags after `--` (a launch's run settings)",
+    "exec_args": "hidden old spelling of the `dgmoe train` flags after `--` (a launch's run settings)",
+    "train_flags_": "the `dgmoe train` flags after `--`, parsed by train's own generated options",
+    "flags": "the `dgmoe train` execution flags after `--`, parsed by train's own generated options",
+}
+
+#: config fields a command declares but sets itself, and why
+SET_BY_THE_COMMAND = {
+    ("synthetic", "p1"): "the experiment sets it: 1 in the noiseless runs, each --grid value in the noisy ones",
+    ("synthetic", "p2"): "the experiment sets it: 1 in the noiseless runs, each --grid value in the noisy ones",
+}
+
+
+def _commands(group: click.Group, path: tuple[str, ...] = ()):
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):
+        cmd = group.get_command(ctx, name)
+        assert cmd is not None, name
+        if isinstance(cmd, click.Group):
+            yield from _commands(cmd, (*path, name))
+        else:
+            yield (*path, name), cmd
+
+
+COMMANDS = dict(_commands(main))
+
+
+def _declared(cmd: click.Command) -> list[tuple[type, dataclasses.Field]]:
+    out = []
+    for config, only, skip in getattr(cmd.callback, "dgmoe_configs", []):
+        out += [(kind, f) for kind, f, _ in config_fields(config, only, skip)]
+    return out
+
+
+def test_the_walk_finds_every_command():
+    names = {" ".join(p) for p in COMMANDS}
+    assert {"train", "sweep launch", "sweep estimate", "recipe launch", "bench layer", "bench data", "synthetic",
+            "geo benchmark", "data prepare", "data check"} <= names
+    assert len(names) > 25
+
+
+@pytest.mark.parametrize("path", sorted(COMMANDS), ids=" ".join)
+def test_every_option_is_generated_from_a_config_field(path):
+    cmd = COMMANDS[path]
+    declared = {id(f): kind for kind, f in _declared(cmd)}
+    for param in cmd.params:
+        if param.name in CLI_ONLY:
+            continue
+        assert isinstance(param, (SettingOption, SettingArgument)), \
+            f"{' '.join(path)}: {param.opts} is declared by hand, not generated from a config field"
+        assert id(param.setting) in declared and declared[id(param.setting)] is param.config, \
+            f"{' '.join(path)}: {param.opts} belongs to no config the command declares"
+        assert key_of(param.setting) == param.name and param.setting in dataclasses.fields(param.config)
+
+
+@pytest.mark.parametrize("path", sorted(COMMANDS), ids=" ".join)
+def test_help_lists_every_field_of_the_command(path):
+    result = CliRunner().invoke(main, [*path, "--help"], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    fields = _declared(COMMANDS[path])
+    for kind, f in fields:
+        assert flag_of(f) in result.output, f"{' '.join(path)}: {kind.__name__}.{f.name} is not in --help"
+    for config, only, skip in getattr(COMMANDS[path].callback, "dgmoe_configs", []):
+        for name in skip:
+            assert (path[-1], name) in SET_BY_THE_COMMAND, f"{' '.join(path)}: {name} has no flag and no reason"
+
+
+def test_the_allow_lists_are_used():
+    names = {p.name for cmd in COMMANDS.values() for p in cmd.params}
+    assert set(CLI_ONLY) - {"help"} <= names
