@@ -88,3 +88,72 @@ def test_help_lists_every_field_of_the_command(path):
 def test_the_allow_lists_are_used():
     names = {p.name for cmd in COMMANDS.values() for p in cmd.params}
     assert set(CLI_ONLY) - {"help"} <= names
+
+
+def _printed(cli, *args) -> dict:
+    """The config `--print-config` prints (given before the `dgmoe train` flags after `--`)."""
+    args = list(args)
+    at = args.index("--") if "--" in args else len(args)
+    result = cli(*args[:at], "--print-config", *args[at:])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def test_sweep_config_file_round_trips_to_the_same_jobs(cli, tmp_path):
+    from dgmoe.sweep.jobs import SweepConfig, build_jobs
+
+    out = tmp_path / "sweep"
+    args = ("sweep", "launch", "--datasets", "PACS", "--algorithms", "ERM,CORAL", "--models", "vit_tiny_patch16_224",
+            "--output-dir", out, "--n-hparams", "2", "--n-trials", "1", "--steps", "50", "--test-env-sets", "0,1", "2")
+    printed = _printed(cli, *args, "--", "--n-per-domain", "8", "--hparams", '{"lr": 1e-4}')
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps(printed))
+    loaded = SweepConfig.from_file(path)
+    assert loaded.algorithms == ("ERM", "CORAL") and loaded.test_env_sets == ((0, 1), (2,))
+    assert loaded.base.data.n_per_domain == 8 and loaded.base.algorithm.hparams == {"lr": 1e-4}
+    assert loaded == SweepConfig.from_dict(loaded.to_dict())
+    assert [j.job_id for j in build_jobs(loaded)] == [j.job_id for j in build_jobs(SweepConfig.from_dict(printed))]
+    assert _printed(cli, "sweep", "launch", "--config", path) == printed  # the file alone describes the sweep
+    changed = _printed(cli, "sweep", "launch", "--config", path, "--n-trials", "2", "--", "--n-per-domain", "4")
+    assert changed == {**printed, "n_trials": 2, "base": SweepConfig.from_dict(printed).base.replace(
+        n_per_domain=4).to_dict()}
+    assert "unknown setting 'n_trails'" in cli("sweep", "launch", "--config", _file(tmp_path, {"n_trails": 1})).output
+
+
+def test_recipe_launch_config_file_round_trips_to_the_same_jobs(cli, tmp_path):
+    from dgmoe.recipes import get_recipe
+    from dgmoe.recipes.options import RecipeLaunch
+    from dgmoe.recipes.run import prepare
+
+    args = ("recipe", "launch", "gmoe-table1", "--scale", "smoke", "--rows", "GMoE-S/16", "--output-dir",
+            tmp_path / "r", "--n-trials", "2")
+    printed = _printed(cli, *args)
+    path = _file(tmp_path, printed)
+    loaded = RecipeLaunch.from_file(path)
+    assert loaded == RecipeLaunch(name="gmoe-table1", scale="smoke", rows=("GMoE-S/16",), output_dir=str(tmp_path / "r"),
+                                  n_trials=2)
+    assert _printed(cli, "recipe", "launch", "--config", path) == printed
+    assert _printed(cli, "recipe", "launch", "--config", path, "--n-trials", "1")["n_trials"] == 1
+
+    def job_ids(cfg: RecipeLaunch) -> list[str]:
+        plan = prepare(get_recipe(cfg.name), cfg.scale, cfg.folder(), cfg.data_dir, cfg.pretrained, cfg.rows, {},
+                       cfg.n_hparams, cfg.n_trials)
+        return [j.job_id for jobs in plan.jobs.values() for j in jobs]
+
+    assert job_ids(loaded) == job_ids(RecipeLaunch.from_dict(printed)) and job_ids(loaded)
+
+
+def test_a_bad_value_names_its_flag_through_the_one_validator(cli):
+    result = cli("bench", "layer", "--rounds", "2")
+    assert result.exit_code == 2 and "--rounds must be >= 5, got 2" in result.output
+    result = cli("sweep", "launch", "--datasets", "PACS", "--algorithms", "ERM", "--models", "m", "--output-dir", "o",
+                 "--max-workers", "0")
+    assert result.exit_code == 2 and "--max-workers must be >= 1, got 0" in result.output
+    result = cli("geo", "benchmark", "--seeds", "a")
+    assert result.exit_code == 2 and "expected a comma list of integers, got 'a'" in result.output
+
+
+def _file(tmp_path, content: dict):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(content))
+    return path
