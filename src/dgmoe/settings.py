@@ -76,6 +76,13 @@ def existing_folder(text: str) -> str:
     return text
 
 
+def existing_file(text: str) -> str:
+    """A file that must exist."""
+    if not Path(text).is_file():
+        raise ValueError(f"File {text!r} does not exist.")
+    return text
+
+
 def key_of(f: dataclasses.Field) -> str:
     """The flat name of a field: its flag without dashes and its key in records."""
     return f.metadata.get("key") or f.name
@@ -221,6 +228,10 @@ def validate(config: Any) -> None:
                 raise ConfigError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
         elif base is tuple:
             _check_list(name, value, item_kind(hints[f.name]), meta)
+            allowed = choices_of(f, hints[f.name]) or ()
+            wrong = [v for v in value if allowed and v not in allowed]
+            if wrong:
+                raise ConfigError(f"{name} must be among {', '.join(allowed)}; got {wrong[0]!r}")
         elif base is dict:
             if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
                 raise ConfigError(f"{name} must be a JSON object with string keys, got {value!r}")

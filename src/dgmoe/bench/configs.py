@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dgmoe.bench.timing import MIN_ROUNDS
+from dgmoe.bench.algorithms import BenchmarkConfig
+from dgmoe.bench.timing import MIN_ROUNDS, MIN_WARMUP
 from dgmoe.settings import Settings, comma_ints, comma_names, setting
 
 DEFAULT_MODELS = ("vit_small_patch16_224", "gmoe_small_patch16_224", "sfmoe_small_patch16_224",
@@ -91,3 +92,24 @@ class DataBenchConfig(Settings):
                                        parser=comma_ints, minimum=0)
     steps: int = setting(20, "Steps timed per measurement, after --warmup steps.", minimum=1, flags=("--timed-steps",))
     warmup: int = setting(3, "Untimed steps before each measurement.", minimum=0)
+
+
+@dataclass(frozen=True)
+class AlgorithmBenchRun(Settings):
+    """`dgmoe algorithms bench`: one `dgmoe.bench.algorithms.BenchmarkConfig` per backbone."""
+
+    backbones: tuple[str, ...] = setting(("vit_tiny_patch16_224", "gmoe_tiny_patch16_224"), "Registered model name; "
+                                         "repeat for several tables.", flags=("--backbone",))
+    algorithms: str = setting("all", "Comma-separated algorithm names (must include ERM), or 'all': every registered "
+                                     "algorithm (those that cannot train the backbone are listed with the reason).")
+    steps: int = setting(6, f"Timed steps per algorithm (at least {MIN_ROUNDS}; an even number averages DANN's "
+                            "alternation).", minimum=MIN_ROUNDS)
+    warmup: int = setting(1, "Untimed warm-up steps per algorithm.", minimum=MIN_WARMUP)
+    domains: int = setting(3, "Training domains of the batch.", minimum=1)
+    batch_per_domain: int = setting(16, "Images per domain per step.", minimum=1)
+    img_size: int = setting(32, "Image size in pixels.", minimum=1)
+    patch_size: int = setting(4, "ViT patch size in pixels.", minimum=1)
+    threads: int = setting(1, "torch threads per worker process.", minimum=1)
+    device: str = setting("cpu", "torch device.")
+    group_size: int = setting(BenchmarkConfig.group_size, "Worker processes alive at once (ERM's included); each "
+                                                          "holds a backbone, so this bounds memory.", minimum=2)

@@ -166,6 +166,8 @@ def setting_param(config: type, f: dataclasses.Field, hint: Any, click_required:
     parser = meta.get("parser")
     if meta.get("argument"):
         kind = Parsed(parser, key) if parser else str
+        if not meta.get("required"):
+            common["default"] = default
         return click.argument(key, type=kind, metavar=meta.get("metavar") or key.upper(),
                               required=bool(meta.get("required")) and click_required, **common)
     explicit = meta.get("flags")
@@ -184,6 +186,9 @@ def setting_param(config: type, f: dataclasses.Field, hint: Any, click_required:
         item: Any = {int: INDEX_LIST, float: float, tuple: Parsed(comma_ints, "integers")}.get(item_kind(hint), str)
         if meta.get("commas"):
             item = NAME_LIST
+        allowed = choices_of(f, hint)
+        if allowed:
+            item = click.Choice(allowed)
         hint_text = common["help"].rstrip(".")
         common["help"] = f"{hint_text}: {LIST_HINT}." if hint_text else f"({LIST_HINT})"
         return option(multiple=True, type=item, default=default, **{"show_default": True, **common})

@@ -36,12 +36,13 @@ def list_cmd() -> None:
 
 
 @command.command("show")
-@click.argument("name")
-def show(name: str) -> None:
+@config_options(RecipeLaunch, only=("name",))
+@click.pass_context
+def show(ctx: click.Context, **kw: Any) -> None:
     """A recipe's published numbers, rows, sweeps (grid, hparams, steps), weights and launch command."""
     from dgmoe.recipes.describe import show_text
 
-    click.echo(show_text(get_recipe(name)))
+    click.echo(show_text(get_recipe(build_config(RecipeLaunch, ctx, kw).name)))
 
 
 def _execution(flags: tuple[str, ...], ctx: click.Context) -> dict[str, Any]:

@@ -1,10 +1,11 @@
 """The configs of the sweep commands that inspect a sweep rather than describe one (`dgmoe sweep status`,
-`delete-incomplete`, `estimate`); their options are generated from these fields (`dgmoe.cli.options`)."""
+`delete-incomplete`, `estimate`) and of `dgmoe soup`; their options are generated from these fields
+(`dgmoe.cli.options`). Light: imports no torch."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dgmoe.settings import Settings, setting
+from dgmoe.settings import Settings, existing_folder, setting
 
 
 @dataclass(frozen=True)
@@ -40,3 +41,32 @@ class EstimateConfig(Settings):
     with_pairs: bool = setting(False, "Add test-env pairs (leave-one-domain-out selection).", flags=("--with-pairs",))
     job_overhead_s: float = setting(60.0, "Start-up cost per job.", minimum=0)
     gpus: tuple[int, ...] = setting((1, 8, 64), "GPU counts to report the wall-clock for.", minimum=1)
+
+
+#: the soups `dgmoe soup` makes (`dgmoe.sweep.soup`)
+METHODS = ("uniform", "greedy", "ratatouille", "ensemble")
+
+
+@dataclass(frozen=True)
+class SoupOptions(Settings):
+    """How `make_soups` reads, evaluates and writes (`dgmoe soup`)."""
+
+    methods: tuple[str, ...] = setting(METHODS, "Soups to make (repeat the flag; default: all four). uniform/greedy/"
+                                       "ensemble average the hparams draws of one (dataset, held-out domains, trial "
+                                       "seed, algorithm, model); ratatouille the runs of any algorithm that share an "
+                                       "initialisation.", choices=METHODS, flags=("--method",))
+    which: str = setting("best", "Each run's weights: best (training-domain validation within the run) or last.",
+                         choices=("best", "last"), flags=("--weights",))
+    device: str = setting("cpu", "torch device of the evaluations.")
+    data_dir: str | None = setting(None, "Dataset root (default: each run's own --data-dir).")
+    eval_batch_size: int = setting(64, "Batch size of the evaluations.", minimum=1)
+    num_workers: int = setting(0, "Data-loading worker processes of the evaluations.", minimum=0)
+
+
+@dataclass(frozen=True)
+class SoupRun(Settings):
+    """`dgmoe soup RUNS_DIR`: which runs, where the soups go."""
+
+    runs_dir: str = setting("", "A sweep's runs folder.", argument=True, required=True, parser=existing_folder)
+    out_dir: str | None = setting(None, "Where the soups' run folders go (default: RUNS_DIR/soups, so `dgmoe results "
+                                        "RUNS_DIR` lists them as rows of their own).", flags=("--out",))
