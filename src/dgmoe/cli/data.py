@@ -6,8 +6,8 @@ from typing import Any, cast
 
 import click
 
+from dgmoe.cli.configs import DataCheckConfig, DataInfoConfig, DataPrepareConfig
 from dgmoe.cli.options import ListFlagsGroup, build_config, config_options
-from dgmoe.data.options import DataCheckConfig, DataInfoConfig, DataPrepareConfig
 from dgmoe.errors import UsageError
 
 

