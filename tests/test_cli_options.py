@@ -136,8 +136,8 @@ def test_recipe_launch_config_file_round_trips_to_the_same_jobs(cli, tmp_path):
     printed = _printed(cli, *args)
     path = _file(tmp_path, printed)
     loaded = RecipeLaunch.from_file(path)
-    assert loaded == RecipeLaunch(name="gmoe-table1", scale="smoke", rows=("GMoE-S/16",), output_dir=str(tmp_path / "r"),
-                                  n_trials=2)
+    assert loaded == RecipeLaunch(name="gmoe-table1", scale="smoke", rows=("GMoE-S/16",),
+                                  output_dir=str(tmp_path / "r"), n_trials=2)
     assert _printed(cli, "recipe", "launch", "--config", path) == printed
     assert _printed(cli, "recipe", "launch", "--config", path, "--n-trials", "1")["n_trials"] == 1
 
