@@ -96,20 +96,21 @@ class DataBenchConfig(Settings):
 
 @dataclass(frozen=True)
 class AlgorithmBenchRun(Settings):
-    """`dgmoe algorithms bench`: one `dgmoe.bench.algorithms.BenchmarkConfig` per backbone."""
+    """`dgmoe algorithms bench`: one `dgmoe.bench.algorithms.BenchmarkConfig` per backbone (whose defaults these
+    are)."""
 
     backbones: tuple[str, ...] = setting(("vit_tiny_patch16_224", "gmoe_tiny_patch16_224"), "Registered model name; "
                                          "repeat for several tables.", flags=("--backbone",))
     algorithms: str = setting("all", "Comma-separated algorithm names (must include ERM), or 'all': every registered "
                                      "algorithm (those that cannot train the backbone are listed with the reason).")
-    steps: int = setting(6, f"Timed steps per algorithm (at least {MIN_ROUNDS}; an even number averages DANN's "
-                            "alternation).", minimum=MIN_ROUNDS)
-    warmup: int = setting(1, "Untimed warm-up steps per algorithm.", minimum=MIN_WARMUP)
-    domains: int = setting(3, "Training domains of the batch.", minimum=1)
-    batch_per_domain: int = setting(16, "Images per domain per step.", minimum=1)
-    img_size: int = setting(32, "Image size in pixels.", minimum=1)
-    patch_size: int = setting(4, "ViT patch size in pixels.", minimum=1)
-    threads: int = setting(1, "torch threads per worker process.", minimum=1)
-    device: str = setting("cpu", "torch device.")
+    steps: int = setting(BenchmarkConfig.steps, f"Timed steps per algorithm (at least {MIN_ROUNDS}; an even number "
+                                                "averages DANN's alternation).", minimum=MIN_ROUNDS)
+    warmup: int = setting(BenchmarkConfig.warmup, "Untimed warm-up steps per algorithm.", minimum=MIN_WARMUP)
+    domains: int = setting(BenchmarkConfig.domains, "Training domains of the batch.", minimum=1)
+    batch_per_domain: int = setting(BenchmarkConfig.batch_per_domain, "Images per domain per step.", minimum=1)
+    img_size: int = setting(BenchmarkConfig.img_size, "Image size in pixels.", minimum=1)
+    patch_size: int | None = setting(BenchmarkConfig.patch_size, "ViT patch size in pixels.", minimum=1)
+    threads: int = setting(BenchmarkConfig.threads, "torch threads per worker process.", minimum=1)
+    device: str = setting(BenchmarkConfig.device, "torch device.")
     group_size: int = setting(BenchmarkConfig.group_size, "Worker processes alive at once (ERM's included); each "
                                                           "holds a backbone, so this bounds memory.", minimum=2)
