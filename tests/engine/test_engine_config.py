@@ -8,7 +8,7 @@ import pytest
 from dgmoe.cli.options import config_from_options, run_fields
 from dgmoe.cli.train import command as train_command
 from dgmoe.engine.config import ExecutionConfig, RunConfig, identity_differences
-from dgmoe.engine.settings import ConfigError, flag, key_of, kind_of
+from dgmoe.settings import ConfigError, flag, key_of, kind_of
 
 # a value unlike the default for every kind of setting, so the test covers fields added later
 _SAMPLE = {"str": "x7", "int": 7, "float": 0.25, "bool": None, "tuple": (1, 2), "dict": {"depth": 3}}

@@ -16,23 +16,16 @@ from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass
 
 import torch
 
+from dgmoe.bench.configs import DataBenchConfig
 from dgmoe.bench.timing import device_sync
 from dgmoe.data.loaders import EvalBatches, TrainBatches
 from dgmoe.engine.config import RunConfig
 from dgmoe.engine.evaluate import evaluate_domains
 from dgmoe.engine.setup import prepare_run
 from dgmoe.seeding import seed_hash
-
-
-@dataclass(frozen=True)
-class DataBenchConfig:
-    workers: tuple[int, ...] = (0, 2, 4, 8)
-    steps: int = 20          # timed steps per measurement (after `warmup`)
-    warmup: int = 3
 
 
 def _loader_rate(batches: TrainBatches, workers: int, cfg: DataBenchConfig, images_per_step: int, on_gpu: bool,

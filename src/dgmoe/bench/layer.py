@@ -26,13 +26,14 @@ from __future__ import annotations
 import json
 import statistics
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from functools import partial
 from typing import Any, Callable
 
 import torch
 import torch.nn as nn
 
+from dgmoe.bench.configs import LayerBenchConfig
 from dgmoe.bench.peers import peer_dispatches
 from dgmoe.bench.timing import (
     MAX_SPREAD,
@@ -66,19 +67,6 @@ FORCED = {"moe sync-free grouped_mm": sync_free_dispatch, "moe sorted per-expert
 #: the dispatch alone (no router), on a fixed routing: dgmoe's sync-free path and the peers' experts
 DISPATCH_ONLY = ("dispatch sync-free grouped_mm", "transformers-style eager loop", "transformers grouped_mm experts")
 CANDIDATES = (*MOE_PATHS, *FORCED, *DISPATCH_ONLY, ROUTER)
-
-
-@dataclass(frozen=True)
-class LayerBenchConfig:
-    tokens: int = 32 * 197     # a ViT-S/16 batch of 32 at 224 px
-    dim: int = 384
-    experts: int = 6
-    top_k: int = 2
-    router: str = "cosine"
-    rounds: int = 7
-    threads: int | None = None
-    device: str = "cpu"
-    precision: str = "fp32"
 
 
 class TutelStyleMoE(MoEMlp):

@@ -17,13 +17,14 @@ from __future__ import annotations
 import json
 import statistics
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
+from dgmoe.bench.configs import ModelBenchConfig
 from dgmoe.bench.timing import (
     Spread,
     calls_per_round,
@@ -40,22 +41,6 @@ from dgmoe.engine.progress import Progress
 from dgmoe.models import count_parameters, create_model
 from dgmoe.models.compiled import compile_blocks
 from dgmoe.moe import aux_losses, clear_aux
-
-DEFAULT_MODELS = ("vit_small_patch16_224", "gmoe_small_patch16_224", "sfmoe_small_patch16_224",
-                  "moge_small_patch16_224", "resnet50")
-
-
-@dataclass(frozen=True)
-class ModelBenchConfig:
-    models: tuple[str, ...] = DEFAULT_MODELS
-    img_size: int = 224
-    batch_size: int = 32
-    num_classes: int = 7
-    rounds: int = 5
-    device: str = "cpu"
-    precision: str = "fp32"
-    compile: bool = False
-    threads: int | None = None
 
 
 def _inputs(model, cfg: ModelBenchConfig):

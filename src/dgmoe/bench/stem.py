@@ -11,27 +11,18 @@ from __future__ import annotations
 import copy
 import statistics
 import types
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
+from dgmoe.bench.configs import StemBenchConfig
 from dgmoe.bench.timing import Spread, interleaved_times, round_ratios, size_warning, timing_warnings, tune_malloc
 from dgmoe.models import create_model
 from dgmoe.models.hybrid import StdConv2dSame, pad_same
 
 MODEL = "vit_small_r26_s32_224"
-
-
-@dataclass(frozen=True)
-class StemBenchConfig:
-    img_size: int = 32
-    batch_size: int = 32
-    rounds: int = 7
-    threads: int | None = None
-    reference: str = "auto"  # auto (timm if it imports, else previous) | timm | previous
 
 
 def previous_forward(conv: StdConv2dSame, x: torch.Tensor) -> torch.Tensor:

@@ -3,23 +3,17 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import click
 
-from dgmoe.cli.options import ListFlagsGroup
+from dgmoe.analysis.options import AttentionAnalysis, CubAnalysis, RoutingAnalysis
+from dgmoe.cli.options import ListFlagsGroup, build_config, config_options
 from dgmoe.errors import UsageError
 
-RUN_DIR = click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
-OUT = click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-                   help="Output folder (default: RUN_DIR/analysis, which `dgmoe report` embeds).")
-WHICH = click.option("--which", type=click.Choice(["best", "last"]), default="best", show_default=True,
-                     help="Weights to load: best.safetensors or model.safetensors.")
-DATA_DIR = click.option("--data-dir", type=click.Path(path_type=Path), default=None,
-                        help="Dataset root (default: the run's data_dir).")
-N_IMAGES = click.option("--n-images", type=click.IntRange(min=1), default=16, show_default=True,
-                        help="Images per domain (a seeded sample).")
-SEED = click.option("--seed", type=int, default=0, show_default=True, help="Seed of the image sample.")
+
+def _path(text: str | None) -> Path | None:
+    return Path(text) if text else None
 
 
 @contextmanager
@@ -52,66 +46,48 @@ def command() -> None:
 
 
 @command.command("routing")
-@RUN_DIR
-@OUT
-@WHICH
-@DATA_DIR
-@N_IMAGES
-@SEED
-@click.option("--show", type=click.IntRange(min=1), default=4, show_default=True, help="Maps drawn per domain.")
-@click.option("--mode", type=click.Choice(["numbers", "colors"]), default="numbers", show_default=True,
-              help="Expert ids as numbers (GMoE Fig. 3c) or coloured cells (Figs. 10-13).")
-def routing(run_dir: Path, out_dir: Path | None, which: str, data_dir: Path | None, n_images: int, seed: int,
-            show: int, mode: str) -> None:
+@config_options(RoutingAnalysis)
+@click.pass_context
+def routing(ctx: click.Context, **kw: Any) -> None:
     """Top-1 expert of every patch per MoE block, drawn over the images, and expert usage per domain."""
     from dgmoe.analysis.pipeline import analyze_routing, load_run_images
 
-    run = load_run_images(run_dir, n_images, data_dir, which, seed)
+    cfg = build_config(RoutingAnalysis, ctx, kw)
+    run_dir = Path(cfg.run_dir)
+    run = load_run_images(run_dir, cfg.n_images, _path(cfg.data_dir), cfg.which, cfg.seed)
     _sparse(run_dir, run.model)
-    with _writing(run_dir, out_dir) as out:
-        click.echo(analyze_routing(run, out, show, mode))
+    with _writing(run_dir, _path(cfg.out_dir)) as out:
+        click.echo(analyze_routing(run, out, cfg.show, cfg.mode))
     click.echo(f"wrote routing maps and expert usage to {out}")
 
 
 @command.command("attention")
-@RUN_DIR
-@OUT
-@WHICH
-@DATA_DIR
-@N_IMAGES
-@SEED
-@click.option("--show", type=click.IntRange(min=1), default=2, show_default=True, help="Images drawn per domain.")
-@click.option("--block", type=int, default=-1, show_default=True, help="Transformer block (-1: the last).")
-def attention(run_dir: Path, out_dir: Path | None, which: str, data_dir: Path | None, n_images: int, seed: int,
-              show: int, block: int) -> None:
+@config_options(AttentionAnalysis)
+@click.pass_context
+def attention(ctx: click.Context, **kw: Any) -> None:
     """Per-head CLS attention maps of one block and the head-redundancy score per domain."""
     from dgmoe.analysis.pipeline import analyze_attention, load_run_images
 
-    run = load_run_images(run_dir, n_images, data_dir, which, seed)
-    with _writing(run_dir, out_dir) as out:
-        click.echo(analyze_attention(run, out, show, block))
+    cfg = build_config(AttentionAnalysis, ctx, kw)
+    run_dir = Path(cfg.run_dir)
+    run = load_run_images(run_dir, cfg.n_images, _path(cfg.data_dir), cfg.which, cfg.seed)
+    with _writing(run_dir, _path(cfg.out_dir)) as out:
+        click.echo(analyze_attention(run, out, cfg.show, cfg.block))
     click.echo(f"wrote attention maps to {out}")
 
 
 @command.command("cub", short_help="Part x expert and attribute x expert histograms on CUB-DG.")
-@RUN_DIR
-@OUT
-@WHICH
-@click.option("--cub-dir", type=click.Path(exists=True, file_okay=False, path_type=Path), required=True,
-              help="Folder holding CUB_DG/ (see dgmoe.data.cub for the layout).")
-@click.option("--domain", default="Natural", show_default=True, help="CUB-DG domain whose images are routed.")
-@click.option("--split", type=click.Choice(["train", "test", "all"]), default="train", show_default=True)
-@click.option("--n-images", type=click.IntRange(min=1), default=64, show_default=True)
-@click.option("--show", type=click.IntRange(min=1), default=4, show_default=True)
-@click.option("--k", "k", type=click.IntRange(min=1), default=9, show_default=True, help="Nearest patches per part.")
-def cub(run_dir: Path, out_dir: Path | None, which: str, cub_dir: Path, domain: str, split: str, n_images: int,
-        show: int, k: int) -> None:
+@config_options(CubAnalysis)
+@click.pass_context
+def cub(ctx: click.Context, **kw: Any) -> None:
     """Part x expert histograms (GMoE Fig. 3b) and attribute x expert matrices (SF-MoE Fig. 5) on CUB-DG."""
     from dgmoe.analysis.pipeline import analyze_cub
     from dgmoe.engine.checkpoint import load_run
 
-    model, _ = load_run(run_dir, which=which)
+    cfg = build_config(CubAnalysis, ctx, kw)
+    run_dir = Path(cfg.run_dir)
+    model, _ = load_run(run_dir, which=cfg.which)
     _sparse(run_dir, model)
-    with _writing(run_dir, out_dir) as out:
-        click.echo(analyze_cub(model, cub_dir, out, domain, split, n_images, show, k))
+    with _writing(run_dir, _path(cfg.out_dir)) as out:
+        click.echo(analyze_cub(model, Path(cfg.cub_dir), out, cfg.domain, cfg.split, cfg.n_images, cfg.show, cfg.k))
     click.echo(f"wrote CUB-DG expert analysis to {out}")

@@ -1,18 +1,14 @@
 """`dgmoe data`: list the catalogue, describe a dataset, prepare its uint8 cache."""
 from __future__ import annotations
 
-import os
 import time
 from typing import Any, cast
 
 import click
 
-from dgmoe.cli.options import ListFlagsGroup
+from dgmoe.cli.configs import DataCheckConfig, DataInfoConfig, DataPrepareConfig
+from dgmoe.cli.options import ListFlagsGroup, build_config, config_options
 from dgmoe.errors import UsageError
-
-
-def _dataset_option(f):
-    return click.option("--dataset", "-d", required=True, help="Catalogue name (see `dgmoe data list`).")(f)
 
 
 def _fail(e: Exception) -> None:
@@ -39,12 +35,13 @@ def list_cmd() -> None:
 
 
 @command.command("check")
-@click.argument("folder", type=click.Path(file_okay=False))
-@click.option("--dataset", "-d", default=None, help="Catalogue name [default: the dataset whose folder name, "
-              "or else whose domains, the folder has].")
-def check_cmd(folder: str, dataset: str | None) -> None:
+@config_options(DataCheckConfig)
+@click.pass_context
+def check_cmd(ctx: click.Context, **kw: Any) -> None:
     """Which published version of a dataset FOLDER (<domain>/<class>/<image>) holds, and what differs from the
     closest one; reads no image."""
+    cfg = build_config(DataCheckConfig, ctx, kw)
+    folder, dataset = cfg.folder, cfg.dataset
     from pathlib import Path
 
     from dgmoe.data.catalogue import DATASETS, get_spec
@@ -76,13 +73,12 @@ def check_cmd(folder: str, dataset: str | None) -> None:
 
 
 @command.command("info")
-@_dataset_option
-@click.option("--data-dir", type=click.Path(file_okay=False), default=None, help="Folder holding the dataset.")
-@click.option("--img-size", type=int, default=None, help="Storage size to check the cache for.")
-@click.option("--cache-dir", type=click.Path(file_okay=False), default=None, help="Cache root (default: "
-              "$DGMOE_CACHE_DIR or ~/.cache/dgmoe/data).")
-def info_cmd(dataset: str, data_dir: str | None, img_size: int | None, cache_dir: str | None) -> None:
+@config_options(DataInfoConfig)
+@click.pass_context
+def info_cmd(ctx: click.Context, **kw: Any) -> None:
     """Domains, classes and image counts (per domain and class) of a dataset, without decoding images."""
+    cfg = build_config(DataInfoConfig, ctx, kw)
+    dataset, data_dir, img_size, cache_dir = cfg.dataset, cfg.data_dir, cfg.img_size, cfg.cache_dir
     from dgmoe.data import cache as cache_mod
     from dgmoe.data.catalogue import DEFAULT_IMG_SIZE, cache_name, get_dataset, get_spec, scan
     from dgmoe.data.errors import CacheError, DatasetError
@@ -123,17 +119,13 @@ def info_cmd(dataset: str, data_dir: str | None, img_size: int | None, cache_dir
 
 
 @command.command("prepare")
-@_dataset_option
-@click.option("--data-dir", type=click.Path(exists=True, file_okay=False), required=True)
-@click.option("--img-size", type=int, default=224, show_default=True, help="Square storage size in pixels.")
-@click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
-              help="Cache root (default: $DGMOE_CACHE_DIR or ~/.cache/dgmoe/data).")
-@click.option("--workers", type=int, default=min(8, os.cpu_count() or 1), show_default=True,
-              help="Decoding processes (0 = in this process).")
-@click.option("--force", is_flag=True, help="Rebuild even when a valid cache exists.")
-def prepare_cmd(dataset: str, data_dir: str, img_size: int, cache_dir: str | None, workers: int,
-                force: bool) -> None:
+@config_options(DataPrepareConfig)
+@click.pass_context
+def prepare_cmd(ctx: click.Context, **kw: Any) -> None:
     """Decode a folder dataset once into uint8 arrays at --img-size (one .npy per domain + manifest.json)."""
+    cfg = build_config(DataPrepareConfig, ctx, kw)
+    dataset, data_dir, img_size, cache_dir, workers, force = (cfg.dataset, cfg.data_dir, cfg.img_size, cfg.cache_dir,
+                                                              cfg.workers, cfg.force)
     from dgmoe.data.catalogue import prepare_dataset
     from dgmoe.data.errors import DatasetError
 

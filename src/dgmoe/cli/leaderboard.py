@@ -2,23 +2,19 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
+from dgmoe.cli.options import build_config, config_options
 from dgmoe.errors import UsageError
+from dgmoe.report.options import LeaderboardConfig
 
 
 @click.command("leaderboard")
-@click.argument("runs_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="Folder of the export: one sub-folder per method row, with its prediction files and summary.")
-@click.option("--selection", type=click.Choice(["worst", "worst-id", "wilds"]), default="worst", show_default=True,
-              help="Checkpoint selection: worst-group accuracy on the OOD validation split (WILDS' default split), on "
-              "id_val (worst-id, WILDS' named alternative), or WILDS' official metric per dataset on the OOD split "
-              "(wilds: iWildCam's macro-F1, Camelyon17's accuracy; FMoW's worst-region accuracy as worst).")
-@click.option("--device", default="cpu", show_default=True, help="torch device of the predictions.")
-@click.option("--data-dir", default=None, help="Dataset root (default: each run's own --data-dir).")
-def command(runs_dir: Path, out_dir: Path, selection: str, device: str, data_dir: str | None) -> None:
+@config_options(LeaderboardConfig)
+@click.pass_context
+def command(ctx: click.Context, **kw: Any) -> None:
     """Write, for the WILDS runs under RUNS_DIR, the files a WILDS leaderboard submission asks for: per method,
     seed and evaluation split `{dataset}_split:{split}_seed:{seed}_epoch:best_pred.csv` (one predicted label per
     line, in the split's order), and summary.json / summary.md with the official metrics per seed and over seeds.
@@ -29,6 +25,9 @@ def command(runs_dir: Path, out_dir: Path, selection: str, device: str, data_dir
     from dgmoe.report.leaderboard import export
     from dgmoe.selection import get_selection
 
+    cfg = build_config(LeaderboardConfig, ctx, kw)
+    runs_dir, out_dir, selection, device, data_dir = (Path(cfg.runs_dir), Path(cfg.out_dir), cfg.selection,
+                                                      cfg.device, cfg.data_dir)
     records = load_records(runs_dir)
     if records.empty:
         raise UsageError(f"no records: no finished run with a results.jsonl under {runs_dir}")

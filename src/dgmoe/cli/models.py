@@ -2,19 +2,25 @@
 sparse layout, paper), read from meta-device builds, so listing all of them takes well under a second."""
 from __future__ import annotations
 
+from typing import Any
+
 import click
+
+from dgmoe.cli.configs import ModelsList
+from dgmoe.cli.options import build_config, config_options
 
 
 @click.command("models")
-@click.argument("pattern", required=False)
-@click.option("--names", "names_only", is_flag=True, help="Print the bare names only (one per line, for scripts).")
-@click.option("--params/--no-params", default=True, hidden=True, help="Kept for old scripts: counts are always shown.")
-def command(pattern: str | None, names_only: bool, params: bool) -> None:
+@config_options(ModelsList)
+@click.pass_context
+def command(ctx: click.Context, **kw: Any) -> None:
     """List registered models (optionally matching a glob PATTERN such as 'gmoe*') with their parameter count
     at the default 1000 classes, input size and a description."""
     from dgmoe.models import list_models
     from dgmoe.models.catalogue import summarize_model
 
+    cfg = build_config(ModelsList, ctx, kw)
+    pattern, names_only = cfg.pattern, cfg.names_only
     names = list_models(pattern)
     if not names:
         click.echo(f"no registered model matches {pattern!r}; `dgmoe models` lists them all", err=True)

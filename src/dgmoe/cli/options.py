@@ -1,8 +1,12 @@
-"""Click options generated from the run description (`dgmoe.engine.config.RunConfig`), so that a new run
-setting is one declaration: its flag, type, default, help and constraints come from the field.
+"""Click options generated from typed configs (the run description `dgmoe.engine.config.RunConfig`, and the
+config of every other command: sweeps, launchers, benchmarks, experiments, data), so that a new setting is one
+declaration (`dgmoe.settings.setting`): its flag, type, default, help and constraints come from the field.
+Every option and argument of every command is a `SettingOption` or `SettingArgument` of a config field, but
+`--config`/`--print-config` (`config_file_options`) and `--help`; `tests/test_cli_options.py` checks it.
 
 `bool` fields become `--name/--no-name`, `tuple[int, ...]` a repeatable flag, `dict` a JSON-object flag,
-`choices` a `click.Choice`. A list flag takes DomainBed's space-separated values (`--test_envs 0 1`), repeats
+`choices` (or a `Literal`) a `click.Choice`, a field with a `parser` one text option parsed by it (comma
+lists, `NAME=SECONDS` pairs). A list flag takes DomainBed's space-separated values (`--test_envs 0 1`), repeats
 (`--test-envs 0 --test-envs 1`) and comma lists (`--test-envs 0,1`) alike (`ListFlagsGroup`). Only the flags
 a user gives are applied, over the dataclass defaults or over a `--config FILE`, so defaults are declared once;
 values are validated by the config, which names the flag.
@@ -17,7 +21,7 @@ import click
 from click.core import ParameterSource
 
 from dgmoe.engine.config import RunConfig
-from dgmoe.engine.settings import flag, key_of, kind_of
+from dgmoe.settings import ConfigError, choices_of, comma_ints, default_of, flag, item_kind, key_of, kind_of
 
 LIST_HINT = "space-separated, repeat the flag or use a comma list"
 
@@ -26,6 +30,7 @@ class IndexList(click.ParamType):
     """One integer of a list flag (`--test-envs`); its error says how a list is written."""
 
     name = "integer"
+    commas = True  # `spread_lists` splits comma lists
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
         if isinstance(value, int) and not isinstance(value, bool):
@@ -37,6 +42,19 @@ class IndexList(click.ParamType):
 
 
 INDEX_LIST = IndexList()
+
+
+class NameList(click.ParamType):
+    """One name of a list flag whose items may be comma lists (`--datasets PACS,VLCS`)."""
+
+    name = "text"
+    commas = True
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        return str(value)
+
+
+NAME_LIST = NameList()
 
 
 def spread_lists(params: Iterable[click.Parameter], args: list[str]) -> list[str]:
@@ -61,7 +79,7 @@ def spread_lists(params: Iterable[click.Parameter], args: list[str]) -> list[str
         while i < len(args) and not args[i].startswith("-"):
             values.append(args[i])
             i += 1
-        if isinstance(option.type, IndexList):
+        if getattr(option.type, "commas", False):
             values = [v for value in values for v in (value.split(",") if "," in value else [value])]
         for value in values:
             out += [name, value]
@@ -78,71 +96,204 @@ class ListFlagsGroup(click.Group):
         return name, cmd, rest
 
 
-def _names(key: str, base: Any) -> list[str]:
-    """The flag, and DomainBed's underscore spelling of it (`--test_envs`, `--skip_model_save`)."""
-    names = [flag(key)] + (["--" + key] if "_" in key else [])
+class SettingOption(click.Option):
+    """A click option generated from one field of a config (`setting_param`)."""
+
+    def __init__(self, *args: Any, config: type, setting: dataclasses.Field, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.config, self.setting = config, setting
+
+
+class SettingArgument(click.Argument):
+    """A positional argument generated from one field of a config (`setting(..., argument=True)`)."""
+
+    def __init__(self, *args: Any, config: type, setting: dataclasses.Field, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.config, self.setting = config, setting
+
+
+class Parsed(click.ParamType):
+    """The text of an option turned into its field's value by the field's `parser` (a ValueError's message
+    is the error); a value that is not text (a default) is kept."""
+
+    def __init__(self, parser: Callable[[str], Any], name: str) -> None:
+        self.parser, self.name = parser, name
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if not isinstance(value, str):
+            return value
+        try:
+            return self.parser(value)
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
+
+
+def _names(key: str, base: Any, domainbed: bool) -> list[str]:
+    """The flag, and DomainBed's underscore spelling of it (`--test_envs`, `--skip_model_save`) for the
+    configs that keep DomainBed's names."""
+    names = [flag(key)] + (["--" + key] if domainbed and "_" in key else [])
     if base is bool:
         return [f"{n}/--no{'-' if n == flag(key) else '_'}{n[2:]}" for n in names]
     return names
 
 
-def _option(f: dataclasses.Field, hint: Any, section: str) -> Callable:
+def _shown(value: Any) -> str:
+    if isinstance(value, tuple):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def _option_maker(names: list[str], required: bool) -> Callable[..., Callable]:
+    """click.option over `names`; a required option gets no default (click 8.4 counts a None default as given)."""
+    def make(**kw: Any) -> Callable:
+        if required:
+            kw.pop("default", None)
+            kw["show_default"] = False
+        return click.option(*names, **kw)
+
+    return make
+
+
+def setting_param(config: type, f: dataclasses.Field, hint: Any, click_required: bool = True) -> Callable:
+    """The click option (or argument) of one field; `click_required=False` leaves a required field to the
+    config's own check (a command that also reads a `--config` file)."""
     base, _ = kind_of(hint)
-    key, meta = key_of(f), f.metadata
-    if f.default is not dataclasses.MISSING:
-        default = f.default
-    else:  # every field has a default or a default factory
-        assert f.default_factory is not dataclasses.MISSING
-        default = f.default_factory()
-    names = [*_names(key, base), key]
-    help_text = f"{meta.get('help', '')}"
+    key, meta, default = key_of(f), f.metadata, default_of(f)
+    if meta.get("required"):
+        default = None  # nothing to show
+    common: dict[str, Any] = {"cls": SettingArgument if meta.get("argument") else SettingOption, "config": config,
+                              "setting": f}
+    parser = meta.get("parser")
+    if meta.get("argument"):
+        kind = Parsed(parser, key) if parser else str
+        if not meta.get("required"):
+            common["default"] = default
+        return click.argument(key, type=kind, metavar=meta.get("metavar") or key.upper(),
+                              required=bool(meta.get("required")) and click_required, **common)
+    explicit = meta.get("flags")
+    names = [*(explicit or _names(key, base, getattr(config, "DOMAINBED_FLAGS", False))), key]
+    common.update(help=meta.get("help", ""), hidden=bool(meta.get("hidden")),
+                  required=bool(meta.get("required")) and click_required, metavar=meta.get("metavar"))
+    option = _option_maker(names, bool(meta.get("required")))
     if base is bool:
-        return click.option(*names, default=default, show_default=True, help=help_text)
+        if explicit:
+            return option(is_flag=True, default=default, **common)
+        return option(default=default, **{"show_default": True, **common})
+    if parser:  # the default as typed (`--seeds 0,1,2`), or as `shown` says
+        text = meta.get("shown") or (_shown(default) if default not in (None, (), "") else None)
+        return option(type=Parsed(parser, key), default=text, show_default=text is not None, **common)
     if base is tuple:
-        return click.option(*names, multiple=True, type=INDEX_LIST, default=default, show_default=True,
-                            help=f"{help_text.rstrip('.')}: {LIST_HINT}.")
+        item: Any = {int: INDEX_LIST, float: float, tuple: Parsed(comma_ints, "integers")}.get(item_kind(hint), str)
+        if meta.get("commas"):
+            item = NAME_LIST
+        allowed = choices_of(f, hint)
+        if allowed:
+            item = click.Choice(allowed)
+        hint_text = common["help"].rstrip(".")
+        common["help"] = f"{hint_text}: {LIST_HINT}." if hint_text else f"({LIST_HINT})"
+        return option(multiple=True, type=item, default=default, **{"show_default": True, **common})
     if base is dict:
-        return click.option(*names, default="", show_default=False, help=help_text)
-    if meta.get("choices"):
-        return click.option(*names, type=click.Choice(meta["choices"]), default=default, show_default=True,
-                            help=help_text)
-    kind = {int: int, float: float}.get(base, str)
-    return click.option(*names, type=kind, default=default, show_default=default is not None, help=help_text)
+        return option(default="", **{"show_default": False, **common})
+    choices = choices_of(f, hint)
+    if choices:
+        return option(type=click.Choice(choices), default=default, **{"show_default": True, **common})
+    scalar: type = {int: int, float: float}.get(base, str)
+    return option(type=scalar, default=default, **{"show_default": default not in (None, ""), **common})
 
 
-def run_fields(only: Iterable[str] | None = None) -> list[tuple[str, dataclasses.Field, Any]]:
-    """(section, field, type hint) of every run setting, or of the flat keys in `only`, in declaration order."""
-    wanted = set(only) if only is not None else None
+def config_fields(config: type, only: Iterable[str] | None = None,
+                  skip: Iterable[str] = ()) -> list[tuple[type, dataclasses.Field, Any]]:
+    """(declaring class, field, type hint) of every setting of `config` (of every section of a `RunConfig`),
+    or of the flat keys in `only`, but those in `skip`, in declaration order; nested configs are left out."""
+    wanted, unwanted = (set(only) if only is not None else None), set(skip)
+    kinds = list(config.sections().values()) if hasattr(config, "sections") else [config]
     out = []
-    for section, kind in RunConfig.sections().items():
+    for kind in kinds:
         hints = typing.get_type_hints(kind)
-        out += [(section, f, hints[f.name]) for f in dataclasses.fields(kind)
-                if wanted is None or key_of(f) in wanted]
+        out += [(kind, f, hints[f.name]) for f in dataclasses.fields(kind)
+                if (wanted is None or key_of(f) in wanted) and key_of(f) not in unwanted
+                and not dataclasses.is_dataclass(kind_of(hints[f.name])[0])]
     return out
 
 
-def run_options(only: Iterable[str] | None = None) -> Callable:
-    """A decorator adding one click option per run setting (or per flat key in `only`)."""
-    fields = run_fields(only)
+def config_options(config: type, only: Iterable[str] | None = None, skip: Iterable[str] = (),
+                   click_required: bool = True) -> Callable:
+    """A decorator adding one click option (or argument) per field of `config` (see `config_fields`)."""
+    only, skip = (tuple(only) if only is not None else None), tuple(skip)
+    fields = config_fields(config, only, skip)
 
     def decorate(fn: Callable) -> Callable:
-        for section, f, hint in reversed(fields):
-            fn = _option(f, hint, section)(fn)
+        for kind, f, hint in reversed(fields):
+            fn = setting_param(kind, f, hint, click_required)(fn)
+        declared = getattr(fn, "dgmoe_configs", [])  # what the command declares it reads (tests check it)
+        fn.dgmoe_configs = [(config, only, skip), *declared]  # type: ignore[attr-defined]
         return fn
 
     return decorate
 
 
-def given_settings(ctx: click.Context, values: dict[str, Any], only: Iterable[str] | None = None) -> dict[str, Any]:
-    """The run settings the user gave on the command line (or through the environment), as flat keys."""
+def config_file_options(what: str) -> Callable:
+    """`--config FILE` (start from a config file; flags given beside it override it) and `--print-config`
+    (print the config the command line describes as JSON, which `--config` reads back, and exit)."""
+    def decorate(fn: Callable) -> Callable:
+        fn = click.option("--print-config", is_flag=True,
+                          help=f"Print the {what} config as JSON and exit without running it.")(fn)
+        return click.option("--config", "config_file", type=click.Path(dir_okay=False),
+                            help=f"Start from this {what} config (a file `--print-config` wrote); flags given "
+                                 "beside it override its values.")(fn)
+
+    return decorate
+
+
+def given_values(ctx: click.Context, values: dict[str, Any], config: type, only: Iterable[str] | None = None,
+                 skip: Iterable[str] = ()) -> dict[str, Any]:
+    """The settings of `config` the user gave on the command line (or through the environment), by flat key."""
     out = {}
-    for _, f, hint in run_fields(only):
+    params = {p.name: p for p in ctx.command.params}
+    for _, f, hint in config_fields(config, only, skip):
         key = key_of(f)
         if key not in values or ctx.get_parameter_source(key) in (ParameterSource.DEFAULT, None):
+            continue
+        if getattr(params.get(key), "setting", f) is not f:  # another config's option of the same name
             continue
         value = values[key]
         out[key] = tuple(value) if kind_of(hint)[0] is tuple else value
     return out
+
+
+def build_config(config: type, ctx: click.Context, values: dict[str, Any], start: Any = None,
+                 skip: Iterable[str] = (), **fixed: Any) -> Any:
+    """The config the command line describes: the given flags (and `fixed` fields) over `start` (a `--config`
+    file) or the defaults; the config validates itself (one error naming the flag)."""
+    by_key = {key_of(f): f.name for _, f, _ in config_fields(config)}
+    changes = {by_key[k]: v for k, v in given_values(ctx, values, config, skip=skip).items()}
+    changes.update(fixed)
+    try:
+        return dataclasses.replace(start, **changes) if start is not None else config(**changes)
+    except ConfigError as e:  # reported as click reports a bad flag (with the command's --help)
+        raise click.UsageError(str(e), ctx) from None
+
+
+def print_config(cfg: Any) -> None:
+    import json
+
+    click.echo(json.dumps(cfg.to_dict(), indent=1))
+
+
+def run_fields(only: Iterable[str] | None = None) -> list[tuple[str, dataclasses.Field, Any]]:
+    """(section, field, type hint) of every run setting, or of the flat keys in `only`, in declaration order."""
+    sections = {kind: name for name, kind in RunConfig.sections().items()}
+    return [(sections[kind], f, hint) for kind, f, hint in config_fields(RunConfig, only)]
+
+
+def run_options(only: Iterable[str] | None = None) -> Callable:
+    """A decorator adding one click option per run setting (or per flat key in `only`)."""
+    return config_options(RunConfig, only)
+
+
+def given_settings(ctx: click.Context, values: dict[str, Any], only: Iterable[str] | None = None) -> dict[str, Any]:
+    """The run settings the user gave on the command line (or through the environment), as flat keys."""
+    return given_values(ctx, values, RunConfig, only)
 
 
 def config_from_options(ctx: click.Context, values: dict[str, Any], base: RunConfig | None = None) -> RunConfig:

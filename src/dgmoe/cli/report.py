@@ -3,35 +3,18 @@ of a runs folder."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
+from dgmoe.cli.options import build_config, config_options
+from dgmoe.report.options import ReportConfig
+
 
 @click.command("report")
-@click.argument("runs_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--out", type=click.Path(path_type=Path), default=None,
-              help="Report folder (index.html, runs/, figures/; default: RUNS_DIR/report/), or an .html file "
-                   "(its runs/ and figures/ go to NAME_files/ beside it).")
-@click.option("--selection", type=click.Choice(["iid", "loo", "oracle", "worst", "worst-id", "wilds", "all"]),
-              default="all", show_default=True,
-              help="Model selection method(s) of the results tables.")
-@click.option("--include", "include", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Markdown file to add as a section (repeatable), e.g. the documented cost table.")
-@click.option("--title", default="dgmoe report", show_default=True)
-@click.option("--no-params", is_flag=True, help="Do not rebuild each run's model to count its parameters.")
-@click.option("--analyze", is_flag=True,
-              help="First run the analysis (routing maps and expert usage for MoE runs, geo routing for MoGE runs, "
-                   "attention maps) on every run without an analysis/ folder; says which runs it could not "
-                   "analyse and why (reads each run's dataset from its data_dir).")
-@click.option("--n-images", type=click.IntRange(min=1), default=8, show_default=True,
-              help="With --analyze: images per domain.")
-@click.option("--pages", type=click.Choice(["selected", "all", "none"]), default="selected", show_default=True,
-              help="Which runs get their own page and accuracy chart: selected (each group's best run, analysed "
-                   "runs, those named with --run), all, or none (the index, group and filter pages only).")
-@click.option("--run", "run_dirs", multiple=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
-              help="Also write this run folder's page and chart (repeat the flag or space-separate).")
-def command(runs_dir: Path, out: Path | None, selection: str, include: tuple[Path, ...], title: str,
-            no_params: bool, analyze: bool, n_images: int, pages: str, run_dirs: tuple[Path, ...]) -> None:
+@config_options(ReportConfig)
+@click.pass_context
+def command(ctx: click.Context, **kw: Any) -> None:
     """Results tables, a run index grouped by dataset, algorithm, model and held-out domains (with filter pages
     and each group's runs, paged), the cost table, and pages with the accuracy per step and the `dgmoe analyze`
     figures of the selected runs (readable offline, nothing fetched). The index is written first. Run `dgmoe
@@ -39,6 +22,10 @@ def command(runs_dir: Path, out: Path | None, selection: str, include: tuple[Pat
     from dgmoe.errors import UsageError
     from dgmoe.report.collect import find_results_files
     from dgmoe.report.html import build_report, report_budget, report_size
+
+    cfg = build_config(ReportConfig, ctx, kw)
+    runs_dir, out, run_dirs = Path(cfg.runs_dir), Path(cfg.out) if cfg.out else None, tuple(map(Path, cfg.run))
+    selection, include, title, pages = cfg.selection, tuple(map(Path, cfg.include)), cfg.title, cfg.pages
 
     root = runs_dir.resolve()
     outside = [r for r in run_dirs if not r.resolve().is_relative_to(root) or not (r / "results.jsonl").is_file()]
@@ -50,7 +37,7 @@ def command(runs_dir: Path, out: Path | None, selection: str, include: tuple[Pat
         click.echo(f"warning: cannot read {folder}: its runs are left out of the report", err=True)
 
     notes: dict[str | Path, str] = {}
-    if analyze:
+    if cfg.analyze:
         from dgmoe.analysis.pipeline import analyze_runs
 
         def log(outcome) -> None:
@@ -60,11 +47,11 @@ def command(runs_dir: Path, out: Path | None, selection: str, include: tuple[Pat
                 click.echo(f"could not analyse {outcome.run}: {outcome.reason}", err=True)
                 notes[outcome.run] = f"Could not be analysed: {outcome.reason}"
 
-        outcomes = analyze_runs(runs_dir, n_images, log=log)
+        outcomes = analyze_runs(runs_dir, cfg.n_images, log=log)
         counts = {s: sum(o.status == s for o in outcomes) for s in ("analysed", "skipped", "failed")}
         click.echo(f"analysis: {counts['analysed']} analysed, {counts['skipped']} already analysed, "
                    f"{counts['failed']} could not be analysed")
-    path = build_report(runs_dir, out, selection, include, title, count_params=not no_params, notes=notes,
+    path = build_report(runs_dir, out, selection, include, title, count_params=not cfg.no_params, notes=notes,
                         pages=pages, runs=run_dirs)  # type: ignore[arg-type]
     n_runs = sum(1 for _ in runs_dir.rglob("results.jsonl"))
     n_pages = sum(1 for _ in (path.parent / "runs").glob("*.html")) if path.name == "index.html" else None

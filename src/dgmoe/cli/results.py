@@ -3,58 +3,22 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
 import click
 
+from dgmoe.cli.options import build_config, config_options
 from dgmoe.engine.io import write_text_atomic
 from dgmoe.errors import UsageError
+from dgmoe.report.options import ResultsConfig
 
 T = TypeVar("T")
 
 
 @click.command("results")
-@click.argument("runs_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--latex", is_flag=True, help="LaTeX (booktabs) instead of Markdown.")
-@click.option(
-    "--selection", type=click.Choice(["iid", "loo", "oracle", "worst", "worst-id", "wilds", "all"]), default=None,
-    help="Model selection: training-domain validation (iid), leave-one-domain-out (loo), test-domain "
-    "oracle, worst-group validation on the OOD validation split (worst: WILDS tables for FMoW, iWildCam, ...; "
-    "WILDS' default), the same on the ID validation split id_val (worst-id: WILDS' named alternative), WILDS' "
-    "official validation metric per dataset on the OOD split (wilds: iWildCam's macro-F1, Camelyon17's "
-    "accuracy), or all (the default: DomainBed's three, then worst for the WILDS datasets). Single-source "
-    "tables always use training-domain validation.",
-)
-@click.option("--single-source", is_flag=True,
-              help="Single-source DG tables (GMoE Table 3/12) from runs trained on one domain.")
-@click.option("--baseline", metavar="MODEL_OR_ALGO", default=None,
-              help="With --single-source: the row improvements are measured against: a model (e.g. "
-              "vit_tiny_patch16_224, also built with --model-kwargs), an algorithm, or a run --label.")
-@click.option("--ood-split", type=click.Choice(["in", "out"]), default="in", show_default=True,
-              help="With --single-source: split of the other domains reported as OOD accuracy.")
-@click.option("--absolute", is_flag=True, help="With --single-source: improvements in points, not relative %.")
-@click.option("--complete-trials", is_flag=True,
-              help="Averages table: leave out trial seeds that lack a test domain (DomainBed averages the "
-              "domains they have).")
-@click.option("--include-unfinished", is_flag=True, help="Also use run dirs that have no 'done' file yet.")
-@click.option("--recipe", "recipe_name", metavar="NAME", default=None,
-              help="RUNS_DIR is a `dgmoe recipe launch` folder: print the recipe's rows, the paper's numbers beside "
-              "the obtained ones and the difference (saved as RUNS_DIR/results_recipe.md).")
-@click.option("--hparams", "show_hparams", is_flag=True,
-              help="After each dataset's table, the runs its cells selected: per domain and trial seed the hparams "
-              "draw, step, test accuracy, the hparams that differ between runs and the run folder (log, config).")
-@click.option("--page", "write_page", is_flag=True,
-              help="Also write a results page to publish, RUNS_DIR/results_page/index.md and index.html: the tables, "
-              "the runs each cell selected with their hparams and per-seed values, and links to each run's log and "
-              "config (with --recipe: the paper's numbers first).")
-@click.option("--csv", "csv_export", is_flag=True,
-              help="Also write the tables as CSV beside the .md/.tex (results.csv, ...): every cell with its mean and "
-              "SE, and the protocol lines, the same numbers as the tables.")
-@click.option("--no-save", is_flag=True, help="Only print; do not write results.md/.tex into RUNS_DIR.")
-def command(runs_dir: Path, latex: bool, selection: str | None, single_source: bool, baseline: str | None,
-            ood_split: str, absolute: bool, complete_trials: bool, include_unfinished: bool,
-            recipe_name: str | None, show_hparams: bool, write_page: bool, csv_export: bool,
-            no_save: bool) -> None:
+@config_options(ResultsConfig)
+@click.pass_context
+def command(ctx: click.Context, **kw: Any) -> None:
     """Print results tables for every run under RUNS_DIR and save them as RUNS_DIR/results.md (.tex).
 
     Cells are mean +/- standard error over trial seeds of the accuracy each selection method picks,
@@ -65,6 +29,13 @@ def command(runs_dir: Path, latex: bool, selection: str | None, single_source: b
     the obtained numbers, as RUNS_DIR/results_recipe.md (.tex). Every table starts with its protocol: selection,
     steps, trials, hparams draws, pretrained weights (name and hash), image counts per domain and dgmoe's version.
     """
+    cfg = build_config(ResultsConfig, ctx, kw)
+    runs_dir, latex, selection, single_source, baseline = (Path(cfg.runs_dir), cfg.latex, cfg.selection,
+                                                           cfg.single_source, cfg.baseline)
+    ood_split, absolute, complete_trials, include_unfinished = (cfg.ood_split, cfg.absolute, cfg.complete_trials,
+                                                                cfg.include_unfinished)
+    recipe_name, show_hparams, write_page, csv_export, no_save = (cfg.recipe, cfg.hparams, cfg.page, cfg.csv,
+                                                                  cfg.no_save)
     if (csv_export or write_page) and no_save:
         raise click.UsageError("--csv and --page write into RUNS_DIR; they do not combine with --no-save")
     if write_page and single_source:

@@ -5,7 +5,7 @@ A `RunConfig` has six sections. Five say what the run computes (`data`, `model`,
 the sixth, `execution`, says where and how it runs (paths, device, workers, logging, which files to keep)
 and is left out of the identity by construction, so moving the data or changing the GPU never orphans a run.
 
-Every knob is declared once, with its type, default, help and constraints (`dgmoe.engine.settings.setting`);
+Every knob is declared once, with its type, default, help and constraints (`dgmoe.settings.setting`);
 the `dgmoe train` flags are generated from these declarations (`dgmoe.cli.options`), and the flat view
 (`flat()`, one key per flag) is what DomainBed records carry as `args`. A config that exists is valid:
 construction checks every value and raises a `ConfigError` naming the flag, before anything is written.
@@ -21,13 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Iterable, Mapping
 
-from dgmoe.engine.settings import ConfigError, flag, key_of, normalise, setting, validate
+from dgmoe.settings import ConfigError, Settings, flag, key_of, plain, setting
 
 
-class _Section:
-    def __post_init__(self) -> None:
-        normalise(self)
-        validate(self)
+class _Section(Settings):
+    """A section of a run: its fields are `setting`s, checked on construction (`Settings`); its flags also take
+    DomainBed's underscore spellings (`--test_envs`)."""
+
+    DOMAINBED_FLAGS: ClassVar[bool] = True
 
 
 @dataclass(frozen=True)
@@ -171,7 +172,7 @@ class RunConfig:
 
     # -- the flat view: one key per flag, DomainBed's `args` ---------------------------------------------------
     def flat(self) -> dict[str, Any]:
-        return {key: _plain(getattr(getattr(self, s), name)) for key, (s, name) in self.keys().items()}
+        return {key: plain(getattr(getattr(self, s), name)) for key, (s, name) in self.keys().items()}
 
     @classmethod
     def from_flat(cls, values: Mapping[str, Any] | None = None, base: "RunConfig | None" = None,
@@ -215,7 +216,7 @@ class RunConfig:
 
     # -- the nested view: config.json --------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        return {s: {f.name: _plain(getattr(getattr(self, s), f.name)) for f in dataclasses.fields(getattr(self, s))}
+        return {s: {f.name: plain(getattr(getattr(self, s), f.name)) for f in dataclasses.fields(getattr(self, s))}
                 for s in self.sections()}
 
     @classmethod
@@ -285,15 +286,6 @@ def _warn_dropped(names: list[str]) -> None:
     if names:
         warnings.warn(f"a run config holds settings this dgmoe does not know, ignored: {', '.join(names)}",
                       stacklevel=3)
-
-
-def _plain(value: Any) -> Any:
-    """JSON's spelling of a setting value (tuples as lists, objects copied)."""
-    if isinstance(value, tuple):
-        return list(value)
-    if isinstance(value, dict):
-        return json.loads(json.dumps(value))
-    return value
 
 
 def identity_differences(a: RunConfig, b: RunConfig) -> list[str]:

@@ -11,9 +11,9 @@ import torch
 
 from dgmoe.engine.checkpoint import load_resume_state
 from dgmoe.engine.config import RunConfig, identity_differences
-from dgmoe.engine.settings import ConfigError
 from dgmoe.errors import UsageError
 from dgmoe.seeding import numpy_rng_state, set_numpy_rng_state
+from dgmoe.settings import ConfigError
 
 
 @dataclass

@@ -20,31 +20,15 @@ is predicted by its own model, a held-out region by the model of the nearest tra
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
-from dgmoe.data.geo.geomnist import DEFAULT_HELD_OUT, GEO_REGIONS, REGION_NAMES, geo_domains
+from dgmoe.data.geo.geomnist import GEO_REGIONS, REGION_NAMES, geo_domains
+from dgmoe.experiments.geo_config import GeoBenchSettings
 from dgmoe.selection import worst_group_checkpoint
 from dgmoe.tables import markdown_table
-
-
-@dataclass(frozen=True)
-class GeoBenchSettings:
-    steps: int = 1001
-    checkpoint_freq: int = 100
-    lr: float = 1e-3
-    batch_size: int = 32
-    patch_size: int = 7
-    embed_dim: int = 64
-    depth: int = 6
-    num_heads: int = 2
-    held_out: tuple[str, ...] = DEFAULT_HELD_OUT
-    num_threads: int = 1
-    data_dir: str | None = None
-
 
 # method -> (model, algorithm, extra model kwargs)
 METHODS: dict[str, tuple[str, str, dict[str, Any]]] = {
@@ -234,7 +218,6 @@ def results_table(rows: list[dict[str, Any]]) -> str:
                       fmt("seen_worst_region_acc"), len(sub)])
     return markdown_table(["method", "worst-region acc (%)", "overall acc (%)", "held-out region acc (%)",
                            "worst seen-region acc (%)", "seeds"], table)
-
 
 
 def run_sentinel_check(data_dir: str, output_root: str | Path, steps: int = 201, seed: int = 0,

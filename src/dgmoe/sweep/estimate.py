@@ -112,7 +112,7 @@ def estimate_study(step_time_s: Mapping[str, float], *,
     rows: list[dict[str, object]] = []
     durations: list[float] = []
     for ds in datasets:
-        cfg = SweepConfig(datasets=(ds.name,), algorithms=tuple(algorithms), models=models, output_dir="",
+        cfg = SweepConfig(datasets=(ds.name,), algorithms=tuple(algorithms), models=models, output_dir="estimate",
                           base=RunConfig.from_flat(steps=ds.steps, checkpoint_freq=ds.checkpoint_freq),
                           n_hparams=n_hparams, n_trials=n_trials, single_test_envs=single_test_envs)
         evals = n_evaluations(ds.steps, ds.checkpoint_freq)

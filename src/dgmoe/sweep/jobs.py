@@ -23,11 +23,12 @@ import random
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, ClassVar, Iterator, Mapping, Sequence
 
 from dgmoe.engine.config import RunConfig
 from dgmoe.engine.io import write_json_atomic
 from dgmoe.seeding import seed_hash
+from dgmoe.settings import ConfigError, Settings, setting
 
 DEFAULT_TRAIN_COMMAND: tuple[str, ...] = (sys.executable, "-m", "dgmoe", "train")
 MANIFEST_NAME = "sweep.json"
@@ -38,41 +39,42 @@ GRID_KEYS = ("dataset", "algorithm", "model", "test_envs", "hparams_seed", "tria
 
 
 @dataclass(frozen=True)
-class SweepConfig:
+class SweepConfig(Settings):
     """What `dgmoe sweep launch` sweeps over (DomainBed's `sweep.py` flags, plus `models`).
 
     `base` holds every other run setting, shared by all jobs (steps, image size, hparams overrides, data dir,
     device, ...); the grid sets its dataset, algorithm, model, test envs, seeds and output dir per job.
+    `dgmoe sweep launch` generates its options from these fields; `--print-config` writes this config and
+    `--config` reads it back.
     """
 
-    datasets: tuple[str, ...]
-    algorithms: tuple[str, ...]
-    models: tuple[str, ...]
-    output_dir: str
+    DOMAINBED_FLAGS: ClassVar[bool] = True
+
+    datasets: tuple[str, ...] = setting((), "Dataset names.", required=True, commas=True)
+    algorithms: tuple[str, ...] = setting((), "Algorithm names.", required=True, commas=True)
+    models: tuple[str, ...] = setting((), "Backbone names.", required=True, commas=True)
+    output_dir: str = setting("", "Sweep directory; one sub-directory per job.", required=True)
     base: RunConfig = field(default_factory=RunConfig)
-    n_hparams: int = 20
-    n_hparams_from: int = 0
-    n_trials: int = 3
-    single_test_envs: bool = False
-    only_test_envs: tuple[int, ...] = ()  # keep only held-out sets inside these domains (ablations)
-    #: explicit held-out sets instead of DomainBed's singles (and pairs), e.g. every domain but one for
-    #: single-source runs (GMoE Tables 3 and 12); a dataset with evaluation-only domains keeps those
-    test_env_sets: tuple[tuple[int, ...], ...] = ()
-    #: one run seed per (dataset, trial) instead of DomainBed's per-job seed: every hparams draw and algorithm
-    #: of a trial starts from the same random initialisation, so that `dgmoe soup` can average them (DiWA)
-    shared_init: bool = False
+    n_hparams: int = setting(20, "Hparam draws per cell (seed 0 = defaults).", minimum=1)
+    n_hparams_from: int = setting(0, "First hparams seed.", minimum=0)
+    n_trials: int = setting(3, "Trial seeds 0..n-1.", minimum=1)
+    single_test_envs: bool = setting(False, "Only single held-out domains (no pairs for leave-one-domain-out "
+                                            "selection).")
+    only_test_envs: tuple[int, ...] = setting((), "Keep only held-out sets within these domains (e.g. an ablation "
+                                                  "on one domain).", minimum=0)
+    test_env_sets: tuple[tuple[int, ...], ...] = setting(
+        (), "Explicit held-out sets instead of DomainBed's singles (and pairs), each a comma list, e.g. every "
+            "domain but one for single-source runs (GMoE Tables 3 and 12); a dataset with evaluation-only domains "
+            "keeps those.")
+    shared_init: bool = setting(False, "One run seed per dataset and trial (DomainBed: one per job), so that every "
+                                       "hparams draw and algorithm starts from the same initialisation and `dgmoe "
+                                       "soup` can average them (DiWA).")
 
     def __post_init__(self) -> None:
-        for name in ("datasets", "algorithms", "models"):
-            if not getattr(self, name):
-                raise ValueError(f"sweep needs at least one entry in --{name}")
-        if self.n_hparams < 1 or self.n_trials < 1 or self.n_hparams_from < 0:
-            raise ValueError(
-                f"--n-hparams ({self.n_hparams}) and --n-trials ({self.n_trials}) must be >= 1 and "
-                f"--n-hparams-from ({self.n_hparams_from}) >= 0")
+        super().__post_init__()
         for envs in self.test_env_sets:
             if not envs or len(set(envs)) != len(envs) or min(envs) < 0:
-                raise ValueError(f"a held-out set must name distinct domain indices >= 0, got {list(envs)}")
+                raise ConfigError(f"a held-out set must name distinct domain indices >= 0, got {list(envs)}")
 
     @property
     def data_dir(self) -> str | None:

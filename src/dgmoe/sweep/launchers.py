@@ -21,11 +21,12 @@ import shlex
 import signal
 import threading
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Sequence
 
 from dgmoe.registry import Registry
+from dgmoe.settings import Settings, comma_ints, setting
 from dgmoe.sweep import state
 from dgmoe.sweep.jobs import DEFAULT_TRAIN_COMMAND, GRID_KEYS, Job, shuffled, write_manifest
 from dgmoe.sweep.runner import JobOutcome, JobRunner
@@ -35,28 +36,37 @@ Echo = Callable[[str], None]
 
 
 @dataclass(frozen=True)
-class LaunchOptions:
-    train_command: tuple[str, ...] = DEFAULT_TRAIN_COMMAND
-    max_workers: int = 1
-    gpus: tuple[int, ...] | None = None  # local: one GPU per pool slot
-    heartbeat_s: float = state.HEARTBEAT_S
-    wait: bool = True  # submitit: wait for the jobs to end
-    # Slurm (submitit); `slurm_extra` goes to `slurm_additional_parameters` (e.g. {"account": "abc"})
-    slurm_partition: str | None = None
-    slurm_gpus_per_node: int = 1
-    slurm_cpus_per_task: int = 8
-    slurm_mem_gb: float | None = None
-    slurm_array_parallelism: int = 64
-    timeout_min: int = 24 * 60
-    slurm_extra: Mapping[str, Any] = field(default_factory=dict)
-    submitit_folder: str | None = None  # default: <output_dir>/.submitit
-    submitit_cluster: str | None = None  # None: Slurm when found, else local ("local", "debug", "slurm")
+class LaunchOptions(Settings):
+    """Where and how the jobs of a sweep run: the launcher options of `dgmoe sweep launch` and `dgmoe recipe
+    launch` (generated from these fields)."""
 
-    def __post_init__(self) -> None:
-        if self.max_workers < 1:
-            raise ValueError(f"--max-workers must be >= 1, got {self.max_workers}")
-        if self.timeout_min < 1:
-            raise ValueError(f"--timeout-min must be >= 1, got {self.timeout_min}")
+    launcher: str = setting("local", "One of dummy, local, submitit, submitit-local. dummy: print the jobs; local: a "
+                                     "pool on this machine; submitit: Slurm (a job array); submitit-local: submitit's "
+                                     "local executor.")
+    max_workers: int = setting(1, "local: jobs at once.", minimum=1)
+    gpus: tuple[int, ...] | None = setting(None, "local: comma list of GPU ids, one job per GPU at a time.",
+                                           parser=comma_ints, minimum=0)
+    train_command: tuple[str, ...] = setting(
+        DEFAULT_TRAIN_COMMAND, "Command that trains one job, called as `<command> --config <job>/job.json`.",
+        parser=shlex.split, shown="python -m dgmoe train")
+    seed: int = setting(0, "Seed of the launch order shuffle (not of the runs).", minimum=0)
+    relaunch_queued: bool = setting(False, "Also relaunch jobs marked queued (e.g. a lost Slurm array).",
+                                    flags=("--relaunch-queued",))
+    heartbeat_s: float = setting(state.HEARTBEAT_S, "Seconds between the heartbeats of a running job.", minimum=0,
+                                 exclusive_min=True)
+    wait: bool = setting(True, "submitit: wait for the jobs to end (--no-wait: return after submitting).")
+    slurm_partition: str | None = setting(None, "Slurm partition [the cluster's default].")
+    slurm_gpus_per_node: int = setting(1, "GPUs per job.", minimum=0)
+    slurm_cpus_per_task: int = setting(8, "CPU cores per job.", minimum=1)
+    slurm_mem_gb: float | None = setting(None, "Memory per job in GB [the cluster's default].", minimum=0,
+                                         exclusive_min=True)
+    slurm_array_parallelism: int = setting(64, "Jobs of the array running at once.", minimum=1)
+    timeout_min: int = setting(24 * 60, "Per-job time limit in minutes (Slurm requeues the job).", minimum=1)
+    slurm_extra: dict[str, Any] = setting({}, 'More sbatch settings as JSON, e.g. \'{"account": "abc"}\' (Slurm\'s '
+                                              "slurm_additional_parameters).")
+    submitit_folder: str | None = setting(None, "submitit: folder of its logs [<output-dir>/.submitit].")
+    submitit_cluster: str | None = setting(None, "submitit: the executor [Slurm when found, else local].",
+                                           choices=("slurm", "local", "debug"))
 
 
 Launcher = Callable[[Sequence[JobRunner], LaunchOptions, Echo], list[JobOutcome]]

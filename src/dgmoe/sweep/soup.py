@@ -40,21 +40,8 @@ from dgmoe.engine.io import read_jsonl, write_json_atomic, write_jsonl_atomic
 from dgmoe.engine.provenance import provenance
 from dgmoe.engine.setup import RunSetup, prepare_run
 from dgmoe.errors import UsageError
+from dgmoe.sweep.options import METHODS, SoupOptions
 from dgmoe.sweep.soup_members import SOUP_KEY, Member, check_shared, find_members
-
-METHODS = ("uniform", "greedy", "ratatouille", "ensemble")
-
-
-@dataclass(frozen=True)
-class SoupOptions:
-    """How `make_soups` reads, evaluates and writes."""
-
-    methods: tuple[str, ...] = METHODS
-    which: str = "best"
-    device: str = "cpu"
-    data_dir: str | None = None
-    eval_batch_size: int = 64
-    num_workers: int = 0
 
 
 @dataclass(frozen=True)

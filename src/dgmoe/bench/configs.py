@@ -1,0 +1,116 @@
+"""The configs of the `dgmoe bench` commands: what each benchmark measures and how often. Their options are
+generated from these fields (`dgmoe.cli.options`); the benchmarks take them (and fresh worker processes
+rebuild them from their JSON). This module imports no torch, so that `dgmoe bench --help` starts at once."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dgmoe.bench.algorithms import BenchmarkConfig
+from dgmoe.bench.timing import MIN_ROUNDS, MIN_WARMUP
+from dgmoe.settings import Settings, comma_ints, comma_names, setting
+
+DEFAULT_MODELS = ("vit_small_patch16_224", "gmoe_small_patch16_224", "sfmoe_small_patch16_224",
+                  "moge_small_patch16_224", "resnet50")
+PRECISIONS = ("fp32", "bf16")
+_ROUNDS = f"Timed rounds (at least {MIN_ROUNDS}), after 2 untimed warm-up rounds."
+
+
+@dataclass(frozen=True)
+class LayerBenchConfig(Settings):
+    """`dgmoe bench layer`: the MoE layer's forward+backward against its limit (`dgmoe.bench.layer`)."""
+
+    tokens: int = setting(32 * 197, "Tokens per call (a ViT-S/16 batch of 32 at 224 px).", minimum=1)
+    dim: int = setting(384, "Token width.", minimum=1)
+    experts: int = setting(6, "Experts.", minimum=1)
+    top_k: int = setting(2, "Experts per token.", minimum=1)
+    router: str = setting("cosine", "Router.", choices=("cosine", "linear"))
+    rounds: int = setting(7, _ROUNDS, minimum=MIN_ROUNDS)
+    threads: int | None = setting(None, "torch threads [torch's default].", minimum=1)
+    device: str = setting("cpu", "torch device.")
+    precision: str = setting("fp32", "bf16: every candidate runs under bf16 autocast (the router stays fp32).",
+                             choices=PRECISIONS)
+    repeats: int = setting(3, "Fresh processes to repeat the measurement in; ratios are their median (min, max).",
+                           minimum=1)
+    paths: tuple[str, ...] | None = setting(None, "Comma list of candidates to time (default: all), e.g. 'moe "
+                                                  "grouped (default),router alone' (names as printed).",
+                                            parser=comma_names)
+
+
+@dataclass(frozen=True)
+class ModelBenchConfig(Settings):
+    """`dgmoe bench models`: train step, inference, memory, params and FLOPs of whole models
+    (`dgmoe.bench.models`); the first model is the reference."""
+
+    models: tuple[str, ...] = setting(DEFAULT_MODELS, "Comma list; the first is the reference.", parser=comma_names)
+    img_size: int = setting(224, "Image size in pixels.", minimum=1)
+    batch_size: int = setting(32, "Images per step.", minimum=1)
+    num_classes: int = setting(7, "Classes of the head.", minimum=1)
+    rounds: int = setting(5, _ROUNDS, minimum=MIN_ROUNDS)
+    device: str = setting("cpu", "torch device.")
+    precision: str = setting("fp32", "Arithmetic of the step (bf16: autocast).", choices=PRECISIONS)
+    compile: bool = setting(False, "torch.compile every model block by block, as `dgmoe train --compile`.",
+                            flags=("--compile",))
+    threads: int | None = setting(None, "torch threads [torch's default].", minimum=1)
+    repeats: int = setting(1, "Fresh processes to repeat the timings in; ratios are their median.", minimum=1)
+
+
+@dataclass(frozen=True)
+class MemoryBenchConfig(Settings):
+    """`dgmoe bench memory`: peak training memory per model and batch size (`dgmoe.bench.models`)."""
+
+    models: tuple[str, ...] = setting(("vit_small_patch16_224", "gmoe_small_patch16_224"),
+                                      "Comma list; the first is the reference.", parser=comma_names)
+    batch_sizes: tuple[int, ...] = setting((16, 32, 96), "Comma list. 96 is DomainBed's step (32 images x 3 "
+                                                         "training domains).", parser=comma_ints, minimum=1)
+    img_size: int = setting(224, "Image size in pixels.", minimum=1)
+    device: str = setting("cpu", "torch device.")
+    precision: str = setting("fp32", "Arithmetic of the step (bf16: autocast).", choices=PRECISIONS)
+    threads: int | None = setting(None, "torch threads [torch's default].", minimum=1)
+
+    def models_config(self) -> ModelBenchConfig:
+        return ModelBenchConfig(self.models, self.img_size, device=self.device, precision=self.precision,
+                                threads=self.threads)
+
+
+@dataclass(frozen=True)
+class StemBenchConfig(Settings):
+    """`dgmoe bench stem`: the hybrid R26 stem against timm's (`dgmoe.bench.stem`)."""
+
+    img_size: int = setting(32, "Image size in pixels.", minimum=1)
+    batch_size: int = setting(32, "Images per call.", minimum=1)
+    rounds: int = setting(7, _ROUNDS, minimum=MIN_ROUNDS)
+    threads: int | None = setting(None, "torch threads [torch's default].", minimum=1)
+    reference: str = setting("auto", "auto: timm's stem when timm imports, else dgmoe's previous weight "
+                                     "standardisation.", choices=("auto", "timm", "previous"))
+
+
+@dataclass(frozen=True)
+class DataBenchConfig(Settings):
+    """`dgmoe bench data`: loader throughput per worker count beside the model step (`dgmoe.bench.data`)."""
+
+    workers: tuple[int, ...] = setting((0, 2, 4, 8), "Comma list of loader worker counts to measure.",
+                                       parser=comma_ints, minimum=0)
+    steps: int = setting(20, "Steps timed per measurement, after --warmup steps.", minimum=1, flags=("--timed-steps",))
+    warmup: int = setting(3, "Untimed steps before each measurement.", minimum=0)
+
+
+@dataclass(frozen=True)
+class AlgorithmBenchRun(Settings):
+    """`dgmoe algorithms bench`: one `dgmoe.bench.algorithms.BenchmarkConfig` per backbone (whose defaults these
+    are)."""
+
+    backbones: tuple[str, ...] = setting(("vit_tiny_patch16_224", "gmoe_tiny_patch16_224"), "Registered model name; "
+                                         "repeat for several tables.", flags=("--backbone",))
+    algorithms: str = setting("all", "Comma-separated algorithm names (must include ERM), or 'all': every registered "
+                                     "algorithm (those that cannot train the backbone are listed with the reason).")
+    steps: int = setting(BenchmarkConfig.steps, f"Timed steps per algorithm (at least {MIN_ROUNDS}; an even number "
+                                                "averages DANN's alternation).", minimum=MIN_ROUNDS)
+    warmup: int = setting(BenchmarkConfig.warmup, "Untimed warm-up steps per algorithm.", minimum=MIN_WARMUP)
+    domains: int = setting(BenchmarkConfig.domains, "Training domains of the batch.", minimum=1)
+    batch_per_domain: int = setting(BenchmarkConfig.batch_per_domain, "Images per domain per step.", minimum=1)
+    img_size: int = setting(BenchmarkConfig.img_size, "Image size in pixels.", minimum=1)
+    patch_size: int | None = setting(BenchmarkConfig.patch_size, "ViT patch size in pixels.", minimum=1)
+    threads: int = setting(BenchmarkConfig.threads, "torch threads per worker process.", minimum=1)
+    device: str = setting(BenchmarkConfig.device, "torch device.")
+    group_size: int = setting(BenchmarkConfig.group_size, "Worker processes alive at once (ERM's included); each "
+                                                          "holds a backbone, so this bounds memory.", minimum=2)

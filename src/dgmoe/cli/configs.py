@@ -1,0 +1,59 @@
+"""The configs of the commands that list or prepare what a package holds (`dgmoe models`, `dgmoe algorithms`,
+`dgmoe data`): those packages import torch when imported, these configs do not, so that `--help` starts at
+once. Their options are generated from these fields (`dgmoe.cli.options`)."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from dgmoe.settings import Settings, existing_folder, setting
+
+
+@dataclass(frozen=True)
+class ModelsList(Settings):
+    """`dgmoe models [PATTERN]`."""
+
+    pattern: str | None = setting(None, "A glob of model names such as 'gmoe*'.", argument=True)
+    names_only: bool = setting(False, "Print the bare names only (one per line, for scripts).", flags=("--names",))
+    params: bool = setting(True, "Kept for old scripts: counts are always shown.", hidden=True)
+
+
+@dataclass(frozen=True)
+class AlgorithmsList(Settings):
+    """`dgmoe algorithms`."""
+
+    references: bool = setting(True, "Print each algorithm's paper reference.")
+
+
+_CACHE_DIR = "Cache root (default: $DGMOE_CACHE_DIR or ~/.cache/dgmoe/data)."
+
+
+@dataclass(frozen=True)
+class DataCheckConfig(Settings):
+    """`dgmoe data check FOLDER`."""
+
+    folder: str = setting("", "A dataset folder <domain>/<class>/<image>.", argument=True, required=True)
+    dataset: str | None = setting(None, "Catalogue name [default: the dataset whose folder name, or else whose "
+                                        "domains, the folder has].", flags=("--dataset", "-d"))
+
+
+@dataclass(frozen=True)
+class DataInfoConfig(Settings):
+    """`dgmoe data info`."""
+
+    dataset: str = setting("", "Catalogue name (see `dgmoe data list`).", flags=("--dataset", "-d"), required=True)
+    data_dir: str | None = setting(None, "Folder holding the dataset.")
+    img_size: int | None = setting(None, "Storage size to check the cache for.", minimum=1)
+    cache_dir: str | None = setting(None, _CACHE_DIR)
+
+
+@dataclass(frozen=True)
+class DataPrepareConfig(Settings):
+    """`dgmoe data prepare`: decode a folder dataset once into the uint8 cache."""
+
+    dataset: str = setting("", "Catalogue name (see `dgmoe data list`).", flags=("--dataset", "-d"), required=True)
+    data_dir: str = setting("", "Folder holding the dataset.", required=True, parser=existing_folder)
+    img_size: int = setting(224, "Square storage size in pixels.", minimum=1)
+    cache_dir: str | None = setting(None, _CACHE_DIR)
+    workers: int = setting(min(8, os.cpu_count() or 1), "Decoding processes (0 = in this process).", minimum=0)
+    force: bool = setting(False, "Rebuild even when a valid cache exists.", flags=("--force",))
