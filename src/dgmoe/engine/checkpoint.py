@@ -22,7 +22,6 @@ from dgmoe.engine.io import atomic_path
 from dgmoe.errors import UsageError
 from dgmoe.models.peft import file_sha256, peft_of, trainable_names, trainable_state_dict
 
-
 #: safetensors metadata of a parameter-efficient run's weights file: "trainable" when it holds the trainable
 #: weights only (the rest are the base weights it names: base_model, base_pretrained, base_sha256)
 PEFT_WEIGHTS = "peft_weights"
