@@ -50,3 +50,28 @@ def test_bad_peft_settings_are_refused_in_one_line_before_anything_is_written(cl
     result = cli(*TRAIN, "--peft", "lora", "--peft-blocks", "7", "--output-dir", run)
     assert result.exit_code == 2 and "--peft-blocks 7 is out of range" in result.output
     assert not run.exists() or not any(run.iterdir())
+
+
+def test_a_peft_resume_state_leaves_the_base_out_and_continues_exactly(tmp_path):
+    from dgmoe.engine import train
+    from dgmoe.engine.checkpoint import load_resume_state
+
+    base = tmp_path / "base.safetensors"
+    torch.manual_seed(0)
+    dense = create_model("vit_micro_patch7_28", depth=1, in_chans=1, img_size=28)
+    save_file({k: v.contiguous() for k, v in dense.state_dict().items()}, str(base))
+    tiny = dict(dataset="RotatedMNIST", model="vit_micro_patch7_28", model_kwargs={"depth": 1}, n_per_domain=16,
+                checkpoint_freq=2, num_threads=1, progress="none", pretrained=str(base), peft="lora",
+                algorithm="SWAD", hparams={"swad_n_converge": 1, "swad_n_tolerance": 1})
+    short = train(steps=4, keep_resume=True, output_dir=str(tmp_path / "run"), **tiny)
+    state = load_resume_state(tmp_path / "run" / "resume.pt")
+    weights = state["algorithm"]
+    assert "network.head.weight" in weights and "network.blocks.0.attn.qkv.lora_B" in weights
+    assert "network_swad.head.weight" in weights and "network_swad.blocks.0.attn.qkv.lora_A" in weights
+    assert not any(k.endswith(("qkv.weight", "fc1.weight", "pos_embed")) for k in weights), sorted(weights)
+    assert state["peft_bases"][0]["base_pretrained"] == str(base)
+    longer = train(steps=6, extend=True, output_dir=str(tmp_path / "run"), **tiny)
+    scratch = train(steps=6, output_dir=str(tmp_path / "scratch"), **tiny)
+    assert short.records and longer.records[-1]["step"] == scratch.records[-1]["step"] == 5
+    keep = ("env0_out_acc", "env1_in_acc", "env2_out_acc")
+    assert {k: longer.records[-1][k] for k in keep} == {k: scratch.records[-1][k] for k in keep}
