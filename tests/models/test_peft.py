@@ -118,3 +118,20 @@ def test_a_peft_model_without_a_pretrained_file_keeps_every_weight(tmp_path):
     save_weights(model, tmp_path / "w.safetensors")
     with safe_open(str(tmp_path / "w.safetensors"), "pt") as f:
         assert set(f.keys()) == set(model.state_dict())
+
+
+def test_load_state_takes_every_weight_or_exactly_the_trainable_ones():
+    from dgmoe.engine.checkpoint import load_state
+    from dgmoe.models.peft import trainable_state_dict
+
+    source, target = toy(PeftConfig("adapter")), toy(PeftConfig("adapter"))
+    with torch.no_grad():
+        for p in source.parameters():
+            p.add_(0.5)
+    load_state(target, trainable_state_dict(source))  # soups and leaderboards of PEFT runs
+    assert all(torch.equal(a, b) == (n in trainable_names(source)) for (n, a), b in
+               zip(source.state_dict().items(), target.state_dict().values()))
+    load_state(target, source.state_dict())
+    assert all(torch.equal(a, b) for a, b in zip(source.state_dict().values(), target.state_dict().values()))
+    with pytest.raises(RuntimeError, match="Missing key"):
+        load_state(target, {k: v for k, v in trainable_state_dict(source).items() if not k.startswith("head.")})

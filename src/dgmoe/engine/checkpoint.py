@@ -114,6 +114,14 @@ def load_weights(network: nn.Module, path: str | Path, partial: bool = False) ->
     network.load_state_dict(state, strict=False)
 
 
+def load_state(network: nn.Module, state: dict[str, torch.Tensor]) -> None:
+    """Load a run's weights into a network built as the run's (`prepare_run`: a PEFT network already holds its
+    base weights): every weight strictly, or exactly its trainable weights (a PEFT run's weights files)."""
+    trainable = set(trainable_names(network))
+    partial = peft_of(network) is not None and set(state) == trainable and trainable != set(network.state_dict())
+    network.load_state_dict(state, strict=not partial)
+
+
 WEIGHT_FILES = {"best": "best.safetensors", "last": "model.safetensors"}
 
 
