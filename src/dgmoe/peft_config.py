@@ -27,7 +27,7 @@ class PeftConfig:
     rank, alpha, dropout: LoRA's r, alpha (the update is scaled by alpha / r) and the dropout on its input
         (also on the adapters' hidden activation).
     targets: the projections LoRA adapts (qkv, proj, fc1, fc2).
-    blocks: the block indices that get LoRA/adapters/adapter experts; () = `default_blocks`.
+    blocks: the block indices that get LoRA/adapters/adapter experts; () = `dgmoe.models.peft.default_blocks`.
     bottleneck: the adapters' hidden width.
     num_experts, top_k, router: the adapter experts' N, k and router ('cosine' or 'linear').
     """
@@ -80,12 +80,6 @@ def as_peft(value: PeftConfig | Mapping[str, Any] | str | None) -> PeftConfig | 
     if isinstance(value, str):
         return PeftConfig(mode=value)
     return PeftConfig(**dict(value))
-
-
-def default_blocks(mode: str, depth: int) -> tuple[int, ...]:
-    """The blocks a mode adapts when `blocks` is empty: every block, but the last two for adapter experts
-    (GMoE's last-two placement, §4.3: sparse layers where the features are most semantic)."""
-    return tuple(range(max(depth - 2, 0), depth)) if mode == "adapter_experts" else tuple(range(depth))
 
 
 def is_trainable(name: str, config: PeftConfig, classifier: str = "head") -> bool:

@@ -54,11 +54,11 @@ def test_lora_targets_and_blocks_choose_the_projections():
     assert not any(isinstance(m, LoRALinear) for n, m in gmoe.named_modules() if ".router" in n)
 
 
-def test_adapter_experts_are_routed_sparse_layers_in_the_last_two_blocks_by_default():
-    model = toy(PeftConfig("adapter_experts", num_experts=3, top_k=2, router="linear"), depth=4)
+def test_adapter_experts_are_routed_sparse_layers_in_gmoes_last_two_blocks_by_default():
+    model = toy(PeftConfig("adapter_experts", num_experts=3, top_k=2, router="linear"), depth=6)
     layers = sparse_layers(model)
-    assert sorted(layers) == ["blocks.2.mlp.adapter", "blocks.3.mlp.adapter"]
-    layer = layers["blocks.3.mlp.adapter"]
+    assert sorted(layers) == ["blocks.2.mlp.adapter", "blocks.4.mlp.adapter"]
+    layer = layers["blocks.4.mlp.adapter"]
     assert isinstance(layer, MoEMlp) and layer.config.num_experts == 3 and layer.config.top_k == 2
     assert describe_model("vit_tiny_patch16_224", peft={"mode": "adapter_experts"}).routes_tokens
 

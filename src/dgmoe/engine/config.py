@@ -77,7 +77,7 @@ class ModelConfig(_Section):
     peft_targets: str = setting("qkv", "Projections LoRA adapts: qkv (the fused q/k/v), attn (qkv + proj), mlp (fc1 + "
                                        "fc2) or all.", choices=tuple(TARGET_PRESETS))
     peft_blocks: tuple[int, ...] = setting((), "Blocks that get LoRA/adapters/adapter experts [every block; "
-                                                "adapter_experts: the last two, GMoE's last-two].", minimum=0)
+                                                "adapter_experts: GMoE's last-two, 8 and 10 of 12].", minimum=0)
     peft_bottleneck: int = setting(64, "Hidden width of the adapters and adapter experts.", minimum=1)
     peft_experts: int = setting(4, "Adapter experts per chosen block (N).", minimum=1)
     peft_top_k: int = setting(1, "Adapter experts per token (k).", minimum=1)

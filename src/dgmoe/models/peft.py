@@ -33,9 +33,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from dgmoe.errors import UsageError
+from dgmoe.models.layout import resolve_layout, sparse_blocks
 from dgmoe.moe.config import MoEConfig
 from dgmoe.moe.layer import MoEMlp
-from dgmoe.peft_config import ADAPTER, LORA_TARGETS, PeftConfig, default_blocks, is_trainable
+from dgmoe.peft_config import ADAPTER, LORA_TARGETS, PeftConfig, is_trainable
 
 
 class LoRALinear(nn.Linear):
@@ -96,6 +97,15 @@ def _add_adapter(module: nn.Module, inputs: tuple[torch.Tensor, ...], output: to
     """The forward hook of an adapted FFN: FFN(x) + adapter(x) (a module-level function, so that deep copies
     of the model call their own adapter)."""
     return output + getattr(module, ADAPTER)(inputs[0])
+
+
+def default_blocks(mode: str, depth: int) -> tuple[int, ...]:
+    """The blocks a mode adapts when `--peft-blocks` is not given: every block, but GMoE's last-two placement
+    for adapter experts (§4.3: blocks depth-4 and depth-2, `dgmoe.models.layout`; every block of a toy model
+    shallower than 4)."""
+    if mode != "adapter_experts" or depth < 4:
+        return tuple(range(depth))
+    return sparse_blocks(resolve_layout("last-two", depth))
 
 
 def _chosen_blocks(model: nn.Module, config: PeftConfig) -> list[tuple[int, nn.Module]]:
