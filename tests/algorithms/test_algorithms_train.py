@@ -27,15 +27,15 @@ FAST.update(linear_steps=1, ermpp_sma_start_iter=2, iters=1, d_steps_per_g=2)  #
 VAL_LOSSES = [3.0, 2.0, 2.5, 9.0, 9.0]
 
 
-def tiny(backbone, seed=0):
+def tiny(backbone, seed=0, peft=None):
     """The backbone family at toy size: 16 px, 2 blocks of width 32 (sparse block 1), or one Bottleneck per
-    ResNet stage (BatchNorm: per-domain forwards are exercised)."""
+    ResNet stage (BatchNorm: per-domain forwards are exercised); `peft`: a parameter-efficient ViT."""
     torch.manual_seed(seed)
     if backbone == "resnet50":
         return ResNet((1, 1, 1, 1), num_classes=NUM_CLASSES)
     extra = {"moe_layers": [1]} if backbone.startswith(("gmoe", "moge")) else {}
     return create_model(backbone, num_classes=NUM_CLASSES, img_size=16, patch_size=4, depth=2, embed_dim=32,
-                        num_heads=2, **extra)
+                        num_heads=2, peft=peft, **extra)
 
 
 def compatible(name, backbone):
@@ -50,10 +50,10 @@ def backbone_for(name, preferred):
     return preferred if compatible(name, preferred) else next(b for b in BACKBONES if compatible(name, b))
 
 
-def build(name, backbone, seed=0, num_domains=NUM_DOMAINS, **overrides):
+def build(name, backbone, seed=0, num_domains=NUM_DOMAINS, peft=None, **overrides):
     hp = default_hparams(name, "PACS", backbone)
     hp.update({k: v for k, v in FAST.items() if k in hp}, **overrides)
-    return get_algorithm(name)(tiny(backbone, seed), NUM_CLASSES, num_domains, hp)
+    return get_algorithm(name)(tiny(backbone, seed, peft), NUM_CLASSES, num_domains, hp)
 
 
 def minibatches(seed, n=NUM_DOMAINS, size=4):

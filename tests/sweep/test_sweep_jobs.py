@@ -193,3 +193,10 @@ def test_job_id_hashes_only_the_settings_that_differ_from_their_defaults():
     assert RunConfig().identity_hash() == md5({})
     cfg = RunConfig.from_flat(dataset="PACS", steps=5, holdout_fraction=0.2, device="cuda")  # 0.2 is the default
     assert cfg.identity_hash() == md5({"data": {"dataset": "PACS"}, "training": {"steps": 5}})
+
+
+def test_check_sweep_describes_the_models_with_their_peft_mode(tmp_path):
+    """Adapter experts add the balance-loss weight: a sweep may set it for a dense backbone."""
+    check_sweep(_cfg(tmp_path, peft="adapter_experts", hparams='{"moe_aux_weight": 0.1}'))
+    with pytest.raises(ValueError, match="unknown hyperparameter 'moe_aux_weight'"):
+        check_sweep(_cfg(tmp_path, peft="lora", hparams='{"moe_aux_weight": 0.1}'))

@@ -36,7 +36,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from dgmoe.algorithms.base import Algorithm, at_least_fp32, concat_batches, cross_entropy, split_sizes
+from dgmoe.algorithms.base import Algorithm, at_least_fp32, concat_batches, cross_entropy, split_sizes, trainable
 from dgmoe.algorithms.dann import discriminator_mlp
 from dgmoe.algorithms.registry import register_algorithm
 from dgmoe.data.base import Batch
@@ -131,7 +131,7 @@ class ADRMX(Algorithm):
         self.disc_optimizer = torch.optim.Adam(self.discriminator.parameters(), lr=hp["lr"], betas=betas)
         params = [*self.network.parameters(), *self.domain_network.parameters(), *self.classifier_final.parameters(),
                   *self.classifier_domain.parameters()]
-        self.optimizer = torch.optim.Adam(params, lr=hp["lr"], betas=betas)
+        self.optimizer = torch.optim.Adam(trainable(params), lr=hp["lr"], betas=betas)
         self.count_updates()
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:

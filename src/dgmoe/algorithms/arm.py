@@ -104,6 +104,7 @@ def widen_input(network: nn.Module, extra: int = 1) -> nn.Conv2d:
     if old.bias is not None:
         assert new.bias is not None  # built with a bias above
         new.bias.copy_(old.bias)
+    new.requires_grad_(old.weight.requires_grad)  # a frozen (parameter-efficient) backbone's stays frozen
     setattr(parent, name, new)
     return new
 

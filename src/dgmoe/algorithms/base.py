@@ -100,7 +100,7 @@ class Algorithm(nn.Module):
         self.register_buffer("update_count", torch.zeros((), dtype=torch.long))
 
     def make_optimizer(self, params: Iterable) -> torch.optim.Optimizer:
-        return torch.optim.Adam(params, lr=self.hparams["lr"], weight_decay=self.hparams["weight_decay"])
+        return torch.optim.Adam(trainable(params), lr=self.hparams["lr"], weight_decay=self.hparams["weight_decay"])
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         """Every optimiser with state to save and resume (names are stable keys for checkpoints)."""
@@ -207,6 +207,20 @@ class Algorithm(nn.Module):
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
         pass
+
+
+def trainable(params: Iterable) -> list:
+    """The parameters an optimiser receives: those with `requires_grad` (a parameter-efficient backbone's
+    frozen weights are left out, `dgmoe.models.peft`); param-group dicts are filtered in place. Nothing
+    trainable gives one empty group (an optimiser whose steps do nothing, e.g. SagNet's featurizer optimiser
+    under a linear probe) rather than torch's error."""
+    out: list = []
+    for item in params:
+        if isinstance(item, dict):
+            out.append({**item, "params": [p for p in item["params"] if p.requires_grad]})
+        elif item.requires_grad:
+            out.append(item)
+    return out if out else [{"params": []}]
 
 
 def has_batch_statistics(network: nn.Module) -> bool:

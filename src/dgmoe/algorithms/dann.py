@@ -22,7 +22,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from dgmoe.algorithms.base import Algorithm, at_least_fp32, concat_batches, cross_entropy
+from dgmoe.algorithms.base import Algorithm, at_least_fp32, concat_batches, cross_entropy, trainable
 from dgmoe.algorithms.registry import register_algorithm
 from dgmoe.data.base import Batch
 from dgmoe.hparams import (
@@ -96,7 +96,7 @@ class AbstractDANN(Algorithm):
         self.count_updates()
 
     def make_optimizer(self, params) -> torch.optim.Optimizer:
-        return torch.optim.Adam(params, lr=self.hparams["lr_g"], weight_decay=self.hparams["weight_decay_g"],
+        return torch.optim.Adam(trainable(params), lr=self.hparams["lr_g"], weight_decay=self.hparams["weight_decay_g"],
                                 betas=(self.hparams["beta1"], 0.9))
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:

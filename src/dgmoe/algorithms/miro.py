@@ -18,7 +18,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from dgmoe.algorithms.base import Algorithm, concat_batches, cross_entropy, frozen_copy
+from dgmoe.algorithms.base import Algorithm, concat_batches, cross_entropy, frozen_copy, trainable
 from dgmoe.algorithms.registry import register_algorithm
 from dgmoe.data.base import Batch
 from dgmoe.hparams import HParam, choice, fixed, positive
@@ -60,8 +60,8 @@ class MIRO(Algorithm):
         self.var_encoder = VarianceEncoder(network.num_features)
         lr = self.hparams["lr"]
         self.optimizer = torch.optim.Adam(
-            [{"params": self.network.parameters()},
-             {"params": self.var_encoder.parameters(), "lr": lr * self.hparams["lr_mult"]}],
+            trainable([{"params": list(self.network.parameters())},
+                       {"params": list(self.var_encoder.parameters()), "lr": lr * self.hparams["lr_mult"]}]),
             lr=lr, weight_decay=self.hparams["weight_decay"])
 
     def train(self, mode: bool = True) -> "MIRO":

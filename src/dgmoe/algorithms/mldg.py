@@ -20,7 +20,7 @@ from itertools import cycle
 
 import torch
 
-from dgmoe.algorithms.base import Algorithm, cross_entropy
+from dgmoe.algorithms.base import Algorithm, cross_entropy, trainable
 from dgmoe.algorithms.registry import register_algorithm
 from dgmoe.data.base import Batch
 from dgmoe.hparams import HParam, choice, fixed, log_uniform, non_negative, one_of, positive
@@ -59,7 +59,7 @@ class MLDG(Algorithm):
                     if p.grad is not None:
                         p.add_(p.grad, alpha=-lr)
         elif self.hparams["mldg_inner_optimizer"] == "adam":
-            torch.optim.Adam(inner.parameters(), lr=lr, weight_decay=self.hparams["weight_decay"]).step()
+            torch.optim.Adam(trainable(inner.parameters()), lr=lr, weight_decay=self.hparams["weight_decay"]).step()
         else:
             raise ValueError(
                 f"mldg_inner_optimizer must be 'adam' or 'sgd', got {self.hparams['mldg_inner_optimizer']!r}")

@@ -59,6 +59,8 @@ class RSC(Algorithm):
         batch = concat_batches(minibatches)
         classifier = self.classifier()
         z = self.features(batch)
+        if not z.requires_grad:  # a frozen backbone (`--peft linear`): eq. 1's gradient is still the features'
+            z = z.detach().requires_grad_(True)
         logits = at_least_fp32(classifier(z))
         true = F.one_hot(batch.y, logits.shape[1]).to(logits.dtype)
         (grads,) = torch.autograd.grad((logits * true).sum(), z)  # eq. 1; the backbone's graph stays

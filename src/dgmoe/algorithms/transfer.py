@@ -30,7 +30,7 @@ import copy
 
 import torch
 
-from dgmoe.algorithms.base import Algorithm, concat_batches, cross_entropy, domain_risk
+from dgmoe.algorithms.base import Algorithm, concat_batches, cross_entropy, domain_risk, trainable
 from dgmoe.algorithms.registry import register_algorithm
 from dgmoe.data.base import Batch
 from dgmoe.hparams import HParam, choice, fixed, log_uniform, uniform
@@ -74,7 +74,7 @@ class Transfer(Algorithm):
     def __init__(self, network, num_classes, num_domains, hparams):
         super().__init__(network, num_classes, num_domains, hparams)
         if self.hparams["gda"]:
-            self.optimizer = torch.optim.SGD(self.network.parameters(), lr=self.hparams["lr"])
+            self.optimizer = torch.optim.SGD(trainable(self.network.parameters()), lr=self.hparams["lr"])
         self.adv_classifier = copy.deepcopy(self.classifier())
         self.adv_optimizer = torch.optim.SGD(self.adv_classifier.parameters(), lr=self.hparams["lr_d"])
 

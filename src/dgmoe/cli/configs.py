@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from dgmoe.peft_config import PEFT_MODES
 from dgmoe.settings import Settings, existing_folder, setting
 
 
@@ -16,6 +17,9 @@ class ModelsList(Settings):
     pattern: str | None = setting(None, "A glob of model names such as 'gmoe*'.", argument=True)
     names_only: bool = setting(False, "Print the bare names only (one per line, for scripts).", flags=("--names",))
     params: bool = setting(True, "Kept for old scripts: counts are always shown.", hidden=True)
+    peft: str | None = setting(None, "Parameter counts under parameter-efficient training (`dgmoe train --peft`, "
+                                     "default knobs): trainable/total per mode, or for one mode ('-': the mode "
+                                     "does not apply).", choices=("all", *PEFT_MODES[1:]))
 
 
 @dataclass(frozen=True)

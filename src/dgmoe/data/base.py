@@ -34,7 +34,7 @@ class Batch:
         # non-blocking: from pinned memory the copies overlap the device's work, from pageable memory they
         # are staged at once; either way the host never waits for the device (no synchronisation)
         meta = None if self.meta is None else {k: v.to(device, non_blocking=True) for k, v in self.meta.items()}
-        shard = None if self.shard is None else self.shard.to(device, non_blocking=True)
+        shard = None if self.shard is None else self.shard.to(device)
         return Batch(self.x.to(device, non_blocking=True), self.y.to(device, non_blocking=True), meta, shard)
 
     def head(self, n: int) -> "Batch":

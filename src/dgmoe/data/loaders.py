@@ -40,6 +40,13 @@ def _pinned(b: Batch) -> Batch:
     return Batch(b.x.pin_memory(), b.y.pin_memory(), meta)
 
 
+def _staged(x: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """`x` in pinned memory when it is bound for a GPU: a copy from pageable memory is staged by the driver,
+    which may wait for the device's queue to drain (a host synchronisation in all but name); from pinned
+    memory it is queued and the host goes on."""
+    return x.pin_memory() if device.type == "cuda" and not x.is_pinned() else x
+
+
 def _single_thread(_: int) -> None:
     torch.set_num_threads(1)
 
@@ -127,7 +134,7 @@ class TrainBatches:
 
     def _augment(self, d: int, x: torch.Tensor, y: torch.Tensor, meta, g: torch.Generator) -> Batch:
         if self.device is not None:
-            x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+            x, y = _staged(x, self.device).to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
             meta = None if meta is None else {k: v.to(self.device, non_blocking=True) for k, v in meta.items()}
         transform = self.transforms[d]
         if transform is not None:
@@ -233,5 +240,6 @@ class EvalBatches:
         return ((part, self._on_device(x, y, meta)) for part, x, y, meta in items)
 
     def _on_device(self, x: torch.Tensor, y: torch.Tensor, meta) -> Batch:
-        batch = Batch(x, y, meta).to(self.device)
+        assert self.device is not None
+        batch = Batch(_staged(x, self.device), y, meta).to(self.device)
         return batch if self.transform is None else Batch(self.transform(batch.x), batch.y, batch.meta)

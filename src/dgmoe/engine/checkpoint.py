@@ -2,7 +2,8 @@
 
 A run folder holds `config.json` (the RunConfig plus resolved hparams and dataset facts),
 `results.jsonl` (DomainBed records), `model.safetensors` (last), `best.safetensors` (best
-training-domain validation accuracy), `resume.pt` (everything needed to continue: weights, optimiser
+training-domain validation accuracy; a parameter-efficient run's hold its trainable weights and name their
+base weights), `resume.pt` (everything needed to continue: weights, optimiser
 and algorithm state, RNG state, the records so far; tensors and plain types only, loaded with
 `weights_only=True`) and `done` once finished. Every file is written atomically.
 """
@@ -19,12 +20,25 @@ from safetensors.torch import load_file, save_file
 from dgmoe.engine.config import RunConfig
 from dgmoe.engine.io import atomic_path
 from dgmoe.errors import UsageError
+from dgmoe.models.peft import file_sha256, peft_of, trainable_names, trainable_state_dict
+
+#: safetensors metadata of a parameter-efficient run's weights file: "trainable" when it holds the trainable
+#: weights only (the rest are the base weights it names: base_model, base_pretrained, base_sha256)
+PEFT_WEIGHTS = "peft_weights"
 
 
 def save_weights(module: nn.Module, path: str | Path, metadata: dict[str, str] | None = None) -> None:
-    state = {k: v.detach().contiguous().cpu() for k, v in module.state_dict().items()}
+    """Save a network's weights; a parameter-efficient network built from a pretrained file keeps only its
+    trainable weights and names the base weights they need (a PEFT network from a random initialisation
+    keeps every weight: its base has no file to name)."""
+    state, metadata = module.state_dict(), dict(metadata or {})
+    config, base = peft_of(module), getattr(module, "peft_base", None)
+    if config is not None and config.active and isinstance(base, dict) and base.get("base_pretrained"):
+        state = trainable_state_dict(module)
+        metadata.update({**base, PEFT_WEIGHTS: "trainable", "peft": json.dumps(config.to_dict(), sort_keys=True)})
+    state = {k: v.detach().contiguous().cpu() for k, v in state.items()}
     with atomic_path(path) as tmp:
-        save_file(state, str(tmp), metadata=metadata)
+        save_file(state, str(tmp), metadata=metadata or None)
 
 
 def save_resume_state(path: str | Path, state: dict[str, Any]) -> None:
@@ -57,14 +71,55 @@ def saved_run(config: dict[str, Any]) -> RunConfig:
     return RunConfig.from_dict(config["config"], strict=False)
 
 
-def build_network(run_config: dict[str, Any]) -> nn.Module:
-    """Rebuild a run's network (untrained) from its config.json."""
+def build_network(run_config: dict[str, Any], base: dict[str, str] | None = None) -> nn.Module:
+    """Rebuild a run's network (untrained) from its config.json; with `base` (a PEFT weights file's metadata),
+    from the base weights it names, checked against their sha256, for the trainable weights to follow."""
     from dgmoe.models import create_model
 
     info = run_config["model_build"]
     kwargs = {k: v for k, v in info["kwargs"].items()
               if k not in ("pretrained", "pretrained_antialias")}  # the run's own weights follow
+    if base is not None:
+        path, digest = Path(base.get("base_pretrained", "")), base.get("base_sha256", "")
+        if not path.is_file():
+            raise UsageError(f"the run's weights hold its trainable (PEFT) weights only and need the base weights "
+                             f"{path} (sha256 {digest}), which is not a file; put it back at that path")
+        if file_sha256(path) != digest:
+            raise UsageError(f"the base weights {path} are not those the run was trained from (sha256 {digest}); "
+                             "restore that file")
+        kwargs.update(pretrained=str(path), pretrained_antialias=info["kwargs"].get("pretrained_antialias", True))
     return create_model(info["name"], **kwargs)
+
+
+def peft_metadata(path: str | Path) -> dict[str, str] | None:
+    """The metadata of a weights file that holds a PEFT run's trainable weights only, else None."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), "pt") as f:
+        meta = f.metadata() or {}
+    return meta if meta.get(PEFT_WEIGHTS) == "trainable" else None
+
+
+def load_weights(network: nn.Module, path: str | Path, partial: bool = False) -> None:
+    """Load a weights file strictly; `partial` (a PEFT file): exactly the network's trainable weights."""
+    state = load_file(str(path))
+    if not partial:
+        network.load_state_dict(state, strict=True)
+        return
+    expected = set(trainable_names(network))
+    if set(state) != expected:
+        odd = sorted(set(state) ^ expected)
+        raise UsageError(f"{path} does not hold this network's trainable weights: {odd[0]}"
+                         + (f" and {len(odd) - 1} more" if len(odd) > 1 else ""))
+    network.load_state_dict(state, strict=False)
+
+
+def load_state(network: nn.Module, state: dict[str, torch.Tensor]) -> None:
+    """Load a run's weights into a network built as the run's (`prepare_run`: a PEFT network already holds its
+    base weights): every weight strictly, or exactly its trainable weights (a PEFT run's weights files)."""
+    trainable = set(trainable_names(network))
+    partial = peft_of(network) is not None and set(state) == trainable and trainable != set(network.state_dict())
+    network.load_state_dict(state, strict=not partial)
 
 
 WEIGHT_FILES = {"best": "best.safetensors", "last": "model.safetensors"}
@@ -110,6 +165,7 @@ def load_run(run_dir: str | Path, which: str = "best", device: str = "cpu") -> t
     """Return `(network, run_config)` of a run, with its `best` or `last` weights, in eval mode."""
     config = read_run_config(run_dir)
     path, _ = weights_file(run_dir, which)
-    network = build_network(config)
-    network.load_state_dict(load_file(str(path)), strict=True)
+    base = peft_metadata(path)
+    network = build_network(config, base)
+    load_weights(network, path, partial=base is not None)
     return network.to(device).eval(), config

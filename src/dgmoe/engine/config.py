@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Iterable, Mapping
 
+from dgmoe.errors import UsageError
+from dgmoe.peft_config import PEFT_MODES, TARGET_PRESETS, PeftConfig
 from dgmoe.settings import ConfigError, Settings, flag, key_of, plain, setting
 
 
@@ -65,6 +67,23 @@ class ModelConfig(_Section):
     pretrained_antialias: bool = setting(
         True, "Resample the checkpoint's position/patch embeddings with antialiased bicubic as timm >= 0.9 "
               "(--no-pretrained-antialias: plain bicubic, timm 0.5-0.6).")
+    peft: str = setting("full", "Parameter-efficient training (docs/design.md, PEFT): full = every weight; linear = "
+                                "frozen backbone + head; lora = LoRA on --peft-targets; adapter = bottleneck "
+                                "adapters; adapter_experts = routed sparse experts of adapters.", choices=PEFT_MODES)
+    peft_rank: int = setting(8, "LoRA rank r.", minimum=1)
+    peft_alpha: float = setting(16.0, "LoRA alpha: the update B A x is scaled by alpha / r.", minimum=0,
+                                exclusive_min=True)
+    peft_dropout: float = setting(0.0, "Dropout on LoRA's input and on the adapters' hidden units.", minimum=0,
+                                  maximum=1, exclusive_max=True)
+    peft_targets: str = setting("qkv", "Projections LoRA adapts: qkv (the fused q/k/v), attn (qkv + proj), mlp (fc1 + "
+                                       "fc2) or all.", choices=tuple(TARGET_PRESETS))
+    peft_blocks: tuple[int, ...] = setting((), "Blocks that get LoRA/adapters/adapter experts [every block; "
+                                                "adapter_experts: GMoE's last-two, 8 and 10 of 12].", minimum=0)
+    peft_bottleneck: int = setting(64, "Hidden width of the adapters and adapter experts.", minimum=1)
+    peft_experts: int = setting(4, "Adapter experts per chosen block (N).", minimum=1)
+    peft_top_k: int = setting(1, "Adapter experts per token (k).", minimum=1)
+    peft_router: str = setting("cosine", "Router of the adapter experts (GMoE's cosine, or linear).",
+                               choices=("cosine", "linear"))
 
     def __post_init__(self) -> None:
         if self.pretrained is True or self.pretrained == "True":  # timm's habit: download the weights
@@ -73,6 +92,17 @@ class ModelConfig(_Section):
             raise ConfigError(f"{flag('pretrained')} must be a checkpoint file, got {self.pretrained!r}; "
                               f"{OFFLINE_HELP}")
         super().__post_init__()
+
+    def peft_config(self) -> PeftConfig:
+        """The `PeftConfig` of these settings (a `ConfigError` naming the flag when they do not fit together,
+        e.g. --peft-top-k above --peft-experts: checked when the run is prepared, before anything is written)."""
+        try:
+            return PeftConfig(self.peft, self.peft_rank, self.peft_alpha, self.peft_dropout,
+                              TARGET_PRESETS[self.peft_targets],
+                              self.peft_blocks, self.peft_bottleneck, self.peft_experts, self.peft_top_k,
+                              self.peft_router)
+        except UsageError as e:
+            raise ConfigError(str(e)) from None
 
 
 @dataclass(frozen=True)

@@ -61,11 +61,11 @@ def base_hparams(dataset: str | DatasetHParams, model: str | ModelInfo = DEFAULT
         rate = 0.0 if small else 0.1
         hp["drop_path_rate"] = HParam(rate, fixed(rate), probability)
     hp["data_augmentation"] = HParam(True, fixed(True))
-    if sparse is not None:
+    if info.routes_tokens:  # the backbone's sparse FFNs, or adapter experts (`--peft adapter_experts`)
         # lambda of GMoE eq. C.4: the per-layer loss is 0.5 * lambda * (L_imp + L_load); the official code
         # weights (L_imp + L_load)/2 by 0.01, i.e. lambda = 0.01.
         hp[AUX_LOSS_WEIGHTS["balance"]] = HParam(0.01, log_uniform(-3, -1), non_negative)
-        if sparse.cka_tokens > 0:  # MoGE eq. 4's lambda_CKA (no value in the paper: dgmoe's choice, 0.1)
+        if sparse is not None and sparse.cka_tokens > 0:  # MoGE eq. 4's lambda_CKA (no value in the paper: 0.1)
             hp[AUX_LOSS_WEIGHTS["cka"]] = HParam(0.1, log_uniform(-3, 0), non_negative)
     return hp
 

@@ -8,10 +8,12 @@ from pathlib import Path
 from typing import Any, Collection, Mapping
 
 import torch
+import torch.nn as nn
 
 from dgmoe.engine.checkpoint import load_resume_state
 from dgmoe.engine.config import RunConfig, identity_differences
 from dgmoe.errors import UsageError
+from dgmoe.models.peft import peft_of, trainable_names
 from dgmoe.seeding import numpy_rng_state, set_numpy_rng_state
 from dgmoe.settings import ConfigError
 
@@ -26,10 +28,28 @@ class RunState:
     best_val: float = -1.0
 
 
+def base_weight_keys(algorithm: nn.Module) -> tuple[set[str], list[dict[str, str]]]:
+    """The frozen base weights a resume state leaves out (the parameters of parameter-efficient networks built
+    from a pretrained file that they do not train, in the algorithm and in its copies such as SWAD's average:
+    the run rebuilds them from that file, checked by its sha256), and the bases they come from."""
+    keys, bases = set(), []
+    for prefix, module in algorithm.named_modules():
+        config, base = peft_of(module), getattr(module, "peft_base", None)
+        if config is None or not config.active or not isinstance(base, dict) or not base.get("base_pretrained"):
+            continue
+        keep, at = set(trainable_names(module)), f"{prefix}." if prefix else ""
+        keys |= {at + name for name, _ in module.named_parameters() if name not in keep}
+        bases.append(base)
+    return keys, bases
+
+
 def capture(step: int, algorithm, progress: RunState, identity: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The resume state after `step` (tensors and plain types only: loaded with `weights_only=True`);
-    `identity` is the run's (`RunConfig.identity()` with its schedule resolved)."""
-    return {"step": step, "algorithm": algorithm.state_dict(), "records": progress.records,
+    `identity` is the run's (`RunConfig.identity()` with its schedule resolved). A parameter-efficient run's
+    leaves its frozen base weights out and names them (`base_weight_keys`)."""
+    frozen, bases = base_weight_keys(algorithm)
+    weights = {k: v for k, v in algorithm.state_dict().items() if k not in frozen}
+    return {"step": step, "algorithm": weights, "peft_bases": bases, "records": progress.records,
             "best_val": progress.best_val,
             "optimizers": {k: o.state_dict() for k, o in dict(algorithm.optimizers()).items()},
             "extra": algorithm.extra_state(), "rng": torch.get_rng_state(), "numpy_rng": numpy_rng_state(),
@@ -73,8 +93,17 @@ def load_checked(path: Path, identity: Mapping[str, Any], schedules: Collection[
 
 
 def restore(state: Mapping[str, Any], algorithm) -> RunState:
-    """Load a resume state (`load_checked`'s) into `algorithm` and the RNGs; return where the run stands."""
-    algorithm.load_state_dict(state["algorithm"])
+    """Load a resume state (`load_checked`'s) into `algorithm` and the RNGs; return where the run stands. The
+    frozen base weights a parameter-efficient run's state leaves out must be those the algorithm was built with."""
+    frozen, bases = base_weight_keys(algorithm)
+    if frozen and [b.get("base_sha256") for b in state.get("peft_bases", [])] != [b["base_sha256"] for b in bases]:
+        raise UsageError(f"the resume state's frozen base weights are not those of {bases[0]['base_pretrained']} "
+                         "(sha256 differs); restore the file the run was started with, or delete resume.pt")
+    missing, unexpected = algorithm.load_state_dict(state["algorithm"], strict=not frozen)
+    if set(missing) != (frozen if "peft_bases" in state else set()) or unexpected:
+        odd = sorted(set(missing) ^ frozen) + sorted(unexpected)
+        raise UsageError(f"the resume state does not fit this run's weights ({odd[0]}); delete resume.pt to train "
+                         "this run from its start")
     for name, opt in dict(algorithm.optimizers()).items():
         opt.load_state_dict(state["optimizers"][name])
     algorithm.load_extra_state(state.get("extra", {}))

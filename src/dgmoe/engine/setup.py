@@ -126,6 +126,9 @@ def prepare_run(cfg: RunConfig) -> RunSetup:
             raise UsageError(f"--model {model.name} cannot be built with {given or 'its defaults'} "
                              f"(--model-kwargs/--patch-size/--img-size): {e}") from e
 
+    peft = model.peft_config()
+    if peft.active:
+        model_kwargs["peft"] = peft.to_dict()
     info = built(lambda: describe_model(model.name, **model_kwargs))
     hparams = run_hparams(alg.name, data.dataset, info, seeds.hparams_seed, seeds.trial_seed, alg.hparams)
     train_tf, eval_tf = get_transforms(data.dataset, img_size, hparams.get("data_augmentation", True), info.mean,

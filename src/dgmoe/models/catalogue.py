@@ -1,6 +1,7 @@
 """What a registered model is, in one line, read from its meta-device build (no weights, no initialisation):
-its family and paper, its sparse layout and routing, and its parameter count. `dgmoe models` prints it and
-the quickstart announces its runs with it.
+its family and paper, its sparse layout and routing, and its parameter count (in total, and trainable under
+each parameter-efficient mode: `peft_counts`). `dgmoe models` prints it and the quickstart announces its runs
+with it.
 """
 from __future__ import annotations
 
@@ -114,3 +115,15 @@ def summarize_model(name: str) -> ModelSummary:
         family = f"ResNet-{3 * sum(len(getattr(model, f'layer{i}')) for i in range(1, 5)) + 2}"
     return ModelSummary(name, info, sum(p.numel() for p in model.parameters()), family,
                         structure_of(model, info), paper)
+
+
+def peft_counts(name: str, mode: str) -> tuple[int, int] | None:
+    """(total, trainable) parameters of a registered model at its defaults under PEFT `mode` (its default
+    knobs), from a meta-device build; None where the mode does not apply (LoRA or adapters on a ResNet)."""
+    from dgmoe.errors import UsageError
+    from dgmoe.models.peft import parameter_counts
+
+    try:
+        return parameter_counts(build_on_meta(name, peft={"mode": mode}))
+    except UsageError:
+        return None

@@ -47,7 +47,7 @@ def check_model_name(name: str) -> None:
 def create_model(name: str, num_classes: int | None = None, img_size: int | None = None,
                  pretrained: str | Path | None = None, pretrained_antialias: bool = True,
                  checkpoint_path: str | Path | None = None, features_only: bool = False,
-                 out_indices: int | Sequence[int] | None = None, **overrides: Any) -> nn.Module:
+                 out_indices: int | Sequence[int] | None = None, peft: Any = None, **overrides: Any) -> nn.Module:
     """Build a registered model; `None` values mean "the model's default" (as timm's factory).
 
     `pretrained` is a local checkpoint path (timm/DeiT names, `.safetensors` or `.pth`) adapted to the
@@ -61,10 +61,15 @@ def create_model(name: str, num_classes: int | None = None, img_size: int | None
     replaces `pretrained` (both at once is an error). With `features_only`, it is the full model's
     state dict, loaded before the head is dropped (timm loads it into the feature wrapper instead).
 
+    `peft` (a `dgmoe.models.peft.PeftConfig`, its dict or a mode name) makes it a parameter-efficient model
+    after the pretrained weights are loaded: its modules added, every other weight frozen, and the model
+    carries `peft` and `peft_base` (the base weights a PEFT checkpoint needs: name, file and sha256).
+
     `features_only=True` returns a feature extractor whose forward gives a list of `[B, C, H, W]` maps and
     whose `feature_info` describes them, as timm (`dgmoe.models.features`); `out_indices` picks the levels.
     """
     from dgmoe.models.features import features_model
+    from dgmoe.models.peft import apply_peft, base_weights
     from dgmoe.models.pretrained import (
         CheckpointError,
         CheckpointMismatchError,
@@ -72,6 +77,7 @@ def create_model(name: str, num_classes: int | None = None, img_size: int | None
         load_pretrained,
         missing_checkpoint,
     )
+    from dgmoe.peft_config import as_peft
 
     check_model_name(name)
     if pretrained is True or pretrained == "True":
@@ -88,6 +94,10 @@ def create_model(name: str, num_classes: int | None = None, img_size: int | None
     model = MODELS.get(name)(**kwargs)
     if pretrained:
         setattr(model, "load_report", load_pretrained(model, pretrained, antialias=pretrained_antialias))
+    config = as_peft(peft)
+    if config is not None:
+        apply_peft(model, config)
+        setattr(model, "peft_base", base_weights(name, pretrained if config.active else None))
     if checkpoint_path:
         try:
             setattr(model, "load_report", load_checkpoint(model, checkpoint_path))

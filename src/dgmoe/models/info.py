@@ -18,6 +18,7 @@ from torch.overrides import TorchFunctionMode
 
 from dgmoe.data.transforms import IMAGENET_MEAN, IMAGENET_STD
 from dgmoe.moe.config import MoEConfig
+from dgmoe.peft_config import PeftConfig
 
 #: hyperparameters that are arguments of a backbone family: hparam name -> model keyword.
 VIT_HPARAMS = {"drop_path_rate": "drop_path_rate"}
@@ -43,10 +44,16 @@ class ModelInfo:
     uses_metadata: bool = False
     hparam_kwargs: dict[str, str] = field(default_factory=dict)
     dense_twin: str | None = None
+    peft: PeftConfig | None = None
 
     @property
     def is_sparse(self) -> bool:
         return self.sparse is not None
+
+    @property
+    def routes_tokens(self) -> bool:
+        """Whether the model has routed layers with auxiliary losses: its own sparse FFNs or adapter experts."""
+        return self.sparse is not None or (self.peft is not None and self.peft.mode == "adapter_experts")
 
     def to_dict(self) -> dict[str, Any]:
         """The facts as plain JSON types (what a run's config.json records under `model_info`)."""
@@ -84,12 +91,16 @@ class _SkipRandomInit(TorchFunctionMode):
 
 def build_on_meta(name: str, **kwargs: Any) -> nn.Module:
     """`create_model(name, **kwargs)`'s architecture on the meta device: shapes and structure, no memory,
-    no initialisation cost (weights, `features_only` and the like are ignored)."""
+    no initialisation cost (weights, `features_only` and the like are ignored; `peft` is applied)."""
+    from dgmoe.models.peft import apply_peft
     from dgmoe.models.registry import MODELS
+    from dgmoe.peft_config import as_peft
 
     kwargs = {k: v for k, v in kwargs.items() if v is not None and k not in FACTORY_ONLY}
+    peft = as_peft(kwargs.pop("peft", None))
     with torch.device("meta"), _SkipRandomInit():
-        return MODELS.get(name)(**kwargs)
+        model = MODELS.get(name)(**kwargs)
+        return model if peft is None else apply_peft(model, peft)
 
 
 def describe_model(name: str, **kwargs: Any) -> ModelInfo:

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from dgmoe.engine.checkpoint import WEIGHT_FILES, checkpoint_step, read_run_config, saved_run
+from dgmoe.engine.checkpoint import WEIGHT_FILES, checkpoint_step, load_state, read_run_config, saved_run
 from dgmoe.engine.io import write_json_atomic, write_text_atomic
 from dgmoe.errors import UsageError
 from dgmoe.report.tables import row_labels, user_labels
@@ -101,7 +101,7 @@ def predict_splits(pick: Pick, device: str = "cpu", data_dir: str | None = None,
                                                                               else {}))
     setup = prepare_run(run)
     algorithm = setup.algorithm.to(device)
-    algorithm.inference_network().load_state_dict(load_file(str(pick.weights)), strict=True)
+    load_state(algorithm.inference_network(), load_file(str(pick.weights)))
     algorithm.eval()
     evaluation = setup.dataset.evaluation
     field = evaluation.field if evaluation is not None else None

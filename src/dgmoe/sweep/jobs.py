@@ -169,6 +169,8 @@ def check_sweep(cfg: SweepConfig) -> None:
                 raise ValueError(f"{option}: {err}") from None
     model = cfg.base.model
     kwargs = {k: v for k, v in {"patch_size": model.patch_size, **model.kwargs}.items() if v is not None}
+    if model.peft_config().active:  # adapter experts bring their balance-loss weight into the hyperparameters
+        kwargs["peft"] = model.peft_config().to_dict()
     for name in cfg.models:
         try:
             info = describe_model(name, **kwargs)

@@ -34,7 +34,7 @@ import torch.nn as nn
 from safetensors.torch import load_file
 
 from dgmoe.data.loaders import EvalBatches
-from dgmoe.engine.checkpoint import save_weights
+from dgmoe.engine.checkpoint import load_state, save_weights
 from dgmoe.engine.evaluate import evaluate_domains, split_metrics
 from dgmoe.engine.io import read_jsonl, write_json_atomic, write_jsonl_atomic
 from dgmoe.engine.provenance import provenance
@@ -130,7 +130,7 @@ class _Evaluator:
 
     def holding(self, state: dict[str, torch.Tensor]) -> nn.Module:
         """The run's algorithm with `state` loaded into the network it predicts with."""
-        self.setup.algorithm.inference_network().load_state_dict(state, strict=True)
+        load_state(self.setup.algorithm.inference_network(), state)
         return self.setup.algorithm
 
     def val_acc(self, predictor: Any) -> float:

@@ -1,0 +1,202 @@
+"""Parameter-efficient training: which weights of a built model train, and the small modules that do.
+
+Applied once, by the model factory (`create_model(..., peft=...)`), after pretrained weights are loaded, so
+every algorithm trains the same parameters (its optimisers receive the trainable ones only). Generic over
+timm's ViT module names (`blocks.N.attn.qkv`, `attn.proj`, `mlp.fc1`, `mlp.fc2`, the classifier named by
+`ModelInfo.classifier`), so any backbone built from `dgmoe.models.layers` gets it unchanged. Modes:
+
+- `full`: every weight trains (DomainBed's fine-tuning; nothing changes).
+- `linear`: a linear probe: the backbone is frozen, only the classifier trains.
+- `lora`: LoRA (Hu et al. 2021, eq. 3 and §4.1): each target projection computes
+  h = W0 x + (alpha / r) B A x with W0 frozen, A [r, d_in] random (Kaiming-uniform, as LoRA's code) and
+  B [d_out, r] zero, so the model is unchanged at initialisation.
+- `adapter`: a bottleneck adapter (Houlsby et al. 2019's down-GELU-up, zero-initialised up-projection) in
+  parallel with each chosen block's FFN (He et al. 2022's parallel form): FFN(x) + up(GELU(down(x))).
+- `adapter_experts`: sparse experts of adapters (MoA-style): N bottleneck adapters per chosen block, in
+  parallel with its FFN and routed per token by dgmoe's own MoE layer (`dgmoe.moe.layer.MoEMlp`: GMoE eq. 3
+  y = sum_{e in TOP_k} g_e(x) f_e(x), g = softmax(s(x) + eps), the cosine or linear router, gate noise
+  1/N, the 0.5 (L_imp + L_load) balance loss of App. C.4 added by every algorithm as for GMoE's layers,
+  routing recorded for `dgmoe analyze routing`). Each expert's up-projection starts at zero.
+
+The classifier trains in every mode but `full` (where everything does). Which names train is a rule on the
+parameter names (`is_trainable`), so copies (SWAD's averaged network) are saved the same way.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from dgmoe.errors import UsageError
+from dgmoe.models.layout import resolve_layout, sparse_blocks
+from dgmoe.moe.config import MoEConfig
+from dgmoe.moe.layer import MoEMlp
+from dgmoe.peft_config import ADAPTER, LORA_TARGETS, PeftConfig, is_trainable
+
+
+class LoRALinear(nn.Linear):
+    """nn.Linear plus LoRA's low-rank update (Hu et al. 2021, eq. 3): h = W0 x + b + (alpha / r) B A drop(x).
+    Keeps nn.Linear's `weight`/`bias` names, so the base weights load and save under timm's names."""
+
+    def __init__(self, base: nn.Linear, rank: int, alpha: float, dropout: float = 0.0):
+        nn.Module.__init__(self)  # nn.Linear's own constructor would allocate a weight only to drop it
+        self.in_features, self.out_features = base.in_features, base.out_features
+        self.weight = base.weight
+        self.bias = base.bias
+        self.rank, self.scaling = rank, alpha / rank
+        device, dtype = base.weight.device, base.weight.dtype
+        self.lora_A = nn.Parameter(torch.empty(rank, base.in_features, device=device, dtype=dtype))
+        self.lora_B = nn.Parameter(torch.zeros(base.out_features, rank, device=device, dtype=dtype))
+        if not self.lora_A.is_meta:
+            nn.init.kaiming_uniform_(self.lora_A, a=math.sqrt(5))  # LoRA's reference code; B = 0 (§4.1)
+        self.lora_dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        update = F.linear(F.linear(self.lora_dropout(x), self.lora_A), self.lora_B)
+        return F.linear(x, self.weight, self.bias) + self.scaling * update
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, rank={self.rank}, scaling={self.scaling:g}"
+
+
+class Adapter(nn.Module):
+    """A bottleneck adapter: up(drop(GELU(down(x)))) with `up` zero-initialised (Houlsby et al. 2019), so that
+    adding it leaves the model unchanged at initialisation."""
+
+    def __init__(self, dim: int, bottleneck: int, dropout: float = 0.0):
+        super().__init__()
+        self.down = nn.Linear(dim, bottleneck)
+        self.act = nn.GELU()
+        self.drop = nn.Dropout(dropout)
+        self.up = nn.Linear(bottleneck, dim)
+        nn.init.zeros_(self.up.weight)
+        nn.init.zeros_(self.up.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.up(self.drop(self.act(self.down(x))))
+
+
+def adapter_experts(dim: int, config: PeftConfig) -> MoEMlp:
+    """N bottleneck adapters (dim -> bottleneck -> dim, GELU) routed per token by an `MoEMlp`; every expert's
+    up-projection zero, so the layer adds nothing at initialisation (its router still learns from the
+    balance loss)."""
+    moe = MoEConfig(num_experts=config.num_experts, top_k=config.top_k, router=config.router)  # type: ignore[arg-type]
+    layer = MoEMlp(dim, config.bottleneck, moe)  # token routing, dropless, gate noise 1/N (GMoE App. C.3)
+    with torch.no_grad():
+        layer.experts.fc2_weight.zero_()
+        layer.experts.fc2_bias.zero_()
+    return layer
+
+
+def _add_adapter(module: nn.Module, inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> torch.Tensor:
+    """The forward hook of an adapted FFN: FFN(x) + adapter(x) (a module-level function, so that deep copies
+    of the model call their own adapter)."""
+    return output + getattr(module, ADAPTER)(inputs[0])
+
+
+def default_blocks(mode: str, depth: int) -> tuple[int, ...]:
+    """The blocks a mode adapts when `--peft-blocks` is not given: every block, but GMoE's last-two placement
+    for adapter experts (§4.3: blocks depth-4 and depth-2, `dgmoe.models.layout`; every block of a toy model
+    shallower than 4)."""
+    if mode != "adapter_experts" or depth < 4:
+        return tuple(range(depth))
+    return sparse_blocks(resolve_layout("last-two", depth))
+
+
+def _chosen_blocks(model: nn.Module, config: PeftConfig) -> list[tuple[int, nn.Module]]:
+    blocks = getattr(model, "blocks", None)
+    if not isinstance(blocks, nn.Sequential):
+        raise UsageError(f"--peft {config.mode} adapts transformer blocks (model.blocks); "
+                         f"{type(model).__name__} has none: use --peft linear or full")
+    bad = [b for b in config.blocks if b >= len(blocks)]
+    if bad:
+        raise UsageError(f"--peft-blocks {bad[0]} is out of range for a {len(blocks)}-block model")
+    chosen = config.blocks or default_blocks(config.mode, len(blocks))
+    return [(i, blocks[i]) for i in chosen]
+
+
+def _classifier_name(model: nn.Module) -> str:
+    info = getattr(model, "info", None)
+    return getattr(info, "classifier", "head")
+
+
+def apply_peft(model: nn.Module, config: PeftConfig) -> nn.Module:
+    """Add `config`'s modules to `model` in place and freeze every other weight; returns `model`, which
+    carries `peft` (the config) from then on."""
+    setattr(model, "peft", config)
+    info = getattr(model, "info", None)
+    if info is not None:
+        setattr(model, "info", dataclasses.replace(info, peft=config))
+    if not config.active:
+        return model
+    if config.mode == "lora":
+        matched = 0
+        for _, block in _chosen_blocks(model, config):
+            for parent in (getattr(block, "attn"), getattr(block, "mlp")):  # not the routers' projections
+                for attr, child in list(parent.named_children()):
+                    if attr in config.targets and type(child) is nn.Linear:
+                        setattr(parent, attr, LoRALinear(child, config.rank, config.alpha, config.dropout))
+                        matched += 1
+        if not matched:
+            raise UsageError(f"--peft-targets {','.join(config.targets)} matches no dense nn.Linear projection of "
+                             f"the chosen blocks (sparse FFNs have no fc1/fc2); choose among "
+                             f"{', '.join(LORA_TARGETS)}")
+    elif config.mode in ("adapter", "adapter_experts"):
+        for _, block in _chosen_blocks(model, config):
+            mlp, dim = getattr(block, "mlp"), getattr(block, "norm2").normalized_shape[0]
+            device = next(mlp.parameters()).device
+            with torch.device(device):
+                module = (Adapter(dim, config.bottleneck, config.dropout) if config.mode == "adapter"
+                          else adapter_experts(dim, config))
+            mlp.add_module(ADAPTER, module)
+            mlp.register_forward_hook(_add_adapter)
+    classifier = _classifier_name(model)
+    for name, p in model.named_parameters():
+        p.requires_grad_(is_trainable(name, config, classifier))
+    return model
+
+
+def peft_of(model: nn.Module) -> PeftConfig | None:
+    """The PEFT config a model was built with, or None (a full fine-tune built before PEFT existed)."""
+    config = getattr(model, "peft", None)
+    return config if isinstance(config, PeftConfig) else None
+
+
+def trainable_names(model: nn.Module) -> list[str]:
+    """The names of the parameters that train under the model's PEFT config (all of them without one)."""
+    config, classifier = peft_of(model), _classifier_name(model)
+    return [n for n, _ in model.named_parameters() if config is None or is_trainable(n, config, classifier)]
+
+
+def trainable_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The weights a PEFT checkpoint holds: the trainable parameters (by the name rule, so also for frozen
+    copies such as SWAD's average)."""
+    state, keep = model.state_dict(), set(trainable_names(model))
+    return {k: v for k, v in state.items() if k in keep}
+
+
+def parameter_counts(model: nn.Module) -> tuple[int, int]:
+    """(total, trainable) parameter counts of a model (trainable: `requires_grad`)."""
+    params = list(model.parameters())
+    return sum(p.numel() for p in params), sum(p.numel() for p in params if p.requires_grad)
+
+
+def file_sha256(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def base_weights(name: str, pretrained: str | Path | None) -> dict[str, str]:
+    """What a PEFT checkpoint names as the weights it needs: the registered model, the pretrained file it
+    was built from ('' for none: the base is the seeded random initialisation) and that file's sha256."""
+    if not pretrained:
+        return {"base_model": name, "base_pretrained": "", "base_sha256": ""}
+    return {"base_model": name, "base_pretrained": str(pretrained), "base_sha256": file_sha256(pretrained)}

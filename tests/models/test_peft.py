@@ -1,0 +1,150 @@
+"""Parameter-efficient models (`dgmoe.models.peft`): unchanged at initialisation, LoRA's update as its equation,
+checkpoints that hold the trainable weights only and name their base, a few MB for ViT-B."""
+import json
+
+import pytest
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from dgmoe.engine.checkpoint import build_network, load_run, save_weights
+from dgmoe.errors import UsageError
+from dgmoe.models import create_model
+from dgmoe.models.info import build_on_meta, describe_model
+from dgmoe.models.peft import LoRALinear, parameter_counts, trainable_names
+from dgmoe.moe.auxiliary import sparse_layers
+from dgmoe.moe.layer import MoEMlp
+from dgmoe.peft_config import PEFT_MODES, PeftConfig
+
+TOY = dict(num_classes=3, img_size=16, patch_size=4, depth=2, embed_dim=32, num_heads=2)
+MODES = [m for m in PEFT_MODES if m != "full"]
+
+
+def toy(peft=None, name="vit_tiny_patch16_224", **kw):
+    torch.manual_seed(0)
+    return create_model(name, peft=peft, **{**TOY, **kw})
+
+
+@pytest.mark.parametrize("name", ["vit_tiny_patch16_224", "gmoe_tiny_patch16_224"])
+@pytest.mark.parametrize("mode", MODES)
+def test_a_peft_model_computes_its_base_model_at_initialisation(mode, name):
+    x = torch.randn(2, 3, 16, 16)
+    extra = {"moe_layers": [1]} if name.startswith("gmoe") else {}
+    base, peft = toy(None, name, **extra).eval(), toy(PeftConfig(mode), name, **extra).eval()
+    assert torch.allclose(base(x), peft(x), atol=1e-6)
+    total, trainable = parameter_counts(peft)
+    assert 0 < trainable < total and trainable == sum(p.numel() for n, p in peft.named_parameters()
+                                                      if n in set(trainable_names(peft)))
+
+
+def test_lora_computes_w_x_plus_alpha_over_r_b_a_x():
+    layer = LoRALinear(torch.nn.Linear(6, 5), rank=2, alpha=3.0)
+    torch.nn.init.normal_(layer.lora_B)
+    x = torch.randn(4, 6)
+    expected = x @ layer.weight.T + layer.bias + (3.0 / 2) * (x @ layer.lora_A.T @ layer.lora_B.T)
+    assert torch.allclose(layer(x), expected, atol=1e-6)
+    assert set(dict(layer.named_parameters())) == {"weight", "bias", "lora_A", "lora_B"}
+
+
+def test_lora_targets_and_blocks_choose_the_projections():
+    model = toy(PeftConfig("lora", targets=("proj", "fc1"), blocks=(1,)))
+    lora = sorted(n for n, m in model.named_modules() if isinstance(m, LoRALinear))
+    assert lora == ["blocks.1.attn.proj", "blocks.1.mlp.fc1"]
+    gmoe = toy(PeftConfig("lora", targets=("proj",)), "gmoe_tiny_patch16_224", moe_layers=[1])
+    assert not any(isinstance(m, LoRALinear) for n, m in gmoe.named_modules() if ".router" in n)
+
+
+def test_adapter_experts_are_routed_sparse_layers_in_gmoes_last_two_blocks_by_default():
+    model = toy(PeftConfig("adapter_experts", num_experts=3, top_k=2, router="linear"), depth=6)
+    layers = sparse_layers(model)
+    assert sorted(layers) == ["blocks.2.mlp.adapter", "blocks.4.mlp.adapter"]
+    layer = layers["blocks.4.mlp.adapter"]
+    assert isinstance(layer, MoEMlp) and layer.config.num_experts == 3 and layer.config.top_k == 2
+    assert describe_model("vit_tiny_patch16_224", peft={"mode": "adapter_experts"}).routes_tokens
+
+
+def test_bad_settings_are_one_line_usage_errors():
+    with pytest.raises(UsageError, match="--peft-top-k"):
+        PeftConfig("adapter_experts", num_experts=2, top_k=3)
+    with pytest.raises(UsageError, match="--peft-blocks 5"):
+        toy(PeftConfig("adapter", blocks=(5,)))
+    with pytest.raises(UsageError, match="--peft lora adapts transformer blocks"):
+        build_on_meta("resnet50", num_classes=3, peft="lora")
+    assert parameter_counts(build_on_meta("resnet50", num_classes=3, peft="linear"))[1] == 2048 * 3 + 3
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_vit_base_peft_checkpoint_is_a_few_mb(mode):
+    """The trainable weights of ViT-B/16 at DomainNet's 345 classes, in fp32: what a PEFT checkpoint holds."""
+    model = build_on_meta("vit_base_patch16_224", num_classes=345, peft={"mode": mode})
+    total, trainable = parameter_counts(model)
+    assert total > 86e6 and trainable * 4 < 6 * 2**20, (mode, trainable)
+
+
+def test_a_peft_checkpoint_holds_the_trainable_weights_and_names_its_base(tmp_path):
+    base_file = tmp_path / "base.safetensors"
+    save_file({k: v.contiguous() for k, v in toy().state_dict().items()}, str(base_file))
+    peft = {"mode": "adapter_experts", "bottleneck": 4, "num_experts": 2, "top_k": 1}
+    kwargs = {**TOY, "num_classes": 5, "peft": peft}
+    model = create_model("vit_tiny_patch16_224", pretrained=str(base_file), **kwargs)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if p.requires_grad:
+                p.add_(0.1)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"config": {}, "model_build": {
+        "name": "vit_tiny_patch16_224", "kwargs": {**kwargs, "pretrained": str(base_file)}}}))
+    save_weights(model, run / "model.safetensors", {"step": "3"})
+    with safe_open(str(run / "model.safetensors"), "pt") as f:
+        keys, meta = set(f.keys()), f.metadata()
+    assert keys == set(trainable_names(model)) and keys < set(model.state_dict())
+    assert meta["base_model"] == "vit_tiny_patch16_224" and meta["base_pretrained"] == str(base_file)
+    assert len(meta["base_sha256"]) == 64 and json.loads(meta["peft"])["mode"] == "adapter_experts"
+    loaded, _ = load_run(run, "last")
+    x = torch.randn(2, 3, 16, 16)
+    assert torch.equal(loaded(x), model.eval()(x))
+    base_file.write_bytes(base_file.read_bytes() + b" ")  # another file at the path
+    with pytest.raises(UsageError, match="not those the run was trained from"):
+        load_run(run, "last")
+    base_file.unlink()
+    with pytest.raises(UsageError, match="need the base weights"):
+        load_run(run, "last")
+    assert build_network(json.loads((run / "config.json").read_text())) is not None  # untrained: no base needed
+
+
+def test_a_peft_model_without_a_pretrained_file_keeps_every_weight(tmp_path):
+    model = toy(PeftConfig("lora"))
+    save_weights(model, tmp_path / "w.safetensors")
+    with safe_open(str(tmp_path / "w.safetensors"), "pt") as f:
+        assert set(f.keys()) == set(model.state_dict())
+
+
+def test_load_state_takes_every_weight_or_exactly_the_trainable_ones():
+    from dgmoe.engine.checkpoint import load_state
+    from dgmoe.models.peft import trainable_state_dict
+
+    source, target = toy(PeftConfig("adapter")), toy(PeftConfig("adapter"))
+    with torch.no_grad():
+        for p in source.parameters():
+            p.add_(0.5)
+    load_state(target, trainable_state_dict(source))  # soups and leaderboards of PEFT runs
+    assert all(torch.equal(a, b) == (n in trainable_names(source)) for (n, a), b in
+               zip(source.state_dict().items(), target.state_dict().values()))
+    load_state(target, source.state_dict())
+    assert all(torch.equal(a, b) for a, b in zip(source.state_dict().values(), target.state_dict().values()))
+    with pytest.raises(RuntimeError, match="Missing key"):
+        load_state(target, {k: v for k, v in trainable_state_dict(source).items() if not k.startswith("head.")})
+
+
+def test_dgmoe_models_shows_trainable_and_total_counts_under_each_mode(cli):
+    result = cli("models", "vit_base*", "--peft", "all")
+    assert result.exit_code == 0, result.output
+    header, row = result.output.strip().splitlines()
+    assert header.split() == ["model", "params", *MODES]
+    cells = row.split()
+    assert cells[:2] == ["vit_base_patch16_224", "86.57M"]
+    linear, lora = cells[2], cells[3]
+    assert linear == "0.769M/86.57M" and lora.startswith("1.064M/86.86M")
+    result = cli("models", "resnet50", "--peft", "lora")
+    assert result.output.strip().splitlines()[1].split() == ["resnet50", "25.56M", "-"]
