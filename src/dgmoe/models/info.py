@@ -29,7 +29,9 @@ class ModelInfo:
     """A model's facts: architecture name and family, input geometry and normalisation, its classifier's
     attribute, its sparse layers (config and block indices; None for a dense model), whether it reads
     metadata, which hyperparameters are its own constructor arguments, and its dense twin: the registered
-    dense model whose checkpoints `pretrained=` adapts to it (GMoE App. C.2, MoGE §2.3; None: its own)."""
+    dense model whose checkpoints `pretrained=` adapts to it (GMoE App. C.2, MoGE §2.3; None: its own).
+    A ViT's token layout too: patch size, prefix tokens (class + registers), and its FFN activation, which
+    the experts of its sparse variants share."""
 
     architecture: str
     family: Literal["vit", "resnet"]
@@ -43,6 +45,9 @@ class ModelInfo:
     uses_metadata: bool = False
     hparam_kwargs: dict[str, str] = field(default_factory=dict)
     dense_twin: str | None = None
+    patch_size: int | None = None
+    num_prefix_tokens: int = 0
+    activation: str = "gelu"
 
     @property
     def is_sparse(self) -> bool:
