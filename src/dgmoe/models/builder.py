@@ -29,27 +29,29 @@ def split_moe_kwargs(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, 
 
 def vit_info(name: str, model: VisionTransformer, config: MoEConfig | None, layout: Sequence[str],
              in_chans: int, dense_twin: str | None = None, activation: str = "gelu",
-             stats: Stats | None = None) -> ModelInfo:
+             stats: Stats | None = None, tower: tuple[str, str] | None = None) -> ModelInfo:
     mean, std = stats if stats is not None else (IMAGENET_MEAN, IMAGENET_STD)
     return ModelInfo(architecture=name, family="vit", input_size=(in_chans, *model.patch_embed.img_size),
                      num_features=model.num_features, sparse=config if "S" in layout else None,
                      sparse_blocks=sparse_blocks(tuple(layout)), uses_metadata=model.uses_metadata,
                      hparam_kwargs=dict(VIT_HPARAMS), dense_twin=dense_twin,
                      patch_size=model.patch_embed.patch_size[0], num_prefix_tokens=model.num_prefix_tokens,
-                     activation=activation, mean=mean, std=std)
+                     activation=activation, mean=mean, std=std, tower=tower)
 
 
 def build_vit(name: str, arch: dict[str, Any], layout: str | Sequence[int] | None = None,
               moe_defaults: dict[str, Any] | None = None, embed_layer: Any = None,
               cls: type[VisionTransformer] = VisionTransformer, dense_twin: str | None = None,
-              stats: Stats | None = None, **kwargs: Any) -> VisionTransformer:
+              stats: Stats | None = None, tower: tuple[str, str] | None = None,
+              **kwargs: Any) -> VisionTransformer:
     """Create a ViT whose blocks follow `moe_layers` (default: `layout`; sparse 'S' blocks get an `MoEMlp`).
 
     `kwargs` are timm-style architecture overrides (img_size, patch_size, in_chans, num_classes, depth,
     embed_dim, num_heads, drop_path_rate, ...) plus `MoEConfig` fields (num_experts, top_k, router, ...) and,
     for image routing, `location_encoder` / `location_encoder_kwargs`. `dense_twin`: the registered dense
     model whose checkpoints this one starts from (`ModelInfo.dense_twin`); `stats`: the input normalisation
-    its weights were trained with (default ImageNet's). The experts use the backbone's `activation`.
+    its weights were trained with (default ImageNet's); `tower`: (label, paper) of the foundation model's tower
+    it is or starts from (`ModelInfo.tower`). The experts use the backbone's `activation`.
     """
     kwargs = {**arch, **{k: v for k, v in kwargs.items() if v is not None}}
     placement = kwargs.pop("moe_layers", layout)
@@ -79,5 +81,5 @@ def build_vit(name: str, arch: dict[str, Any], layout: str | Sequence[int] | Non
         kwargs["embed_layer"] = embed_layer
     model = cls(block_mlps=block_mlp, **kwargs)
     model.info = vit_info(name, model, config, block_layout, kwargs.get("in_chans", 3), dense_twin, activation,
-                          stats)
+                          stats, tower)
     return model

@@ -31,7 +31,8 @@ class ModelInfo:
     metadata, which hyperparameters are its own constructor arguments, and its dense twin: the registered
     dense model whose checkpoints `pretrained=` adapts to it (GMoE App. C.2, MoGE §2.3; None: its own).
     A ViT's token layout too: patch size, prefix tokens (class + registers), and its FFN activation, which
-    the experts of its sparse variants share."""
+    the experts of its sparse variants share; and, for a foundation model's tower, which one it is
+    (`tower`: its label and paper, what `dgmoe models` says)."""
 
     architecture: str
     family: Literal["vit", "resnet"]
@@ -48,6 +49,7 @@ class ModelInfo:
     patch_size: int | None = None
     num_prefix_tokens: int = 0
     activation: str = "gelu"
+    tower: tuple[str, str] | None = None
 
     @property
     def is_sparse(self) -> bool:
