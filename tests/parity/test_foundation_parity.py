@@ -13,7 +13,8 @@ from safetensors.torch import load_file
 
 import dgmoe
 from dgmoe.models.info import describe_model
-from dgmoe.models.pretrained import CheckpointMismatchError
+from dgmoe.models.pretrained import CheckpointError, CheckpointMismatchError
+from dgmoe.models.resample import resize_pos_embed
 from dgmoe.moe.auxiliary import sparse_layers
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -81,11 +82,30 @@ def test_a_checkpoint_of_another_family_fails_in_one_line_naming_what_is_missing
     assert "\n" not in text and repr(missing) in text and "read as" in text, text
 
 
-def test_dinov2_at_224_px_resamples_the_518_px_grid():
-    model = dgmoe.create_model("vit_small_patch14_dinov2", depth=1, num_classes=0)
-    assert model.patch_embed.grid_size == (16, 16) and model.pos_embed.shape[1] == 1 + 16 * 16
-    reg = dgmoe.create_model("vit_small_patch14_reg4_dinov2", depth=1, num_classes=0)
-    assert reg.num_prefix_tokens == 5 and reg.pos_embed.shape[1] == 16 * 16
+@pytest.mark.parametrize("registers", [0, 4])
+def test_dinov2_at_224_px_resamples_the_hub_files_518_px_grid(registers, tmp_path):
+    """A hub-format file at DINOv2's 518 px (37 x 37 patches of 14 px, class token in pos_embed) loads into the
+    224 px model (16 x 16): the grid resampled as timm loads it; with registers, the class token takes
+    pos_embed[:, 0] (timm's `_convert_dinov2`)."""
+    name = f"vit_small_patch14{'_reg4' * bool(registers)}_dinov2"
+    tiny = dict(embed_dim=32, num_heads=2, depth=1, num_classes=0)
+    hub = dict(dgmoe.create_model("vit_small_patch14_dinov2", img_size=518, **tiny).state_dict())
+    assert hub["pos_embed"].shape == (1, 1 + 37 * 37, 32)
+    hub["mask_token"] = torch.zeros(1, 32)
+    if registers:
+        hub["register_tokens"] = torch.randn(1, registers, 32)
+    torch.save(hub, tmp_path / "dinov2_hub.pth")
+    model = dgmoe.create_model(name, pretrained=str(tmp_path / "dinov2_hub.pth"), **tiny)
+    assert model.patch_embed.grid_size == (16, 16) and model.num_prefix_tokens == 1 + registers
+    report = model.load_report
+    assert report.format == "dinov2_hub" and report.resized == ["pos_embed"] and report.dropped == ["mask_token"]
+    prefix = 0 if registers else 1
+    source = hub["pos_embed"][:, 1 - prefix:]
+    torch.testing.assert_close(model.pos_embed.detach(), resize_pos_embed(source, (16, 16), prefix))
+    cls = hub["cls_token"] + (hub["pos_embed"][:, :1] if registers else 0)
+    torch.testing.assert_close(model.cls_token.detach(), cls)
+    with torch.no_grad():
+        assert model(torch.randn(1, 3, 224, 224)).shape == (1, 32)
 
 
 def _sparse_variants(dense: str) -> list[str]:
@@ -136,3 +156,10 @@ def test_towers_declare_their_facts_in_their_model_info():
     dino = describe_model("vit_base_patch14_reg4_dinov2")
     assert (dino.mean, dino.input_size, dino.patch_size, dino.num_prefix_tokens) == \
         (IMAGENET_MEAN, (3, 224, 224), 14, 5)
+
+
+def test_a_torchscript_release_is_refused_with_how_to_convert_it(tmp_path):
+    torch.jit.script(torch.nn.Linear(2, 2)).save(str(tmp_path / "ViT-B-16.pt"))
+    with pytest.raises(CheckpointError, match=r"TorchScript archive .*torch.jit.load\(path"):
+        dgmoe.create_model("vit_base_patch16_clip_quickgelu_224", pretrained=str(tmp_path / "ViT-B-16.pt"), depth=1,
+                           embed_dim=32, num_heads=2)

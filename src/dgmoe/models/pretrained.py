@@ -128,6 +128,10 @@ def load_checkpoint_file(path: str | Path, keys: tuple[str, ...] = STATE_KEYS) -
         raise
     except Exception as exc:  # corrupt file, pickle with objects, truncated archive...
         reason = " ".join(str(exc).split())  # torch's own text runs to paragraphs: its first words say enough
+        if "TorchScript" in reason:  # OpenAI's CLIP releases: code dgmoe does not run
+            raise CheckpointError(f"{path} is a TorchScript archive (as OpenAI's CLIP .pt releases), which dgmoe "
+                                  "does not load: save its state dict first, torch.save(torch.jit.load(path, "
+                                  "map_location='cpu').state_dict(), 'clip.pth'), and pass that file") from None
         reason = reason if len(reason) <= 80 else reason[:77] + "..."
         raise CheckpointError(f"cannot read checkpoint {path}: not a .safetensors or .pth/.pt/.bin state dict "
                               f"({type(exc).__name__}: {reason})") from exc
