@@ -163,3 +163,42 @@ def test_a_torchscript_release_is_refused_with_how_to_convert_it(tmp_path):
     with pytest.raises(CheckpointError, match=r"TorchScript archive .*torch.jit.load\(path"):
         dgmoe.create_model("vit_base_patch16_clip_quickgelu_224", pretrained=str(tmp_path / "ViT-B-16.pt"), depth=1,
                            embed_dim=32, num_heads=2)
+
+
+def test_a_tower_file_starts_a_classifier_whose_head_keeps_its_initialisation(io):
+    """DG runs put a new head on the tower: the file has no classifier, so the head is the model's own and the
+    report says so; the features are the peer's."""
+    case = CASES["openai_clip_quickgelu"]
+    model = dgmoe.create_model(case["model"], pretrained=str(FIXTURES / case["file"]),
+                               **{**case["overrides"], "num_classes": 7}).eval()
+    assert model.load_report.initialised == ["head"] and "initialised, not in the checkpoint: head" in \
+        model.load_report.summary()
+    with torch.no_grad():
+        features = model.forward_head(model.forward_features(io["openai_clip_quickgelu.x"]), pre_logits=True)
+    torch.testing.assert_close(features, io["openai_clip_quickgelu.out"], rtol=1e-5, atol=1e-5)
+
+
+def _file(case: str) -> dict[str, torch.Tensor]:
+    path = FIXTURES / CASES[case]["file"]
+    return load_file(str(path)) if path.suffix == ".safetensors" else torch.load(path, weights_only=True)
+
+
+@pytest.mark.parametrize("variant", ["clip_model", "bare_visual"])
+def test_other_layouts_of_the_same_formats(variant, io, tmp_path):
+    """A whole Hugging Face `CLIPModel` (text tower and logit scale dropped) and an open_clip
+    `model.visual.state_dict()` (no `visual.` prefix) load as their formats, to the same outputs."""
+    if variant == "clip_model":
+        name, fmt = "hf_clip_with_projection", "hf_clip"
+        state = {**_file(name), "text_model.embeddings.token_embedding.weight": torch.zeros(10, 16),
+                 "text_projection.weight": torch.zeros(48, 16), "logit_scale": torch.tensor(2.6)}
+    else:
+        name, fmt = "openai_clip_quickgelu", "openai_clip"
+        state = {k[len("visual."):]: v for k, v in _file(name).items() if k.startswith("visual.")}
+    path = tmp_path / "tower.pth"
+    torch.save(state, path)
+    model = dgmoe.create_model(CASES[name]["model"], pretrained=str(path), **CASES[name]["overrides"]).eval()
+    assert model.load_report.format == fmt
+    if variant == "clip_model":
+        assert {"text_model", "logit_scale", "text_projection"} <= set(model.load_report.dropped)
+    with torch.no_grad():
+        torch.testing.assert_close(model(io[f"{name}.x"]), io[f"{name}.out"], rtol=1e-5, atol=1e-5)

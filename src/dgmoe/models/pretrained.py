@@ -11,7 +11,8 @@ must be accounted for. The only tolerated differences are reported in a `LoadRep
   in the checkpoint" (`initialised`, see `no_dense_value`): in each expanded block everything the FFN does not
   fill (the router, MoGE's gate logit g = logit(gamma_init), anything a sparse layer adds), and the top-level
   modules a sparse or located family adds to the dense ViT (MoGE's and ERM+LE's location encoder);
-- a classifier head with another class count is re-initialised (`reinitialized`);
+- a classifier head with another class count is re-initialised (`reinitialized`), and a checkpoint without
+  any classifier (a CLIP or DINOv2 tower, a timm `num_classes=0` file) leaves the model's own (`initialised`);
 - a position embedding for another grid is resampled bicubically, and a patch embedding kernel for
   another patch size with FlexiViT's pseudo-inverse resize (`resized`, `resize_method`); antialiased as
   timm >= 0.9 by default, `antialias=False` for timm 0.5-0.6's plain bicubic (`dgmoe.models.resample`).
@@ -238,6 +239,10 @@ def load_pretrained(model: nn.Module, path: str | Path, strict: bool = True, ant
     own = model.state_dict()
     missing = [k for k in own if k not in state]
     initialised = no_dense_value(model, state, report.expanded)
+    classifier = getattr(getattr(model, "info", None), "classifier", "head")
+    head_keys = [k for k in own if k.startswith(f"{classifier}.")]
+    if not any(k in state or k in report.reinitialized for k in head_keys):  # a backbone's file: no classifier
+        initialised.update({k: classifier for k in head_keys})
     try:
         check_fit(path, own, state, tolerated={*initialised, *report.reinitialized} if strict else set(missing))
     except CheckpointMismatchError as e:
