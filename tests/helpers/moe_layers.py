@@ -11,9 +11,10 @@ PATHS = {"grouped": None, "mask": None, "grouped_autograd": dispatch_module.sort
          "padded": dispatch_module.padded_dispatch, "sync_free": sync_free_dispatch}
 
 
-def make_layer(dispatch="grouped", **kw):
+def make_layer(dispatch="grouped", activation="gelu", **kw):
     torch.manual_seed(1)
-    layer = MoEMlp(8, 32, MoEConfig(dispatch=dispatch if PATHS.get(dispatch) is None else "grouped", **kw))
+    layer = MoEMlp(8, 32, MoEConfig(dispatch=dispatch if PATHS.get(dispatch) is None else "grouped", **kw),
+                   activation=activation)
     if PATHS.get(dispatch) is not None:
         layer._dispatch = PATHS[dispatch]
     return layer

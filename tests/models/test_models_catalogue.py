@@ -60,3 +60,22 @@ def test_cli_pattern_and_bare_names(cli):
     assert cli("models", "resnet*", "--names").output.split() == ["resnet101", "resnet50"]
     result = cli("models", "nothing*")
     assert result.exit_code == 0 and "no registered model matches 'nothing*'" in result.output
+
+
+@pytest.mark.parametrize("name, peer_count", [
+    # timm 1.0.31's towers (num_classes=0; CLIP: + the bias-free projection), meta builds
+    ("vit_base_patch16_clip_224", 86_192_640), ("vit_large_patch14_clip_quickgelu_224", 303_966_208),
+    ("vit_small_patch14_dinov2", 21_628_800), ("vit_base_patch14_reg4_dinov2", 85_727_232),
+])
+def test_foundation_towers_count_what_the_peers_count(name, peer_count):
+    assert count_parameters(build_on_meta(name, num_classes=0)) == peer_count
+
+
+def test_foundation_towers_and_their_sparse_variants_are_listed_with_tower_and_paper(cli):
+    assert summarize_model("vit_base_patch16_clip_quickgelu_224").description == (
+        "CLIP ViT-B/16 (OpenAI, QuickGELU): 12 blocks, width 768, dense; Radford et al., ICML 2021")
+    assert summarize_model("gmoe_small_patch14_reg4_dinov2").description.startswith(
+        "GMoE on DINOv2 ViT-S/14 with 4 registers: 12 blocks, width 384, MoE in last-two blocks (8, 10 of 12)")
+    names = cli("models", "*clip*", "--names").output.split() + cli("models", "*dinov2*", "--names").output.split()
+    assert {"vit_large_patch14_clip_224", "gmoe_base_patch16_clip_quickgelu_224", "sfmoe_base_patch14_dinov2",
+            "gmoe_base_patch14_dinov2", "vit_small_patch14_reg4_dinov2"} <= set(names)

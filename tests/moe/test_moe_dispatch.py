@@ -9,12 +9,13 @@ from dgmoe.moe import record_routing
 from dgmoe.moe.dispatch import capacity_keep_mask, expert_capacity
 
 
+@pytest.mark.parametrize("activation", ["gelu", "quick_gelu"])
 @pytest.mark.parametrize("capacity_factor", [None, 0.5])
-def test_sorted_dispatch_matches_mask_loop_outputs_and_gradients(capacity_factor):
+def test_sorted_dispatch_matches_mask_loop_outputs_and_gradients(capacity_factor, activation):
     x = torch.randn(3, 7, 8, requires_grad=True)
     results = []
     for dispatch in ("grouped", "grouped_autograd", "padded", "sync_free", "mask"):
-        layer = make_layer(dispatch=dispatch, capacity_factor=capacity_factor, top_k=2)
+        layer = make_layer(dispatch=dispatch, capacity_factor=capacity_factor, top_k=2, activation=activation)
         layer.eval()
         x.grad = None
         y = layer(x)
@@ -74,3 +75,14 @@ def test_dispatch_paths_match_the_mask_loop_on_cuda(dispatch):
     with torch.autocast("cuda", dtype=torch.bfloat16):
         y, gx, _ = outputs_and_grads(dispatch, x.cuda(), num_experts=4, top_k=2)
     assert torch.isfinite(y).all() and gx.dtype == torch.float32
+
+
+def test_quick_gelu_experts_compute_x_sigmoid_1702x():
+    """OpenAI CLIP's activation (x * sigmoid(1.702 x)) in every expert, not GELU."""
+    layer = make_layer(activation="quick_gelu")
+    x = torch.randn(5, 8)
+    e = layer.experts
+    h = x @ e.fc1_weight[0].T + e.fc1_bias[0]
+    expected = (h * torch.sigmoid(1.702 * h)) @ e.fc2_weight[0].T + e.fc2_bias[0]
+    torch.testing.assert_close(e.expert(0, x), expected)
+    assert (e.expert(0, x) - make_layer().experts.expert(0, x)).abs().max() > 0

@@ -21,11 +21,12 @@ def _fused() -> bool:
     return fast_grouped_gemm(torch.device("cuda"), torch.bfloat16)
 
 
-def test_sync_free_dispatch_matches_the_mask_loop_on_cuda_in_bf16():
+@pytest.mark.parametrize("activation", ["gelu", "quick_gelu"])
+def test_sync_free_dispatch_matches_the_mask_loop_on_cuda_in_bf16(activation):
     if not _fused():
         pytest.skip("torch's grouped GEMM is fused on compute capability 9.0+ only")
     torch.manual_seed(0)
-    layer = MoEMlp(64, 256, MoEConfig(num_experts=6, top_k=2)).cuda().train()
+    layer = MoEMlp(64, 256, MoEConfig(num_experts=6, top_k=2), activation=activation).cuda().train()
     x = torch.randn(4, 50, 64, device="cuda")
     outs = {}
     for name, dispatch in (("sync_free", sync_free_dispatch), ("mask", masked_dispatch)):
@@ -40,6 +41,8 @@ def test_sync_free_dispatch_matches_the_mask_loop_on_cuda_in_bf16():
     ("gmoe_tiny_patch16_224", "ERM", {}),
     ("sfmoe_small_patch16_224", "ERM", {"embed_dim": 192, "num_heads": 3}),
     ("moge_tiny_patch16_224", "MoGE", {}),
+    ("gmoe_base_patch16_clip_quickgelu_224", "ERM", {"embed_dim": 192, "num_heads": 3, "depth": 4, "proj_dim": 64}),
+    ("gmoe_small_patch14_reg4_dinov2", "ERM", {"patch_size": 16, "depth": 4}),
 ])
 def test_a_training_update_makes_no_host_synchronisation(model_name, algorithm, kwargs):
     if not _fused():

@@ -29,6 +29,9 @@ import torch.nn.functional as F
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
+#: CLIP's input normalisation (OpenAI's released preprocessing; OpenCLIP's weights use it too)
+CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
+CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 GRAY_WEIGHTS = (0.299, 0.587, 0.114)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch.nn as nn
 
 # explicit imports make registration visible (erm_le: the ERM+LE backbone)
-from dgmoe.models import erm_le, moge, resnet, sfmoe, zoo  # noqa: F401
+from dgmoe.models import erm_le, foundation, moge, resnet, sfmoe, zoo  # noqa: F401
 from dgmoe.models.factory import create_model
 from dgmoe.models.registry import MODELS, list_models, register_model
 

@@ -111,6 +111,8 @@ def summarize_model(name: str) -> ModelSummary:
     model = build_on_meta(name)
     info = model_info(model)
     family, paper = family_of(name, info)
+    if info.tower is not None:  # a foundation model's tower: dense, it is that tower; sparse, built on it
+        family, paper = (f"{family} on {info.tower[0]}", paper) if info.is_sparse else info.tower
     if family == "ResNet":
         family = f"ResNet-{3 * sum(len(getattr(model, f'layer{i}')) for i in range(1, 5)) + 2}"
     return ModelSummary(name, info, sum(p.numel() for p in model.parameters()), family,

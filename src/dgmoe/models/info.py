@@ -30,7 +30,10 @@ class ModelInfo:
     """A model's facts: architecture name and family, input geometry and normalisation, its classifier's
     attribute, its sparse layers (config and block indices; None for a dense model), whether it reads
     metadata, which hyperparameters are its own constructor arguments, and its dense twin: the registered
-    dense model whose checkpoints `pretrained=` adapts to it (GMoE App. C.2, MoGE §2.3; None: its own)."""
+    dense model whose checkpoints `pretrained=` adapts to it (GMoE App. C.2, MoGE §2.3; None: its own).
+    A ViT's token layout too: patch size, prefix tokens (class + registers), and its FFN activation, which
+    the experts of its sparse variants share; and, for a foundation model's tower, which one it is
+    (`tower`: its label and paper, what `dgmoe models` says)."""
 
     architecture: str
     family: Literal["vit", "resnet"]
@@ -45,6 +48,10 @@ class ModelInfo:
     hparam_kwargs: dict[str, str] = field(default_factory=dict)
     dense_twin: str | None = None
     peft: PeftConfig | None = None
+    patch_size: int | None = None
+    num_prefix_tokens: int = 0
+    activation: str = "gelu"
+    tower: tuple[str, str] | None = None
 
     @property
     def is_sparse(self) -> bool:

@@ -1,7 +1,8 @@
 """Transformer layers with timm's parameter names, so timm/DeiT state dicts load strictly.
 
 Names follow `timm.models.vision_transformer`: `patch_embed.proj`, `attn.qkv`, `attn.proj`, `mlp.fc1`,
-`mlp.fc2`, `norm1`, `norm2`. Only what dgmoe uses is implemented (no LayerScale, no q/k norm).
+`mlp.fc2`, `norm1`, `norm2`, and LayerScale's `ls1.gamma`/`ls2.gamma` (CaiT, Touvron et al. 2021, eq. 5;
+DINOv2). Only what dgmoe uses is implemented (no q/k norm).
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ class PatchEmbed(nn.Module):
     """Image to patch tokens with one strided convolution (ViT §3.1)."""
 
     def __init__(self, img_size: int | tuple[int, int] = 224, patch_size: int | tuple[int, int] = 16,
-                 in_chans: int = 3, embed_dim: int = 768):
+                 in_chans: int = 3, embed_dim: int = 768, bias: bool = True):
         super().__init__()
         self.img_size = to_2tuple(img_size)
         self.patch_size = to_2tuple(patch_size)
@@ -29,7 +30,7 @@ class PatchEmbed(nn.Module):
             raise ValueError(f"img_size {self.img_size} is not divisible by patch_size {self.patch_size}")
         self.grid_size = (self.img_size[0] // self.patch_size[0], self.img_size[1] // self.patch_size[1])
         self.num_patches = self.grid_size[0] * self.grid_size[1]
-        self.proj = nn.Conv2d(in_chans, embed_dim, kernel_size=self.patch_size, stride=self.patch_size)
+        self.proj = nn.Conv2d(in_chans, embed_dim, kernel_size=self.patch_size, stride=self.patch_size, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[-2:] != self.img_size:
@@ -91,20 +92,42 @@ class DropPath(nn.Module):
         return x * mask / keep
 
 
+class LayerScale(nn.Module):
+    """x * gamma, a learned per-channel scale on each residual branch (CaiT eq. 5; DINOv2), initialised to
+    `init_values` (timm's and DINOv2's parameter name `gamma`)."""
+
+    def __init__(self, dim: int, init_values: float = 1e-5):
+        super().__init__()
+        self.init_values = init_values
+        self.gamma = nn.Parameter(init_values * torch.ones(dim))
+
+    def reset_parameters_like_timm(self) -> None:
+        nn.init.constant_(self.gamma, self.init_values)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.gamma
+
+
 class Block(nn.Module):
-    """Pre-norm transformer block. `mlp` replaces the dense FFN (an MoE layer makes it a sparse block)."""
+    """Pre-norm transformer block: x + ls1(attn(norm1(x))), then x + ls2(mlp(norm2(x))) (ViT eq. 2-3; the
+    LayerScales ls1/ls2 of CaiT eq. 5 only with `init_values`). `mlp` replaces the dense FFN (an MoE layer
+    makes it a sparse block); `activation` is the dense FFN's; `norm_eps` the LayerNorms' epsilon (timm's
+    ViT 1e-6, CLIP 1e-5)."""
 
     def __init__(self, dim: int, num_heads: int, mlp_ratio: float = 4.0, qkv_bias: bool = True,
                  proj_drop: float = 0.0, attn_drop: float = 0.0, drop_path: float = 0.0,
-                 mlp: nn.Module | None = None):
+                 mlp: nn.Module | None = None, init_values: float | None = None, activation: str = "gelu",
+                 norm_eps: float = 1e-6):
         super().__init__()
-        self.norm1 = nn.LayerNorm(dim, eps=1e-6)
+        self.norm1 = nn.LayerNorm(dim, eps=norm_eps)
         self.attn = Attention(dim, num_heads, qkv_bias, attn_drop, proj_drop)
+        self.ls1 = LayerScale(dim, init_values) if init_values is not None else nn.Identity()
         self.drop_path1 = DropPath(drop_path) if drop_path > 0 else nn.Identity()
-        self.norm2 = nn.LayerNorm(dim, eps=1e-6)
-        self.mlp = mlp if mlp is not None else Mlp(dim, int(dim * mlp_ratio), proj_drop)
+        self.norm2 = nn.LayerNorm(dim, eps=norm_eps)
+        self.mlp = mlp if mlp is not None else Mlp(dim, int(dim * mlp_ratio), proj_drop, activation)
+        self.ls2 = LayerScale(dim, init_values) if init_values is not None else nn.Identity()
         self.drop_path2 = DropPath(drop_path) if drop_path > 0 else nn.Identity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.drop_path1(self.attn(self.norm1(x)))
-        return x + self.drop_path2(self.mlp(self.norm2(x)))
+        x = x + self.drop_path1(self.ls1(self.attn(self.norm1(x))))
+        return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))

@@ -1,4 +1,7 @@
-"""Loading timm/DeiT checkpoints from local files into dgmoe models (GMoE App. C.2).
+"""Loading timm/DeiT checkpoints from local files into dgmoe models (GMoE App. C.2), and the foundation
+models' own formats (OpenAI/OpenCLIP, Hugging Face CLIP, DINOv2 hub), first mapped to timm's names by their
+declared key maps (`dgmoe.models.checkpoint_formats`; the report says the format, what was dropped and how
+tensors were converted).
 
 Safe by construction: `.safetensors` through safetensors, `.pth`/`.pt`/`.bin` through
 `torch.load(weights_only=True)`, so no arbitrary object is ever unpickled. Loading is strict: every key
@@ -8,7 +11,8 @@ must be accounted for. The only tolerated differences are reported in a `LoadRep
   in the checkpoint" (`initialised`, see `no_dense_value`): in each expanded block everything the FFN does not
   fill (the router, MoGE's gate logit g = logit(gamma_init), anything a sparse layer adds), and the top-level
   modules a sparse or located family adds to the dense ViT (MoGE's and ERM+LE's location encoder);
-- a classifier head with another class count is re-initialised (`reinitialized`);
+- a classifier head with another class count is re-initialised (`reinitialized`), and a checkpoint without
+  any classifier (a CLIP or DINOv2 tower, a timm `num_classes=0` file) leaves the model's own (`initialised`);
 - a position embedding for another grid is resampled bicubically, and a patch embedding kernel for
   another patch size with FlexiViT's pseudo-inverse resize (`resized`, `resize_method`); antialiased as
   timm >= 0.9 by default, `antialias=False` for timm 0.5-0.6's plain bicubic (`dgmoe.models.resample`).
@@ -29,6 +33,7 @@ import torch
 import torch.nn as nn
 
 from dgmoe.errors import UsageError
+from dgmoe.models.checkpoint_formats import convert
 from dgmoe.models.resample import RESIZE_METHODS, resample_patch_embed, resize_pos_embed
 from dgmoe.moe.auxiliary import sparse_layers
 
@@ -51,9 +56,18 @@ class LoadReport:
     reinitialized: list[str] = field(default_factory=list)
     resized: list[str] = field(default_factory=list)
     resize_method: str | None = None  # how `resized` tensors were resampled (`RESIZE_METHODS`)
+    format: str = "timm"  # the checkpoint format read (`dgmoe.models.checkpoint_formats`)
+    dropped: list[str] = field(default_factory=list)  # the file's keys that are not the image tower's
+    converted: list[str] = field(default_factory=list)  # how the format's tensors were mapped to timm's
 
     def summary(self) -> str:
         parts = [f"loaded {self.path}"]
+        if self.format != "timm":
+            parts.append(f"read as {self.format}")
+        if self.dropped:
+            parts.append(f"dropped (not the image tower): {', '.join(self.dropped)}")
+        if self.converted:
+            parts.append(f"converted: {'; '.join(self.converted)}")
         if self.expanded:
             parts.append(f"copied dense FFN into experts: {', '.join(self.expanded)}")
         if self.initialised:
@@ -115,6 +129,10 @@ def load_checkpoint_file(path: str | Path, keys: tuple[str, ...] = STATE_KEYS) -
         raise
     except Exception as exc:  # corrupt file, pickle with objects, truncated archive...
         reason = " ".join(str(exc).split())  # torch's own text runs to paragraphs: its first words say enough
+        if "TorchScript" in reason:  # OpenAI's CLIP releases: code dgmoe does not run
+            raise CheckpointError(f"{path} is a TorchScript archive (as OpenAI's CLIP .pt releases), which dgmoe "
+                                  "does not load: save its state dict first, torch.save(torch.jit.load(path, "
+                                  "map_location='cpu').state_dict(), 'clip.pth'), and pass that file") from None
         reason = reason if len(reason) <= 80 else reason[:77] + "..."
         raise CheckpointError(f"cannot read checkpoint {path}: not a .safetensors or .pth/.pt/.bin state dict "
                               f"({type(exc).__name__}: {reason})") from exc
@@ -169,7 +187,7 @@ def _resample_embeddings(model: nn.Module, state: dict[str, torch.Tensor], own: 
         vit: Any = model  # a ViT: patch_embed.grid_size, num_prefix_tokens
         try:
             state["pos_embed"] = resize_pos_embed(state["pos_embed"], vit.patch_embed.grid_size,
-                                                  vit.num_prefix_tokens, antialias)
+                                                  getattr(vit, "pos_prefix_tokens", vit.num_prefix_tokens), antialias)
         except ValueError as err:
             raise CheckpointMismatchError(f"{report.path}: pos_embed: {err}") from None
         report.resized.append("pos_embed")
@@ -207,8 +225,10 @@ def load_pretrained(model: nn.Module, path: str | Path, strict: bool = True, ant
     """
     path = resolve_checkpoint(path)
     report = LoadReport(str(path))
+    fmt, state, report.dropped, report.converted = convert(load_checkpoint_file(path), set(model.state_dict()))
+    report.format = fmt.name
     try:
-        state = adapt_state_dict(model, load_checkpoint_file(path), report, antialias)
+        state = adapt_state_dict(model, state, report, antialias)
     except KeyError as e:  # a dense FFN with fc1 but not all of fc1/fc2's weight and bias
         raise CheckpointMismatchError(f"{path}: missing key {e.args[0]!r} (a sparse block's dense FFN is "
                                       "incomplete)") from None
@@ -219,11 +239,20 @@ def load_pretrained(model: nn.Module, path: str | Path, strict: bool = True, ant
     own = model.state_dict()
     missing = [k for k in own if k not in state]
     initialised = no_dense_value(model, state, report.expanded)
-    check_fit(path, own, state, tolerated={*initialised, *report.reinitialized} if strict else set(missing))
+    classifier = getattr(getattr(model, "info", None), "classifier", "head")
+    head_keys = [k for k in own if k.startswith(f"{classifier}.")]
+    if not any(k in state or k in report.reinitialized for k in head_keys):  # a backbone's file: no classifier
+        initialised.update({k: classifier for k in head_keys})
+    try:
+        check_fit(path, own, state, tolerated={*initialised, *report.reinitialized} if strict else set(missing))
+    except CheckpointMismatchError as e:
+        if fmt.name == "timm":
+            raise
+        raise CheckpointMismatchError(f"{e} (read as {fmt.label}: is it this model's family?)") from None
     report.initialised = list(dict.fromkeys(initialised.values()))
     # Keys without a checkpoint value keep the model's own (initial) tensors, so the load itself is strict.
     model.load_state_dict({**{k: own[k] for k in missing}, **state}, strict=True)
-    adapted = report.expanded or report.initialised or report.reinitialized or report.resized
+    adapted = report.expanded or report.initialised or report.reinitialized or report.resized or report.dropped
     # what was adapted (experts copied, head replaced, embeddings resampled) is said even where logging is not
     # set up (Python's last-resort handler prints warnings): a newcomer's create_model(..., pretrained=) too
     log.log(logging.WARNING if adapted else logging.INFO, report.summary())
@@ -268,13 +297,14 @@ def check_fit(path: str | Path, own: dict[str, torch.Tensor], state: dict[str, t
             raise CheckpointMismatchError(f"{path}: shape mismatch at {key!r}: checkpoint "
                                           f"{tuple(state[key].shape)} vs model {tuple(tensor.shape)}")
     unexpected = [k for k in state if k not in own]
-    if unexpected:
-        raise CheckpointMismatchError(f"{path}: unexpected key {unexpected[0]!r} (not in the model; "
-                                      f"{len(unexpected)} unexpected keys)")
     unexplained = [k for k in own if k not in state and k not in tolerated]
+    missing = (f"missing key {unexplained[0]!r} ({len(unexplained)} model keys have no value in the checkpoint)"
+               if unexplained else "")
+    if unexpected:  # with missing keys too: a checkpoint of another family, both named
+        raise CheckpointMismatchError(f"{path}: {missing + ' and ' if missing else ''}unexpected key "
+                                      f"{unexpected[0]!r} (not in the model; {len(unexpected)} unexpected keys)")
     if unexplained:
-        raise CheckpointMismatchError(f"{path}: missing key {unexplained[0]!r} "
-                                      f"({len(unexplained)} model keys have no value in the checkpoint)")
+        raise CheckpointMismatchError(f"{path}: {missing}")
 
 
 def load_checkpoint(model: nn.Module, path: str | Path) -> LoadReport:

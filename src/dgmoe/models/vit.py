@@ -74,6 +74,15 @@ class VisionTransformer(nn.Module):
         global_pool: 'token' (class token, as ViT/DeiT) or 'avg'.
         block_mlps: block index -> FFN module for that block, or None for the dense FFN.
         embed_layer: patch embedding module factory (the hybrid model passes a ResNet stem).
+    Foundation-model towers, as timm's options (all off: the ViT/DeiT above, unchanged):
+        pre_norm: a LayerNorm `norm_pre` on the embedded tokens, and no patch-embedding bias (CLIP's `ln_pre`).
+        activation: the FFN's ('gelu', or 'quick_gelu' for OpenAI's CLIP); norm_eps: every LayerNorm's epsilon.
+        init_values: LayerScale ls1/ls2 initialised to this value (CaiT eq. 5, DINOv2); None: none.
+        reg_tokens: register tokens `reg_token` after the class token (Darcet et al., ICLR 2024).
+        no_embed_class: the position embedding covers the patches only and is added before the prefix tokens
+            are concatenated (timm's DINOv2-with-registers layout); otherwise it covers the class token too.
+        proj_dim: a bias-free projection `proj` of the pooled feature to this width before the head (CLIP's
+            image embedding `visual.proj`); `num_features` is then `proj_dim`.
     """
 
     uses_metadata = False
@@ -86,29 +95,42 @@ class VisionTransformer(nn.Module):
                  qkv_bias: bool = True, drop_rate: float = 0.0, attn_drop_rate: float = 0.0,
                  drop_path_rate: float = 0.0, global_pool: Literal["token", "avg"] = "token",
                  block_mlps: MlpFactory | None = None,
-                 embed_layer: Callable[..., nn.Module] = PatchEmbed):
+                 embed_layer: Callable[..., nn.Module] = PatchEmbed, pre_norm: bool = False,
+                 activation: str = "gelu", norm_eps: float = 1e-6, init_values: float | None = None,
+                 reg_tokens: int = 0, no_embed_class: bool = False, proj_dim: int | None = None):
         super().__init__()
         if global_pool not in ("token", "avg"):
             raise ValueError(f"global_pool must be 'token' or 'avg', got {global_pool!r}")
         self.num_classes = num_classes
         self.global_pool = global_pool
         self.num_features = self.embed_dim = embed_dim
-        self.num_prefix_tokens = 1
+        self.num_prefix_tokens = 1 + reg_tokens
+        self.no_embed_class = no_embed_class
+        #: prefix tokens that the position embedding covers (timm: none with `no_embed_class`)
+        self.pos_prefix_tokens = 0 if no_embed_class else self.num_prefix_tokens
+        bias = {"bias": False} if pre_norm else {}  # timm: PatchEmbed(bias=not pre_norm); CLIP's conv1 has none
         self.patch_embed = embed_layer(img_size=img_size, patch_size=patch_size, in_chans=in_chans,
-                                       embed_dim=embed_dim)
+                                       embed_dim=embed_dim, **bias)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim))
-        self.pos_embed = nn.Parameter(torch.zeros(1, self.patch_embed.num_patches + 1, embed_dim))
+        self.reg_token = nn.Parameter(torch.zeros(1, reg_tokens, embed_dim)) if reg_tokens else None
+        self.pos_embed = nn.Parameter(torch.zeros(1, self.patch_embed.num_patches + self.pos_prefix_tokens,
+                                                  embed_dim))
         self.pos_drop = Dropout(drop_rate)
+        self.norm_pre: nn.Module = nn.LayerNorm(embed_dim, eps=norm_eps) if pre_norm else nn.Identity()
         dpr = [x.item() for x in torch.linspace(0, drop_path_rate, depth, device="cpu")]  # also under meta
         mlps = block_mlps or (lambda i: None)
         self.blocks = nn.Sequential(*[
-            Block(embed_dim, num_heads, mlp_ratio, qkv_bias, drop_rate, attn_drop_rate, dpr[i], mlp=mlps(i))
+            Block(embed_dim, num_heads, mlp_ratio, qkv_bias, drop_rate, attn_drop_rate, dpr[i], mlp=mlps(i),
+                  init_values=init_values, activation=activation, norm_eps=norm_eps)
             for i in range(depth)
         ])
-        self.norm: nn.Module = nn.LayerNorm(embed_dim, eps=1e-6)
+        self.norm: nn.Module = nn.LayerNorm(embed_dim, eps=norm_eps)
         self.fc_norm: nn.Module = nn.Identity()
+        self.proj = nn.Linear(embed_dim, proj_dim, bias=False) if proj_dim else None
+        if proj_dim:
+            self.num_features = proj_dim
         self.head_drop = Dropout(drop_rate)
-        self.head = nn.Linear(embed_dim, num_classes) if num_classes > 0 else nn.Identity()
+        self.head = nn.Linear(self.num_features, num_classes) if num_classes > 0 else nn.Identity()
         self.grad_checkpointing = False
         #: the dense ViT's own top-level modules and parameters; what a subclass adds (MoGE's location encoder)
         #: has no value in a dense checkpoint (`dgmoe.models.pretrained.no_dense_value`)
@@ -118,6 +140,8 @@ class VisionTransformer(nn.Module):
     def init_weights(self) -> None:
         nn.init.trunc_normal_(self.pos_embed, std=0.02)
         nn.init.normal_(self.cls_token, std=1e-6)
+        if self.reg_token is not None:
+            nn.init.normal_(self.reg_token, std=1e-6)
         for name, module in self.named_modules():
             if isinstance(module, nn.Linear) and not name.endswith("router.proj"):
                 nn.init.trunc_normal_(module.weight, std=0.02)
@@ -131,22 +155,30 @@ class VisionTransformer(nn.Module):
     # ----- timm API ----------------------------------------------------------------------------
     @torch.jit.ignore
     def no_weight_decay(self) -> set[str]:
-        return {"pos_embed", "cls_token"}
+        return {"pos_embed", "cls_token", "reg_token"}
 
     def get_classifier(self) -> nn.Module:
         return self.head
 
     def reset_classifier(self, num_classes: int) -> None:
         self.num_classes = num_classes
-        self.head = nn.Linear(self.embed_dim, num_classes) if num_classes > 0 else nn.Identity()
+        self.head = nn.Linear(self.num_features, num_classes) if num_classes > 0 else nn.Identity()
 
     def set_grad_checkpointing(self, enable: bool = True) -> None:
         self.grad_checkpointing = enable
 
     def embed(self, x: torch.Tensor) -> torch.Tensor:
+        """Patch tokens with the prefix tokens (class, registers) and position embedding, as timm's
+        `_pos_embed`, then the pre-norm (CLIP's `ln_pre`; identity elsewhere)."""
         x = self.patch_embed(x)
-        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
-        return self.pos_drop(x + self.pos_embed)
+        prefix = [self.cls_token.expand(x.shape[0], -1, -1)]
+        if self.reg_token is not None:
+            prefix.append(self.reg_token.expand(x.shape[0], -1, -1))
+        if self.no_embed_class:
+            x = torch.cat([*prefix, x + self.pos_embed], dim=1)
+        else:
+            x = torch.cat([*prefix, x], dim=1) + self.pos_embed
+        return self.norm_pre(self.pos_drop(x))
 
     def run_block(self, block: nn.Module, x: torch.Tensor) -> torch.Tensor:
         if self.grad_checkpointing and torch.is_grad_enabled():
@@ -198,7 +230,10 @@ class VisionTransformer(nn.Module):
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
         x = x[:, self.num_prefix_tokens:].mean(dim=1) if self.global_pool == "avg" else x[:, 0]
-        x = self.head_drop(self.fc_norm(x))
+        x = self.fc_norm(x)
+        if self.proj is not None:
+            x = self.proj(x)
+        x = self.head_drop(x)
         return x if pre_logits else self.head(x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

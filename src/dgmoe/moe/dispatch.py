@@ -46,9 +46,9 @@ def sorted_dispatch(x: torch.Tensor, expert_idx: torch.Tensor, gates: torch.Tens
     Runs the fused `GroupedExpertFFN` (memory of a dense FFN over T*k tokens, no concatenations) when
     gradients are recorded. Without gradients (inference), with expert dropout active (which only it
     implements) and inside `twice_differentiable()`, the autograd path runs: it keeps no [T*k, hidden]
-    buffer alive across experts."""
+    buffer alive across experts; so does an activation other than GELU (the fused backward is GELU's)."""
     if (not torch.is_grad_enabled() or (experts.drop.p > 0 and experts.training)
-            or SCOPE.twice_differentiable):
+            or SCOPE.twice_differentiable or experts.activation != "gelu"):
         return sorted_autograd_dispatch(x, expert_idx, gates, experts, keep)
     _, gate_sorted, token_sorted, counts = _sort_assignments(expert_idx, gates, keep, experts.num_experts)
     return GroupedExpertFFN.apply(x, token_sorted, gate_sorted, counts.tolist(), experts.fc1_weight,

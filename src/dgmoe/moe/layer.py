@@ -105,9 +105,11 @@ class Routing:
 
 class MoEMlp(nn.Module):
     """Drop-in replacement for a block's `Mlp`: N experts, a router and, optionally, a shared expert.
-    `context_dim` is the width of r for image routing."""
+    `context_dim` is the width of r for image routing; `activation` is the backbone FFN's own (`ACTIVATIONS`),
+    which the experts and the shared expert use, so that copies of that FFN compute what it computes."""
 
-    def __init__(self, dim: int, hidden: int, config: MoEConfig = MoEConfig(), context_dim: int | None = None):
+    def __init__(self, dim: int, hidden: int, config: MoEConfig = MoEConfig(), context_dim: int | None = None,
+                 activation: str = "gelu"):
         super().__init__()
         if config.routing != "image":
             router_in = dim
@@ -118,8 +120,8 @@ class MoEMlp(nn.Module):
         self.config = config
         self.router = build_router(config.router, router_in, config.num_experts, config.router_dim,
                                    config.temperature_init, config.temperature_min)
-        self.experts = Experts(config.num_experts, dim, hidden, config.expert_dropout)
-        self.shared = Mlp(dim, hidden) if config.shared_expert else None
+        self.experts = Experts(config.num_experts, dim, hidden, config.expert_dropout, activation)
+        self.shared = Mlp(dim, hidden, activation=activation) if config.shared_expert else None
         g = config.gamma_init
         self.gamma_logit = nn.Parameter(torch.tensor(math.log(g / (1.0 - g)))) if config.shared_expert else None
         self.mode: RoutingMode = "routed"

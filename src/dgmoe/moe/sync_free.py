@@ -116,7 +116,7 @@ def sync_free_dispatch(x: torch.Tensor, expert_idx: torch.Tensor, gates: torch.T
         w1 = experts.fc1_weight.to(dtype).transpose(-2, -1)   # [N, d, H]: column-major, as the kernel wants
         w2 = experts.fc2_weight.to(dtype).transpose(-2, -1)   # [N, H, d]
         h = expert_bias(GROUPED_MM(rows, w1, offs=offsets), experts.fc1_bias, expert_sorted)
-        h = experts.drop(F.gelu(h))
+        h = experts.drop(experts.act(h))
         y = expert_bias(GROUPED_MM(h, w2, offs=offsets), experts.fc2_bias, expert_sorted)
         weights = gates if keep is None else gates * keep
         y = y.index_select(0, inverse).view(num_tokens, k, -1)

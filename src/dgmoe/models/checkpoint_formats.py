@@ -1,0 +1,176 @@
+"""The checkpoint formats `pretrained=FILE` reads, each a small declared key map, detected from the keys.
+
+A format turns a file's state dict into timm's names (dgmoe's): it keeps the keys under its `prefix` (the
+rest is another tower, e.g. CLIP's text tower, and is dropped), renames them by its ordered substring swaps
+(timm's `_convert_openai_clip` table style), drops `dropped` keys, and applies its tensor adaptations
+(a fused q/k/v, a transposed projection, a reshaped class token...). Every drop and adaptation is said in
+the `LoadReport`. Formats, first match wins:
+
+- `openai_clip`: OpenAI's and OpenCLIP's CLIP state dicts (`visual.class_embedding`, `visual.conv1`,
+  `visual.transformer.resblocks.N.attn.in_proj_weight`, `visual.proj` [width, embed]);
+- `hf_clip`: Hugging Face `CLIPVisionModel` / `CLIPVisionModelWithProjection` / `CLIPModel`
+  (`vision_model.encoder.layers.N.self_attn.q_proj`, `visual_projection`);
+- `dinov2_hub`: the DINOv2 torch.hub `.pth` files (`mask_token`, `register_tokens`, `blocks.N.ls1.gamma`,
+  `pos_embed` over the class token and the 518 px grid), converted as timm's `_convert_dinov2`;
+- `timm_clip`: timm's converted CLIP towers, whose `head` is CLIP's projection (`head.bias` zeros);
+- `timm`: timm's (and dgmoe's) own names, as they are.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+Adapt = Callable[[dict[str, torch.Tensor], set[str], list[str]], dict[str, torch.Tensor]]
+
+
+@dataclass(frozen=True)
+class CheckpointFormat:
+    """A checkpoint format: its name, the keys that identify it (all must be present, after the prefix
+    where they start with it), the prefix of the image tower's keys, the renames (ordered substring swaps),
+    dropped keys and a tensor adaptation `adapt(state, model_keys, adapted) -> state`."""
+
+    name: str
+    label: str
+    markers: tuple[str, ...]
+    prefix: str = ""
+    renames: tuple[tuple[str, str], ...] = ()
+    dropped: tuple[str, ...] = ()
+    adapt: Adapt | None = None
+    needs_model_key: str | None = None  # detected only for a model that has this key and a file without it
+    outside: dict[str, str] = field(default_factory=dict)  # keys outside the prefix that are the tower's
+
+
+def _fold(key: str, fn: Callable[[torch.Tensor], torch.Tensor], note: str, new_key: str | None = None) -> Adapt:
+    """`state[key]` -> `state[new_key or key] = fn(state[key])`."""
+    def adapt(state: dict[str, torch.Tensor], own: set[str], adapted: list[str]) -> dict[str, torch.Tensor]:
+        if key in state:
+            state[new_key or key] = fn(state.pop(key))
+            adapted.append(note)
+        return state
+    return adapt
+
+
+def _chain(*steps: Adapt) -> Adapt:
+    def adapt(state: dict[str, torch.Tensor], own: set[str], adapted: list[str]) -> dict[str, torch.Tensor]:
+        for step in steps:
+            state = step(state, own, adapted)
+        return state
+    return adapt
+
+
+def _fuse_qkv(state: dict[str, torch.Tensor], own: set[str], adapted: list[str]) -> dict[str, torch.Tensor]:
+    """Hugging Face's separate q/k/v projections -> timm's fused `attn.qkv` ([q; k; v] rows, as
+    `nn.MultiheadAttention.in_proj_weight`)."""
+    fused = 0
+    for key in [k for k in state if ".attn.q_proj." in k]:
+        stem, _, kind = key.rpartition(".attn.q_proj.")
+        parts = [state.pop(f"{stem}.attn.{p}_proj.{kind}") for p in "qkv"]
+        state[f"{stem}.attn.qkv.{kind}"] = torch.cat(parts, dim=0)
+        fused += 1
+    if fused:
+        adapted.append(f"fused q/k/v projections into attn.qkv ({fused} tensors)")
+    return state
+
+
+def _drop_zero_head_bias(state: dict[str, torch.Tensor], own: set[str], adapted: list[str]) -> dict[str, torch.Tensor]:
+    bias = state.get("head.bias")
+    if "head.weight" in state and "proj.weight" not in state:
+        state["proj.weight"] = state.pop("head.weight")
+        adapted.append("head.weight is CLIP's projection: proj.weight")
+        if bias is not None and not bool(bias.any()):
+            state.pop("head.bias")
+            adapted.append("dropped head.bias (zeros: timm's bias of CLIP's bias-free projection)")
+    return state
+
+
+def _dinov2_tokens(state: dict[str, torch.Tensor], own: set[str], adapted: list[str]) -> dict[str, torch.Tensor]:
+    """timm's `_convert_dinov2`: with registers, the class token takes pos_embed[:, 0] and the position
+    embedding keeps the patches only (no_embed_class); DINOv2 adds both before inserting the registers."""
+    if "register_tokens" in state and "pos_embed" in state:
+        state["reg_token"] = state.pop("register_tokens")
+        pos = state.pop("pos_embed")
+        state["cls_token"] = state.pop("cls_token") + pos[:, 0]
+        state["pos_embed"] = pos[:, 1:]
+        adapted.append("register_tokens -> reg_token; cls_token + pos_embed[:, 0] -> cls_token; pos_embed over "
+                       "the patches only")
+    return state
+
+
+OPENAI_CLIP = CheckpointFormat(
+    name="openai_clip", label="OpenAI/OpenCLIP CLIP state dict",
+    markers=("visual.class_embedding", "visual.conv1.weight"), prefix="visual.",
+    renames=(("conv1", "patch_embed.proj"), ("positional_embedding", "pos_embed"), ("class_embedding", "cls_token"),
+             ("transformer.resblocks.", "blocks."), ("ln_pre", "norm_pre"), ("ln_post", "norm"), ("ln_", "norm"),
+             ("attn.in_proj_", "attn.qkv."), ("attn.out_proj", "attn.proj"), ("mlp.c_fc", "mlp.fc1"),
+             ("mlp.c_proj", "mlp.fc2")),
+    adapt=_chain(_fold("proj", lambda v: v.t(), "visual.proj [width, embed] transposed to proj.weight", "proj.weight"),
+                 _fold("cls_token", lambda v: v.reshape(1, 1, -1), "class_embedding reshaped to cls_token [1, 1, D]"),
+                 _fold("pos_embed", lambda v: v.unsqueeze(0), "positional_embedding reshaped to pos_embed [1, N, D]")),
+)
+OPENAI_CLIP_BARE = CheckpointFormat(  # an open_clip `model.visual.state_dict()`, without the prefix
+    name="openai_clip", label="OpenAI/OpenCLIP CLIP image tower", markers=("class_embedding", "conv1.weight"),
+    renames=OPENAI_CLIP.renames, adapt=OPENAI_CLIP.adapt)
+HF_CLIP = CheckpointFormat(
+    name="hf_clip", label="Hugging Face CLIPVisionModel state dict",
+    markers=("vision_model.embeddings.class_embedding",), prefix="vision_model.",
+    renames=(("embeddings.class_embedding", "cls_token"), ("embeddings.patch_embedding", "patch_embed.proj"),
+             ("embeddings.position_embedding.weight", "pos_embed"), ("pre_layrnorm", "norm_pre"),
+             ("post_layernorm", "norm"), ("encoder.layers.", "blocks."), ("layer_norm1", "norm1"),
+             ("layer_norm2", "norm2"), ("self_attn.out_proj", "attn.proj"), ("self_attn.", "attn.")),
+    dropped=("embeddings.position_ids",),
+    outside={"visual_projection.weight": "proj.weight"},
+    adapt=_chain(_fuse_qkv,
+                 _fold("cls_token", lambda v: v.reshape(1, 1, -1), "class_embedding reshaped to cls_token [1, 1, D]"),
+                 _fold("pos_embed", lambda v: v.unsqueeze(0), "position_embedding reshaped to pos_embed [1, N, D]")),
+)
+DINOV2_HUB = CheckpointFormat(
+    name="dinov2_hub", label="DINOv2 hub checkpoint", markers=("mask_token",), dropped=("mask_token",),
+    adapt=_dinov2_tokens)
+TIMM_CLIP = CheckpointFormat(
+    name="timm_clip", label="timm CLIP tower", markers=("norm_pre.weight", "head.weight"), adapt=_drop_zero_head_bias,
+    needs_model_key="proj.weight")
+TIMM = CheckpointFormat(name="timm", label="timm/dgmoe state dict", markers=())
+
+#: detection order: the first format whose markers are all present
+FORMATS: tuple[CheckpointFormat, ...] = (OPENAI_CLIP, OPENAI_CLIP_BARE, HF_CLIP, DINOV2_HUB, TIMM_CLIP, TIMM)
+
+
+def detect_format(state: dict[str, torch.Tensor], model_keys: set[str]) -> CheckpointFormat:
+    for fmt in FORMATS:
+        if not all(m in state for m in fmt.markers):
+            continue
+        if fmt.needs_model_key and (fmt.needs_model_key not in model_keys or fmt.needs_model_key in state):
+            continue
+        return fmt
+    return TIMM
+
+
+def _rename(key: str, renames: tuple[tuple[str, str], ...]) -> str:
+    for old, new in renames:
+        key = key.replace(old, new)
+    return key
+
+
+def convert(state: dict[str, torch.Tensor], model_keys: set[str]
+            ) -> tuple[CheckpointFormat, dict[str, torch.Tensor], list[str], list[str]]:
+    """(format, the state dict in timm's names, what was dropped, what was adapted)."""
+    fmt = detect_format(state, model_keys)
+    if fmt is TIMM:
+        return fmt, state, [], []
+    out: dict[str, torch.Tensor] = {}
+    dropped_groups: dict[str, int] = {}
+    for key, value in state.items():
+        if key in fmt.outside:
+            out[fmt.outside[key]] = value
+        elif not key.startswith(fmt.prefix) or key[len(fmt.prefix):] in fmt.dropped:
+            group = key if key[len(fmt.prefix):] in fmt.dropped else key.split(".", 1)[0]
+            dropped_groups[group] = dropped_groups.get(group, 0) + 1
+        else:
+            out[_rename(key[len(fmt.prefix):], fmt.renames)] = value
+    dropped = [f"{g} ({n} keys)" if n > 1 else g for g, n in dropped_groups.items()]
+    adapted: list[str] = []
+    if fmt.adapt is not None:
+        out = fmt.adapt(out, model_keys, adapted)
+    return fmt, out, dropped, adapted

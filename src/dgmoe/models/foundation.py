@@ -1,0 +1,170 @@
+"""Foundation-model image towers and their sparse variants: CLIP (Radford et al., ICML 2021) and DINOv2
+(Oquab et al., TMLR 2024; with registers: Darcet et al., ICLR 2024), built on dgmoe's `VisionTransformer`
+with timm's options and names, so that their weights load by name and the PEFT targets are timm's.
+
+- CLIP ViT-B/16, ViT-L/14: pre-norm `norm_pre` (CLIP's `ln_pre`), no patch bias, LayerNorm eps 1e-5, a
+  bias-free projection `proj` to the image embedding (512 / 768), CLIP's mean/std. OpenAI's weights use
+  QuickGELU (`*_clip_quickgelu_224`), OpenCLIP's trainings GELU (`*_clip_224`), as timm's names say.
+- DINOv2 ViT-S/14, ViT-B/14: LayerScale (init 1e-5), LayerNorm eps 1e-6, ImageNet mean/std; `reg4`: four
+  register tokens with the position embedding over the patches only (timm's layout). Built at 224 px (a
+  16 x 16 grid, DomainBed's input size); `pretrained=` resamples the checkpoints' 518 px grid (37 x 37).
+- GMoE on each (`gmoe_*`): MoE in the last-two blocks, 6 experts top-2 cosine (GMoE §4.3), experts copied
+  from the tower's own FFN with its own activation (App. C.2); SF-MoE (`sfmoe_*`): `[S,F]` layout, linear
+  router (SF-MoE §2.2-2.3).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from dgmoe.data.transforms import CLIP_MEAN, CLIP_STD, IMAGENET_MEAN, IMAGENET_STD
+from dgmoe.models.builder import Stats, build_vit
+from dgmoe.models.registry import register_model
+from dgmoe.models.sfmoe import SFMOE, SFMOE_LAYOUT
+from dgmoe.models.zoo import GMOE
+
+CLIP_TOWER = dict(pre_norm=True, norm_eps=1e-5)
+CLIP_B16 = dict(patch_size=16, embed_dim=768, depth=12, num_heads=12, proj_dim=512, **CLIP_TOWER)
+CLIP_L14 = dict(patch_size=14, embed_dim=1024, depth=24, num_heads=16, proj_dim=768, **CLIP_TOWER)
+QUICKGELU = dict(activation="quick_gelu")
+DINOV2 = dict(img_size=224, patch_size=14, init_values=1e-5)
+DINOV2_S14 = dict(embed_dim=384, depth=12, num_heads=6, **DINOV2)
+DINOV2_B14 = dict(embed_dim=768, depth=12, num_heads=12, **DINOV2)
+REG4 = dict(reg_tokens=4, no_embed_class=True)
+CLIP_PAPER, OPENCLIP_PAPER = "Radford et al., ICML 2021", "Cherti et al., CVPR 2023"
+DINOV2_PAPER, REGISTERS_PAPER = "Oquab et al., TMLR 2024", "Darcet et al., ICLR 2024"
+
+
+@dataclass(frozen=True)
+class Tower:
+    """A foundation model's image tower: what `dgmoe models` calls it, its paper, its architecture (timm's
+    `VisionTransformer` options) and the input normalisation its weights were trained with."""
+
+    label: str
+    paper: str
+    arch: dict[str, Any] = field(hash=False)
+    stats: Stats = (IMAGENET_MEAN, IMAGENET_STD)
+
+
+OPENAI_B16 = Tower("CLIP ViT-B/16 (OpenAI, QuickGELU)", CLIP_PAPER, dict(CLIP_B16, **QUICKGELU), (CLIP_MEAN, CLIP_STD))
+OPENCLIP_B16 = Tower("CLIP ViT-B/16 (OpenCLIP, GELU)", OPENCLIP_PAPER, CLIP_B16, (CLIP_MEAN, CLIP_STD))
+OPENAI_L14 = Tower("CLIP ViT-L/14 (OpenAI, QuickGELU)", CLIP_PAPER, dict(CLIP_L14, **QUICKGELU), (CLIP_MEAN, CLIP_STD))
+OPENCLIP_L14 = Tower("CLIP ViT-L/14 (OpenCLIP, GELU)", OPENCLIP_PAPER, CLIP_L14, (CLIP_MEAN, CLIP_STD))
+DINOV2_S = Tower("DINOv2 ViT-S/14", DINOV2_PAPER, DINOV2_S14)
+DINOV2_S_REG = Tower("DINOv2 ViT-S/14 with 4 registers", REGISTERS_PAPER, dict(DINOV2_S14, **REG4))
+DINOV2_B = Tower("DINOv2 ViT-B/14", DINOV2_PAPER, DINOV2_B14)
+DINOV2_B_REG = Tower("DINOv2 ViT-B/14 with 4 registers", REGISTERS_PAPER, dict(DINOV2_B14, **REG4))
+
+
+def _tower(name: str, tower: Tower, **kwargs: Any):
+    return build_vit(name, tower.arch, stats=tower.stats, tower=(tower.label, tower.paper), **kwargs)
+
+
+def _gmoe(name: str, tower: Tower, twin: Any, **kwargs: Any):
+    return _tower(name, tower, layout="last-two", moe_defaults=GMOE, dense_twin=twin.__name__, **kwargs)
+
+
+def _sfmoe(name: str, tower: Tower, twin: Any, **kwargs: Any):
+    return _tower(name, tower, layout=SFMOE_LAYOUT, moe_defaults=SFMOE, dense_twin=twin.__name__, **kwargs)
+
+
+# ----- CLIP image towers ----------------------------------------------------------------------------
+@register_model
+def vit_base_patch16_clip_224(**kwargs):
+    return _tower("vit_base_patch16_clip_224", OPENCLIP_B16, **kwargs)
+
+
+@register_model
+def vit_base_patch16_clip_quickgelu_224(**kwargs):
+    return _tower("vit_base_patch16_clip_quickgelu_224", OPENAI_B16, **kwargs)
+
+
+@register_model
+def vit_large_patch14_clip_224(**kwargs):
+    return _tower("vit_large_patch14_clip_224", OPENCLIP_L14, **kwargs)
+
+
+@register_model
+def vit_large_patch14_clip_quickgelu_224(**kwargs):
+    return _tower("vit_large_patch14_clip_quickgelu_224", OPENAI_L14, **kwargs)
+
+
+@register_model
+def gmoe_base_patch16_clip_224(**kwargs):
+    return _gmoe("gmoe_base_patch16_clip_224", OPENCLIP_B16, vit_base_patch16_clip_224, **kwargs)
+
+
+@register_model
+def gmoe_base_patch16_clip_quickgelu_224(**kwargs):
+    return _gmoe("gmoe_base_patch16_clip_quickgelu_224", OPENAI_B16, vit_base_patch16_clip_quickgelu_224, **kwargs)
+
+
+@register_model
+def gmoe_large_patch14_clip_224(**kwargs):
+    return _gmoe("gmoe_large_patch14_clip_224", OPENCLIP_L14, vit_large_patch14_clip_224, **kwargs)
+
+
+@register_model
+def gmoe_large_patch14_clip_quickgelu_224(**kwargs):
+    return _gmoe("gmoe_large_patch14_clip_quickgelu_224", OPENAI_L14, vit_large_patch14_clip_quickgelu_224, **kwargs)
+
+
+@register_model
+def sfmoe_base_patch16_clip_224(**kwargs):
+    return _sfmoe("sfmoe_base_patch16_clip_224", OPENCLIP_B16, vit_base_patch16_clip_224, **kwargs)
+
+
+@register_model
+def sfmoe_base_patch16_clip_quickgelu_224(**kwargs):
+    return _sfmoe("sfmoe_base_patch16_clip_quickgelu_224", OPENAI_B16, vit_base_patch16_clip_quickgelu_224, **kwargs)
+
+
+# ----- DINOv2 ---------------------------------------------------------------------------------------
+@register_model
+def vit_small_patch14_dinov2(**kwargs):
+    return _tower("vit_small_patch14_dinov2", DINOV2_S, **kwargs)
+
+
+@register_model
+def vit_small_patch14_reg4_dinov2(**kwargs):
+    return _tower("vit_small_patch14_reg4_dinov2", DINOV2_S_REG, **kwargs)
+
+
+@register_model
+def vit_base_patch14_dinov2(**kwargs):
+    return _tower("vit_base_patch14_dinov2", DINOV2_B, **kwargs)
+
+
+@register_model
+def vit_base_patch14_reg4_dinov2(**kwargs):
+    return _tower("vit_base_patch14_reg4_dinov2", DINOV2_B_REG, **kwargs)
+
+
+@register_model
+def gmoe_small_patch14_dinov2(**kwargs):
+    return _gmoe("gmoe_small_patch14_dinov2", DINOV2_S, vit_small_patch14_dinov2, **kwargs)
+
+
+@register_model
+def gmoe_small_patch14_reg4_dinov2(**kwargs):
+    return _gmoe("gmoe_small_patch14_reg4_dinov2", DINOV2_S_REG, vit_small_patch14_reg4_dinov2, **kwargs)
+
+
+@register_model
+def gmoe_base_patch14_dinov2(**kwargs):
+    return _gmoe("gmoe_base_patch14_dinov2", DINOV2_B, vit_base_patch14_dinov2, **kwargs)
+
+
+@register_model
+def gmoe_base_patch14_reg4_dinov2(**kwargs):
+    return _gmoe("gmoe_base_patch14_reg4_dinov2", DINOV2_B_REG, vit_base_patch14_reg4_dinov2, **kwargs)
+
+
+@register_model
+def sfmoe_small_patch14_dinov2(**kwargs):
+    return _sfmoe("sfmoe_small_patch14_dinov2", DINOV2_S, vit_small_patch14_dinov2, **kwargs)
+
+
+@register_model
+def sfmoe_base_patch14_dinov2(**kwargs):
+    return _sfmoe("sfmoe_base_patch14_dinov2", DINOV2_B, vit_base_patch14_dinov2, **kwargs)
