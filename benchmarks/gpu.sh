@@ -2,14 +2,14 @@
 # The GPU measurements of the "train at the speed of the GPU" issue (docs/benchmarks.md, section 12):
 #   PYTHONPATH=src bash benchmarks/gpu.sh [OUT] [STAGES] [SECONDS]   (or with dgmoe installed: `pip install -e .`)
 # The device image lacks mlxtend and submitit: bring their wheels and `pip install --no-deps` them first.
-# STAGES: any of "tests layer models memory data profile hostdevice compile" (default: all, in that order, about
+# STAGES: any of "tests layer models memory data profile compile" (default: all, in that order, about
 # 7 minutes on an H100). COMPILE_MODELS (default ViT-S/16 and GMoE-S/16) and TRAIN_WORKERS (8) adjust two stages.
 # Each stage writes OUT/<stage>.txt under its own time limit, cut to what is left of SECONDS (the
 # whole run's budget, default 540), so one slow stage cannot eat the others and the run ends in time.
 set -uo pipefail
 DGMOE="python -m dgmoe"   # works without an installed `dgmoe` executable (PYTHONPATH=src on the device image)
 OUT=${1:-runs/gpu}
-STAGES=${2:-tests layer models memory data profile hostdevice compile}
+STAGES=${2:-tests layer models memory data profile compile}
 COMPILE_MODELS=${COMPILE_MODELS:-vit_small_patch16_224,gmoe_small_patch16_224}
 BUDGET=${3:-540}
 want() { [[ " $STAGES " == *" $1 "* ]]; }
@@ -58,11 +58,10 @@ for model in vit_small_patch16_224 gmoe_small_patch16_224; do
     --output-dir "$OUT/runs/$model"
 done
 fi
-# 5. where the step's time goes (torch.profiler tables; host enqueue time against device time), then whole models
-#    compiled block by block
+# 5. where the step's time goes (torch.profiler tables, and how busy the GPU is), then whole models compiled block
+#    by block
 want profile && stage profile 60 python benchmarks/profile_step.py gmoe_small_patch16_224 sfmoe_small_patch16_224 \
   moge_small_patch16_224
-want hostdevice && stage host_vs_device 90 python benchmarks/host_vs_device.py
 want compile && stage models_bf16_compile 200 $DGMOE bench models --device cuda --precision bf16 --batch-size 96 --rounds 10 --compile \
   --models "$COMPILE_MODELS"
 echo "done: $OUT at ${SECONDS} s"
