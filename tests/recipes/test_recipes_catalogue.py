@@ -2,6 +2,7 @@
 cell names a real dataset column, and every recipe expands into valid sweeps at both scales."""
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -201,3 +202,14 @@ def test_foundation_peft_settings_reach_the_runs_at_both_scales(tmp_path, cached
                      "dinov2-linear": ("vit_micro_patch7_dinov2", "linear", 1e-3),
                      "dinov2-full": ("vit_micro_patch7_dinov2", "full", 5e-5)}
     assert smoke["moa"][0].model.peft_experts == 6 and smoke["moa"][0].model.patch_size == SMOKE.patch_size
+
+
+def test_show_foundation_names_its_weights_stand_ins_and_choices(cli):
+    result = cli("recipe", "show", "foundation-domainbed")
+    assert result.exit_code == 0, result.output
+    row = next(line for line in result.output.splitlines() if line.startswith("| MoA (OpenCLIP ViT-B/16) *"))
+    assert [c.strip() for c in row.split("|")[2:7]] == ["97.4", "83.1", "90.6", "52.8", "62.7"]
+    assert re.search(r"\| linear probe \(DINOv2 ViT-B/14\) \+ +\| +- +\|", result.output)  # no published number
+    for text in ("dinov2_vitb14_pretrain.pth", "laion2b", "text tower", "vit_base_patch14_dinov2 -> "
+                 "vit_micro_patch7_dinov2", "6 adapter experts", "peft=adapter_experts"):
+        assert text in result.output, text
