@@ -79,3 +79,26 @@ def test_foundation_towers_and_their_sparse_variants_are_listed_with_tower_and_p
     names = cli("models", "*clip*", "--names").output.split() + cli("models", "*dinov2*", "--names").output.split()
     assert {"vit_large_patch14_clip_224", "gmoe_base_patch16_clip_quickgelu_224", "sfmoe_base_patch14_dinov2",
             "gmoe_base_patch14_dinov2", "vit_small_patch14_reg4_dinov2"} <= set(names)
+
+
+def test_foundation_stand_ins_are_test_sized_towers_of_their_family():
+    """The recipes' smoke scale swaps CLIP and DINOv2 towers for these: 28 px, the family's own options, and
+    `dgmoe models` says they are stand-ins."""
+    import torch.nn as nn
+
+    from dgmoe.models.info import model_info
+    from dgmoe.recipes.plan import SMOKE
+
+    clip = create_model("vit_micro_patch7_clip_quickgelu_28", num_classes=3)
+    info = model_info(clip)
+    assert (info.input_size, info.activation, info.num_features) == ((3, 28, 28), "quick_gelu", 32)
+    assert isinstance(clip.norm_pre, nn.LayerNorm) and clip.patch_embed.proj.bias is None and clip.proj is not None
+    assert model_info(create_model("vit_micro_patch7_clip_28", num_classes=3)).activation == "gelu"
+    dino = create_model("vit_micro_patch7_reg4_dinov2", num_classes=3)
+    assert model_info(dino).num_prefix_tokens == 5 and float(dino.blocks[0].ls1.gamma.max()) == pytest.approx(1e-5)
+    assert model_info(create_model("vit_micro_patch7_dinov2", num_classes=3)).num_prefix_tokens == 1
+    assert [SMOKE.model(n) for n in ("vit_base_patch16_clip_quickgelu_224", "vit_large_patch14_clip_224",
+                                     "vit_base_patch14_dinov2", "vit_small_patch14_reg4_dinov2", "resnet50")] == [
+        "vit_micro_patch7_clip_quickgelu_28", "vit_micro_patch7_clip_28", "vit_micro_patch7_dinov2",
+        "vit_micro_patch7_reg4_dinov2", "vit_micro_patch7_28"]
+    assert summarize_model("vit_micro_patch7_dinov2").description.endswith("test-sized stand-in, no weights")

@@ -2,6 +2,7 @@
 cell names a real dataset column, and every recipe expands into valid sweeps at both scales."""
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from dgmoe.recipes.run import prepare
 from dgmoe.sweep.jobs import build_jobs, check_sweep
 
 #: the tables of the task: GMoE Tables 1, 2, 3, 9, 10, 11, 12 and App. B.2; SF-MoE Tables 1-4 and Fig. 4;
-#: MoGE Table 1 (a, b, c) and its App. A ablations
+#: MoGE Table 1 (a, b, c) and its App. A ablations; issue 25's table of foundation backbones
 EXPECTED = {
     "gmoe-table1": ("GMoE", "Table 1"), "gmoe-table2": ("GMoE", "Table 2"), "gmoe-table3": ("GMoE", "Table 3"),
     "gmoe-table9": ("GMoE", "Table 9"), "gmoe-table10": ("GMoE", "Table 10"), "gmoe-table11": ("GMoE", "Table 11"),
@@ -25,6 +26,7 @@ EXPECTED = {
     "moge-table1a": ("MoGE", "Table 1 (a)"), "moge-table1b": ("MoGE", "Table 1 (b)"),
     "moge-table1c": ("MoGE", "Table 1 (c)"), "moge-appA-supcon": ("MoGE", "App. A"),
     "moge-appA-experts": ("MoGE", "App. A"), "moge-appA-topk": ("MoGE", "App. A"), "moge-appA-cka": ("MoGE", "App. A"),
+    "foundation-domainbed": ("Foundation backbones", "issue 25"),
 }
 
 
@@ -175,3 +177,39 @@ def test_rows_filter_and_unavailable_rows(cli, tmp_path):
     assert list(plan.jobs) == ["vit-gmoe"] and [j.config.model.name for j in plan.jobs["vit-gmoe"]] == [
         "gmoe_micro_patch7_28"]
     assert not Path(tmp_path / "o").exists()
+
+
+def test_foundation_peft_settings_reach_the_runs_at_both_scales(tmp_path, cached_models):
+    """A part's PEFT mode, knobs and lr override reach its jobs on the paper's towers and, at the smoke scale,
+    on the CLIP-/DINOv2-shaped stand-ins; the PEFT variants of one backbone stay separate jobs."""
+    recipe = get_recipe("foundation-domainbed")
+    moa = recipe.part("moa")
+    paper = [j.config for s in part_sweeps(recipe, moa, moa.algorithms, moa.models, "paper", tmp_path, RunConfig(),
+                                           fake_weights(recipe, tmp_path)) for j in build_jobs(s)]
+    assert {(c.model.name, c.model.peft, c.model.peft_experts, c.model.peft_top_k) for c in paper} == {
+        ("vit_base_patch16_clip_224", "adapter_experts", 6, 2)}
+    assert {c.model.pretrained for c in paper} == {str(tmp_path / "vit_base_patch16_clip_224.laion2b.safetensors")}
+    assert {c.algorithm.hparams["lr"] for c in paper} == {1e-3}
+    plan = prepare(recipe, "smoke", tmp_path / "out")
+    smoke = {part: [j.config for j in jobs] for part, jobs in plan.jobs.items()}
+    assert set(smoke) == {p.name for p in recipe.parts}
+    found = {part: (c.model.name, c.model.peft, c.algorithm.hparams["lr"]) for part, configs in smoke.items()
+             for c in configs}
+    assert found == {"clip-adapter": ("vit_micro_patch7_clip_quickgelu_28", "adapter", 1e-3),
+                     "moa": ("vit_micro_patch7_clip_28", "adapter_experts", 1e-3),
+                     "clip-linear": ("vit_micro_patch7_clip_quickgelu_28", "linear", 1e-3),
+                     "clip-full": ("vit_micro_patch7_clip_quickgelu_28", "full", 5e-5),
+                     "dinov2-linear": ("vit_micro_patch7_dinov2", "linear", 1e-3),
+                     "dinov2-full": ("vit_micro_patch7_dinov2", "full", 5e-5)}
+    assert smoke["moa"][0].model.peft_experts == 6 and smoke["moa"][0].model.patch_size == SMOKE.patch_size
+
+
+def test_show_foundation_names_its_weights_stand_ins_and_choices(cli):
+    result = cli("recipe", "show", "foundation-domainbed")
+    assert result.exit_code == 0, result.output
+    row = next(line for line in result.output.splitlines() if line.startswith("| MoA (OpenCLIP ViT-B/16) *"))
+    assert [c.strip() for c in row.split("|")[2:7]] == ["97.4", "83.1", "90.6", "52.8", "62.7"]
+    assert re.search(r"\| linear probe \(DINOv2 ViT-B/14\) \+ +\| +- +\|", result.output)  # no published number
+    for text in ("dinov2_vitb14_pretrain.pth", "laion2b", "text tower", "vit_base_patch14_dinov2 -> "
+                 "vit_micro_patch7_dinov2", "6 adapter experts", "peft=adapter_experts"):
+        assert text in result.output, text

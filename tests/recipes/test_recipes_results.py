@@ -124,3 +124,22 @@ def test_wilds_f1_printed_as_a_fraction(cli, tmp_path):
     assert (erm["id_test f1_macro: paper"], erm["id_test f1_macro: obtained"], erm["id_test f1_macro: diff"]) == (
         "0.473", "0.470 +/- 0.000", "-0.003")
     assert _row(result.output, "iWildCam", "GroupDRO")["test f1_macro: obtained"] == "not run"
+
+
+def test_foundation_table_beside_dgmoe_baselines_and_quoted_rows(cli, tmp_path):
+    """issue 25's table: a row dgmoe runs (paper | obtained | diff), a baseline dgmoe adds (no published number:
+    obtained only) and a row it cannot run (zero-shot CLIP needs the text tower)."""
+    clip = "vit_base_patch16_clip_quickgelu_224"
+    for env in range(4):  # the adapter and the linear probe run the same tower, each in its part's folder
+        write_run(tmp_path / "f" / "clip-adapter" / f"a{env}", "PACS", PACS, "ERM", clip, [env], {env: 0.95})
+        write_run(tmp_path / "f" / "clip-linear" / f"l{env}", "PACS", PACS, "ERM", clip, [env], {env: 0.90})
+    result = cli("results", tmp_path / "f", "--recipe", "foundation-domainbed", "--no-save")
+    assert result.exit_code == 0, result.output
+    adapter = _row(result.output, "PACS", "CLIP-Adapter (ViT-B/16) *")
+    assert (adapter["paper"], adapter["obtained"], adapter["diff"]) == ("96.4", "95.0 +/- 0.0", "-1.4")
+    linear = _row(result.output, "PACS", "linear probe (CLIP ViT-B/16) +")
+    assert (linear["paper"], linear["obtained"], linear["diff"]) == ("-", "90.0 +/- 0.0", "")
+    assert _row(result.output, "PACS", "full fine-tune (DINOv2 ViT-B/14) +")["obtained"] == "X"
+    assert _row(result.output, "PACS", "zero-shot CLIP (ViT-B/16) *")["obtained"] == "not run"
+    assert _row(result.output, "VLCS", "MoA (OpenCLIP ViT-B/16) *")["paper"] == "83.1"
+    assert "+: a row dgmoe adds" in result.output and "text tower" in result.output

@@ -232,3 +232,17 @@ def test_model_overrides_make_separate_rows(tmp_path):
     text = results_tables(load_records(tmp_path), "oracle")
     assert re.search(r"\| ERM / gmoe_tiny_patch16_224 +\| 40.0 \+/- 0.0 \|", text)
     assert "| ERM / gmoe_tiny_patch16_224(num_experts=4, patch_size=8, top_k=2) | 60.0 +/- 0.0 |" in text
+
+
+def test_peft_modes_of_one_backbone_make_separate_rows(tmp_path):
+    # a linear probe, an adapter run and full fine-tuning of one tower are three rows (the PEFT knobs left at
+    # their defaults are not named), not one run seen three times
+    peft = [({}, 0.4), ({"peft": "linear", "peft_rank": 8}, 0.5), ({"peft": "adapter_experts", "peft_top_k": 2}, 0.6)]
+    for over, acc in peft:
+        run = tmp_path / f"r{acc}"
+        args = {**_args("PACS", "ERM", "vit_tiny_patch16_224", [0], 0, 0, run), "img_size": None, **over}
+        write_run(run, args, [(0, {"env0_in_acc": acc})], 4)
+    text = results_tables(load_records(tmp_path), "oracle")
+    assert re.search(r"\| ERM / vit_tiny_patch16_224 +\| 40.0 \+/- 0.0 \|", text)
+    assert re.search(r"\| ERM / vit_tiny_patch16_224\(peft='linear'\) +\| 50.0 \+/- 0.0 \|", text)
+    assert "| ERM / vit_tiny_patch16_224(peft='adapter_experts', peft_top_k=2) | 60.0 +/- 0.0 |" in text

@@ -11,6 +11,10 @@ with timm's options and names, so that their weights load by name and the PEFT t
 - GMoE on each (`gmoe_*`): MoE in the last-two blocks, 6 experts top-2 cosine (GMoE §4.3), experts copied
   from the tower's own FFN with its own activation (App. C.2); SF-MoE (`sfmoe_*`): `[S,F]` layout, linear
   router (SF-MoE §2.2-2.3).
+- Stand-ins (`vit_micro_patch7_clip_quickgelu_28`, `vit_micro_patch7_clip_28`, `vit_micro_patch7_dinov2`,
+  `vit_micro_patch7_reg4_dinov2`): test-sized towers of each family (28 px, 7 px patches, width 96, 6 blocks)
+  with the family's own options (CLIP: pre-norm, no patch bias, QuickGELU or GELU, a projection; DINOv2:
+  LayerScale, registers), for CPU tests and the recipes' smoke scale. No weights exist for them.
 """
 from __future__ import annotations
 
@@ -33,6 +37,9 @@ DINOV2_B14 = dict(embed_dim=768, depth=12, num_heads=12, **DINOV2)
 REG4 = dict(reg_tokens=4, no_embed_class=True)
 CLIP_PAPER, OPENCLIP_PAPER = "Radford et al., ICML 2021", "Cherti et al., CVPR 2023"
 DINOV2_PAPER, REGISTERS_PAPER = "Oquab et al., TMLR 2024", "Darcet et al., ICLR 2024"
+#: the stand-ins' geometry: the micro ViT's (`dgmoe.models.zoo.MICRO`), a 32-d CLIP projection
+MICRO_TOWER = dict(img_size=28, patch_size=7, embed_dim=96, depth=6, num_heads=3)
+STAND_IN = "test-sized stand-in, no weights"
 
 
 @dataclass(frozen=True)
@@ -54,6 +61,12 @@ DINOV2_S = Tower("DINOv2 ViT-S/14", DINOV2_PAPER, DINOV2_S14)
 DINOV2_S_REG = Tower("DINOv2 ViT-S/14 with 4 registers", REGISTERS_PAPER, dict(DINOV2_S14, **REG4))
 DINOV2_B = Tower("DINOv2 ViT-B/14", DINOV2_PAPER, DINOV2_B14)
 DINOV2_B_REG = Tower("DINOv2 ViT-B/14 with 4 registers", REGISTERS_PAPER, dict(DINOV2_B14, **REG4))
+MICRO_OPENAI = Tower("CLIP-shaped micro ViT (OpenAI's QuickGELU)", STAND_IN,
+                     dict(MICRO_TOWER, proj_dim=32, **CLIP_TOWER, **QUICKGELU), (CLIP_MEAN, CLIP_STD))
+MICRO_OPENCLIP = Tower("CLIP-shaped micro ViT (OpenCLIP's GELU)", STAND_IN,
+                       dict(MICRO_TOWER, proj_dim=32, **CLIP_TOWER), (CLIP_MEAN, CLIP_STD))
+MICRO_DINOV2 = Tower("DINOv2-shaped micro ViT", STAND_IN, dict(DINOV2, **MICRO_TOWER))
+MICRO_DINOV2_REG = Tower("DINOv2-shaped micro ViT with 4 registers", STAND_IN, dict(DINOV2, **MICRO_TOWER, **REG4))
 
 
 def _tower(name: str, tower: Tower, **kwargs: Any):
@@ -168,3 +181,24 @@ def sfmoe_small_patch14_dinov2(**kwargs):
 @register_model
 def sfmoe_base_patch14_dinov2(**kwargs):
     return _sfmoe("sfmoe_base_patch14_dinov2", DINOV2_B, vit_base_patch14_dinov2, **kwargs)
+
+
+# ----- stand-ins: test-sized towers of each family (CPU tests, the recipes' smoke scale) ---------------
+@register_model
+def vit_micro_patch7_clip_quickgelu_28(**kwargs):
+    return _tower("vit_micro_patch7_clip_quickgelu_28", MICRO_OPENAI, **kwargs)
+
+
+@register_model
+def vit_micro_patch7_clip_28(**kwargs):
+    return _tower("vit_micro_patch7_clip_28", MICRO_OPENCLIP, **kwargs)
+
+
+@register_model
+def vit_micro_patch7_dinov2(**kwargs):
+    return _tower("vit_micro_patch7_dinov2", MICRO_DINOV2, **kwargs)
+
+
+@register_model
+def vit_micro_patch7_reg4_dinov2(**kwargs):
+    return _tower("vit_micro_patch7_reg4_dinov2", MICRO_DINOV2_REG, **kwargs)

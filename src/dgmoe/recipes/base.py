@@ -12,9 +12,10 @@ A `Recipe` declares, once, everything `dgmoe recipe show`, `launch` and `dgmoe r
   process) or `synthetic` (GMoE App. B.2, run in this process).
 
 A row the paper shows but dgmoe cannot produce has `unavailable` set to the reason; it is shown, never
-launched. A cell whose value the paper only plots (a figure) has `value=None`: its obtained number is
-still reported. Construction checks the recipe (every runnable row's cells map to exactly one part, every
-part serves a row, names are known), so a malformed recipe fails on import.
+launched. A cell whose value the paper only plots (a figure), or a cell of a row dgmoe adds (`added`, its own
+baseline), has `value=None`: its obtained number is still reported. Construction checks the recipe (every
+runnable row's cells map to exactly one part, every part serves a row, names are known), so a malformed recipe
+fails on import.
 """
 from __future__ import annotations
 
@@ -80,7 +81,8 @@ class Row:
 
     `part`: the part that runs it where several parts hold the same algorithm and model (e.g. 5K and 15K
     steps); `quoted`: the work the paper quotes the row from (it is still run: DomainBed's protocol, by
-    dgmoe); `unavailable`: why dgmoe cannot produce the row (shown, never launched)."""
+    dgmoe); `unavailable`: why dgmoe cannot produce the row (shown, never launched); `added`: why dgmoe adds
+    a row the paper does not have (its own baseline: cells without a value, obtained numbers only)."""
 
     label: str
     algorithm: str
@@ -89,6 +91,7 @@ class Row:
     part: str | None = None
     quoted: str = ""
     unavailable: str = ""
+    added: str = ""
 
 
 @dataclass(frozen=True)
@@ -207,6 +210,9 @@ def check_recipe(recipe: Recipe) -> None:
         stray = [d for d in part.per_dataset if d not in part.datasets]
         if stray:
             raise ValueError(f"{where}: part {part.name} has settings for datasets it does not run: {stray}")
+    for row in recipe.rows:
+        if row.added and (row.unavailable or any(c.value is not None for c in row.cells)):
+            raise ValueError(f"{where}: row {row.label!r} is dgmoe's own: it is run and has no published value")
     if recipe.kind in SWEEP_KINDS:
         used = set()
         for row in recipe.rows:

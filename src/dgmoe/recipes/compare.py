@@ -222,7 +222,9 @@ def comparison(recipe: Recipe, output_dir: str | Path, latex: bool = False) -> s
         else:
             text.append("paper: as printed (+/- SE over trials where printed; '-': a value the paper only plots); "
                         "obtained: mean +/- SE over trial seeds; diff = obtained - paper; X: no scorable run yet; "
-                        "*: a row the paper quotes from other work (obtained: dgmoe's run of it).")
+                        "*: a row the paper quotes from other work (obtained: dgmoe's run of it)."
+                        + (" +: a row dgmoe adds (its own baseline, no published number: obtained only)."
+                           if any(r.added for r in recipe.rows) else ""))
         if smoke:
             text.append("Smoke scale: the obtained numbers check the pipeline and are not comparable.")
         tables = [_group_table(recipe, source, group, latex)
@@ -271,7 +273,7 @@ def _group_table(recipe: Recipe, source: Source, group: str, latex: bool) -> str
         mine = {(c.column, c.selection): c for c in row.cells if c.group == group}
         if not mine:
             continue
-        out = [row.label + (" *" if row.quoted else "")]
+        out = [row.label + (" *" if row.quoted else " +" if row.added else "")]
         for key in keys:
             cell = mine.get(key)
             if cell is None:

@@ -18,9 +18,9 @@ def list_table(recipes: list[Recipe]) -> str:
     return "\n".join("  ".join(f"{v:<{w}}" for v, w in zip(row, widths)) + "  " + row[4] for row in rows)
 
 
-def _number(cell: Cell) -> str:
+def _number(cell: Cell, added: bool = False) -> str:
     if cell.value is None:
-        return "(plot)"
+        return "-" if added else "(plot)"
     digits = cell.digits
     return f"{cell.value:.{digits}f}" + (f" +/- {cell.se:.{digits}f}" if cell.se is not None else "")
 
@@ -43,8 +43,8 @@ def published_tables(recipe: Recipe) -> list[str]:
         for row in recipe.rows:
             mine = {(c.dataset, c.column, c.selection): c for c in row.cells if c.source == source}
             if mine:
-                mark = " *" if row.quoted else " (not run)" if row.unavailable else ""
-                rows.append([row.label + mark, *(_number(mine[k]) if k in mine else "" for k in keys)])
+                mark = " *" if row.quoted else " (not run)" if row.unavailable else " +" if row.added else ""
+                rows.append([row.label + mark, *(_number(mine[k], bool(row.added)) if k in mine else "" for k in keys)])
         table = render_table(["Row", *(titles[k] for k in keys)], rows)
         out.append(f"trained on {source}:\n{table}" if source else table)
     return out
@@ -84,7 +84,9 @@ def show_text(recipe: Recipe) -> str:
     selection = SELECTION_NAMES.get(recipe.selection or "", "none")
     lines = [f"{recipe.name}: {recipe.paper}, {recipe.table}: {recipe.title}",
              f"kind: {recipe.kind}; model selection: {selection}", "",
-             "Published numbers (* the paper quotes the row from other work; (not run): dgmoe cannot produce it):"]
+             "Published numbers (* the paper quotes the row from other work; (not run): dgmoe cannot produce it"
+             + ("; +: a row dgmoe adds, with no published number" if any(r.added for r in recipe.rows) else "")
+             + "):"]
     for table in published_tables(recipe):
         lines += ["", table]
     lines += ["", "Rows:"]
@@ -92,7 +94,8 @@ def show_text(recipe: Recipe) -> str:
         where = (f"not run: {row.unavailable}" if row.unavailable else
                  f"part {', '.join(p.name for p in row_parts(recipe, row))}" if recipe.kind in SWEEP_KINDS else
                  "run in this process")
-        quoted = f"; the paper quotes it from {row.quoted}" if row.quoted else ""
+        quoted = (f"; the paper quotes it from {row.quoted}" if row.quoted else "") + (
+            f"; {row.added}" if row.added else "")
         lines.append(f"  {row.label}: {row.algorithm} on {row.model} ({where}{quoted})")
     if recipe.parts:
         lines += ["", "Parts (each a sweep into <output-dir>/<part>):", *(describe_part(p) for p in recipe.parts)]

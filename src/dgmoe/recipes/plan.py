@@ -4,16 +4,18 @@
 their per-dataset settings), all launched into `<output-dir>/<part>`. `missing_inputs` lists, one line each,
 the data folders (through the dataset catalogue) and weight files a paper-scale launch needs and lacks.
 
-The smoke scale (`SMOKE`) keeps each part's algorithms, variants (hparams and model kwargs such as a block
-layout or an expert count) and held-out-set shape, and swaps the rest for what runs on a CPU in seconds:
-the datasets for an in-memory stand-in of the same kind (`Debug28`; `RotatedMNIST`, which has DomainNet's six
-domains, for single-source; `GeoMNIST`, which has coordinates, for the MoGE tables), the backbones for
-narrow ones of the same family (`vit_micro_patch7_28`, `gmoe_micro_patch7_28`, SF-MoE and MoGE at width 48
-on 7 px patches; a ResNet becomes the micro ViT), the paper's weights for a dense checkpoint the launch writes
-(`SmokeCheckpoint`: each backbone's dense twin, loaded with --pretrained as the paper's runs load DeiT: experts
-copied from the FFN, what a dense checkpoint cannot hold initialised, the head and embeddings adapted), a few
-steps, one hparams setting, one trial, one held-out set (the first domain; single-source: the first training
-domain). Without pair runs, the smoke summary selects by training-domain validation.
+The smoke scale (`SMOKE`) keeps each part's algorithms, variants (hparams, model kwargs such as a block
+layout or an expert count, and every other model or algorithm setting such as a PEFT mode and its knobs) and
+held-out-set shape, and swaps the rest for what runs on a CPU in seconds: the datasets for an in-memory
+stand-in of the same kind (`Debug28`; `RotatedMNIST`, which has DomainNet's six domains, for single-source;
+`GeoMNIST`, which has coordinates, for the MoGE tables), the backbones for narrow ones of the same family
+(`vit_micro_patch7_28`, `gmoe_micro_patch7_28`, SF-MoE and MoGE at width 48 on 7 px patches; a ResNet becomes
+the micro ViT; a CLIP or DINOv2 tower its test-sized stand-in, e.g. `vit_micro_patch7_clip_quickgelu_28`,
+`vit_micro_patch7_dinov2`), the paper's weights for a dense checkpoint the launch writes (`SmokeCheckpoint`:
+each backbone's dense twin, loaded with --pretrained as the paper's runs load DeiT: experts copied from the
+FFN, what a dense checkpoint cannot hold initialised, the head and embeddings adapted), a few steps, one
+hparams setting, one trial, one held-out set (the first domain; single-source: the first training domain).
+Without pair runs, the smoke summary selects by training-domain validation.
 """
 from __future__ import annotations
 
@@ -31,6 +33,8 @@ from dgmoe.sweep.jobs import SweepConfig
 
 SCALES = ("paper", "smoke")
 MERGED = ("hparams", "model_kwargs")  # settings whose per-dataset values are merged into the part's
+#: the `RunConfig` sections whose part settings the smoke scale keeps (what the model and algorithm are)
+VARIANT_SECTIONS = ("model", "algorithm")
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,11 @@ class SmokeScale:
         "num_threads": 1, "skip_model_save": True, "save_best": False, "progress": "none"})
     #: where the launch writes the dense checkpoints of the parts that load weights (under the output dir), and
     #: their class count: an ImageNet head, which the load re-initialises as in the paper's runs
+    #: foundation towers by a part of their name -> their test-sized stand-in of the same family
+    #: (`dgmoe.models.foundation`), first match wins
+    towers: tuple[tuple[str, str], ...] = (
+        ("_clip_quickgelu_", "vit_micro_patch7_clip_quickgelu_28"), ("_clip_", "vit_micro_patch7_clip_28"),
+        ("_reg4_dinov2", "vit_micro_patch7_reg4_dinov2"), ("_dinov2", "vit_micro_patch7_dinov2"))
     weights_dir: str = "smoke-weights"
     weights_classes: int = 1000
 
@@ -64,6 +73,9 @@ class SmokeScale:
             return "moge_tiny_patch16_224"
         if model.startswith("vit_le_"):
             return model
+        for family, stand_in in self.towers:
+            if family in model:
+                return stand_in
         return "vit_micro_patch7_28"
 
 
@@ -183,8 +195,11 @@ def paper_settings(part: Part, dataset: str, weights: Mapping[str, str]) -> dict
 
 
 def smoke_settings(part: Part) -> dict[str, Any]:
-    """The flat run settings of `part`'s jobs at the smoke scale (its variants kept, see `SmokeScale`)."""
-    flat = {k: v for k, v in part.settings.items() if k in MERGED}
+    """The flat run settings of `part`'s jobs at the smoke scale: its variants kept (its model and algorithm
+    settings: hparams, model kwargs, a PEFT mode and its knobs, ...), the smoke scale's own data, width, patch
+    size, steps and execution settings for the rest (see `SmokeScale`)."""
+    sections = RunConfig.keys()
+    flat = {k: v for k, v in part.settings.items() if sections[k][0] in VARIANT_SECTIONS}
     kwargs = {k: v for k, v in flat.get("model_kwargs", {}).items() if k not in SMOKE.dropped_kwargs}
     flat["model_kwargs"] = {**kwargs, **SMOKE.model_kwargs}
     flat["hparams"] = {**flat.get("hparams", {}), **SMOKE.hparams}

@@ -14,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 
+from dgmoe.engine.config import RunConfig
 from dgmoe.engine.rundir import expected_steps, read_done
 from dgmoe.errors import UsageError
 from dgmoe.selection import drop_duplicate_runs
@@ -24,6 +25,9 @@ REQUIRED_ARGS: tuple[str, ...] = ("dataset", "algorithm", "test_envs", "hparams_
 #: with overrides such as `args.model_kwargs` it becomes `model_label(...)`; `model_name` keeps the bare name;
 #: `label` is the run's `--label`, its name in tables; `data_version` the dataset version it trained on).
 OPTIONAL_ARGS: tuple[str, ...] = ("model", "seed", "output_dir", "steps", "domains", "label", "data_version")
+#: `--peft` and its knobs as `args` carries them, with their defaults: a run that does not train every weight is
+#: named with its mode and the knobs it changed (`model_label`)
+PEFT_DEFAULTS: dict[str, Any] = {k: v for k, v in RunConfig().flat().items() if k.startswith("peft")}
 #: columns that describe where a record came from rather than what it measured.
 SOURCE_COLUMNS: tuple[str, ...] = ("model_name", "run_dir", "file", "line", "done", "n_envs", "record")
 
@@ -42,10 +46,15 @@ def count_envs(record: dict) -> int:
 
 def model_label(name: str, args: dict) -> str:
     """The backbone as tables name it: `args.model` plus the overrides it was built with
-    (`args.model_kwargs`, and `args.patch_size` / `args.img_size` when set), e.g.
-    `gmoe_tiny_patch16_224(num_experts=4)`, so that ablations of one backbone stay apart."""
+    (`args.model_kwargs`, and `args.patch_size` / `args.img_size` when set) and, for a parameter-efficient run,
+    its `--peft` mode and the PEFT knobs it changed, e.g. `gmoe_tiny_patch16_224(num_experts=4)` or
+    `vit_base_patch16_clip_224(peft='adapter_experts', peft_top_k=2)`, so that ablations of one backbone stay
+    apart."""
     overrides = dict(args.get("model_kwargs") or {})
     overrides.update({k: args[k] for k in ("patch_size", "img_size") if args.get(k) is not None})
+    if args.get("peft", PEFT_DEFAULTS["peft"]) != PEFT_DEFAULTS["peft"]:
+        overrides.update({k: v for k, v in args.items()
+                          if k in PEFT_DEFAULTS and (k == "peft" or v != PEFT_DEFAULTS[k])})
     if not overrides:
         return name
     return f"{name}({', '.join(f'{k}={overrides[k]!r}' for k in sorted(overrides))})"
