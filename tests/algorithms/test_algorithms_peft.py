@@ -1,8 +1,7 @@
 """Every algorithm under every parameter-efficient mode (`--peft`) on toy foundation towers: only the intended
 weights train, the optimisers receive only those, 3 steps give finite losses, and a reload continues
 identically, on a CLIP-shaped tower (pre-norm, QuickGELU, final projection) and a DINOv2-shaped one (LayerScale,
-register tokens); `in_default_suite` says which cases the default suite runs, the rest are marked slow and run
-by CI on purpose (`.ci/run`). MoGE, whose losses need its own network, runs on its tiny MoGE."""
+register tokens). MoGE, whose losses need its own network, runs on its tiny MoGE."""
 import math
 
 import pytest
@@ -89,16 +88,8 @@ def test_optimisers_receive_only_trainable_parameters(name):
         assert not any(id(p) in frozen for g in groups for p in g["params"]), name
 
 
-
-def in_default_suite(name, mode, shape):
-    """The default suite runs ERM under every mode and each other algorithm under one mode (in turn) on the
-    CLIP-shaped tower; the rest of the matrix is marked slow and run by CI on purpose (`.ci/run`)."""
-    return shape == "clip" and (name == "ERM" or mode == MODES[ALGORITHMS.index(name) % len(MODES)])
-
-
 # every algorithm x every mode x both tower shapes: 3 steps, finite losses, a reload that continues identically
-MATRIX = [pytest.param(n, m, shape, marks=[] if in_default_suite(n, m, shape) else [pytest.mark.slow])
-          for shape in TOWERS for n in ALGORITHMS for m in MODES
+MATRIX = [(n, m, shape) for shape in TOWERS for n in ALGORITHMS for m in MODES
           if compatible(n, backbone(n, shape)) and not (shape == "dinov2" and n == "MoGE")]
 
 
