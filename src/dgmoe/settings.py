@@ -237,6 +237,27 @@ def validate(config: Any) -> None:
                 raise ConfigError(f"{name} must be a JSON object with string keys, got {value!r}")
 
 
+def config_from_file(cls: Any, path: str | Path, unwrap: str | None = None,
+                     expected: str = "a JSON object") -> Any:
+    """`cls.from_dict` of the JSON object in the `--config` file `path` (with `unwrap`, the object under that key
+    when the file holds one, e.g. a run's config.json); a `ConfigError` naming the file for anything else."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"--config {path}: no such file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ConfigError(f"--config {path} is not a readable JSON file ({e})") from None
+    if unwrap is not None and isinstance(data, dict) and isinstance(data.get(unwrap), dict):
+        data = data[unwrap]
+    if not isinstance(data, dict):
+        raise ConfigError(f"--config {path} must hold {expected}")
+    try:
+        return cls.from_dict(data)
+    except (ConfigError, TypeError) as e:
+        raise ConfigError(f"--config {path}: {e}") from None
+
+
 class Settings:
     """A config of `setting` fields (a frozen dataclass deriving from this): normalised and validated on
     construction, so a config that exists is valid; written to and read from JSON (`--config` files)."""
@@ -260,19 +281,7 @@ class Settings:
     @classmethod
     def from_file(cls, path: str | Path) -> Any:
         """A config written by `to_dict` (`--print-config`) as a JSON file."""
-        path = Path(path)
-        try:
-            data = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise ConfigError(f"--config {path}: no such file") from None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ConfigError(f"--config {path} is not a readable JSON file ({e})") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"--config {path} must hold a JSON object")
-        try:
-            return cls.from_dict(data)
-        except (ConfigError, TypeError) as e:
-            raise ConfigError(f"--config {path}: {e}") from None
+        return config_from_file(cls, path)
 
 
 def plain(value: Any) -> Any:

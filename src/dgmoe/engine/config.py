@@ -23,7 +23,7 @@ from typing import Any, ClassVar, Iterable, Mapping
 
 from dgmoe.errors import UsageError
 from dgmoe.peft_config import PEFT_MODES, TARGET_PRESETS, PeftConfig
-from dgmoe.settings import ConfigError, Settings, flag, key_of, plain, setting
+from dgmoe.settings import ConfigError, Settings, config_from_file, flag, key_of, plain, setting
 
 
 class _Section(Settings):
@@ -279,21 +279,8 @@ class RunConfig:
     @classmethod
     def from_file(cls, path: str | Path) -> "RunConfig":
         """A run's `config.json` (its "config" object), or a file holding a config alone (nested or flat)."""
-        path = Path(path)
-        try:
-            data = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise ConfigError(f"--config {path}: no such file") from None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ConfigError(f"--config {path} is not a readable JSON file ({e})") from None
-        if isinstance(data, dict) and isinstance(data.get("config"), dict):
-            data = data["config"]
-        if not isinstance(data, dict):
-            raise ConfigError(f"--config {path} must hold a JSON object (a run config or a run's config.json)")
-        try:
-            return cls.from_dict(data)
-        except (ConfigError, TypeError) as e:
-            raise ConfigError(f"--config {path}: {e}") from None
+        return config_from_file(cls, path, unwrap="config",
+                                expected="a JSON object (a run config or a run's config.json)")
 
     # -- identity ----------------------------------------------------------------------------------------------
     def identity(self) -> dict[str, Any]:
