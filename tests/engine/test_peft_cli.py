@@ -1,26 +1,30 @@
-"""End to end on CPU: a toy ViT with adapter experts on a frozen pretrained base trains through `dgmoe train`
-(a checkpoint of its trainable weights naming the base), `dgmoe results` and `dgmoe analyze routing`
-(expert usage per domain for the adapter experts)."""
+"""End to end on CPU: a tiny CLIP-shaped tower (pre-norm, QuickGELU, projection) and a tiny DINOv2-shaped one
+(LayerScale, registers) with adapter experts on a frozen pretrained base train through `dgmoe train` (a
+checkpoint of its trainable weights naming the base), `dgmoe results` and `dgmoe analyze routing` (expert usage
+per domain for the adapter experts)."""
 import json
 
+import pytest
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
 from dgmoe.models import create_model
 
-TRAIN = ["train", "--dataset", "RotatedMNIST", "--model", "vit_micro_patch7_28", "--model-kwargs", '{"depth": 2}',
-         "--steps", "3", "--checkpoint-freq", "2", "--n-per-domain", "16", "--progress", "none", "--num-threads", "1"]
+TOWERS = ("vit_micro_patch7_clip_quickgelu_28", "vit_micro_patch7_reg4_dinov2")  # test-sized stand-ins
+TRAIN = ["train", "--dataset", "RotatedMNIST", "--model-kwargs", '{"depth": 2}', "--steps", "3", "--checkpoint-freq",
+         "2", "--n-per-domain", "16", "--progress", "none", "--num-threads", "1"]
 PEFT = ["--peft", "adapter_experts", "--peft-experts", "3", "--peft-top-k", "2", "--peft-bottleneck", "8"]
 
 
-def test_adapter_experts_train_report_and_analyse_routing(cli, tmp_path):
+@pytest.mark.parametrize("tower", TOWERS)
+def test_adapter_experts_train_report_and_analyse_routing(cli, tmp_path, tower):
     base = tmp_path / "base.safetensors"
     torch.manual_seed(0)
-    dense = create_model("vit_micro_patch7_28", depth=2, in_chans=1, img_size=28)
+    dense = create_model(tower, depth=2, in_chans=1, img_size=28)
     save_file({k: v.contiguous() for k, v in dense.state_dict().items()}, str(base))
     run = tmp_path / "runs" / "moa"
-    result = cli(*TRAIN, *PEFT, "--pretrained", base, "--output-dir", run)
+    result = cli(*TRAIN, "--model", tower, *PEFT, "--pretrained", base, "--output-dir", run)
     assert result.exit_code == 0, result.output
     config = json.loads((run / "config.json").read_text())
     assert config["config"]["model"]["peft"] == "adapter_experts"
@@ -28,7 +32,7 @@ def test_adapter_experts_train_report_and_analyse_routing(cli, tmp_path):
     with safe_open(str(run / "model.safetensors"), "pt") as f:
         keys, meta = set(f.keys()), f.metadata()
     assert keys and all(k.startswith("head.") or ".mlp.adapter." in k for k in keys), sorted(keys)
-    assert meta["base_pretrained"] == str(base) and meta["base_model"] == "vit_micro_patch7_28"
+    assert meta["base_pretrained"] == str(base) and meta["base_model"] == tower
     records = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]
     assert records and all(r["loss"] == r["loss"] for r in records)  # finite, not NaN
 
@@ -45,9 +49,10 @@ def test_adapter_experts_train_report_and_analyse_routing(cli, tmp_path):
 
 def test_bad_peft_settings_are_refused_in_one_line_before_anything_is_written(cli, tmp_path):
     run = tmp_path / "run"
-    result = cli(*TRAIN, "--peft", "adapter_experts", "--peft-experts", "2", "--peft-top-k", "3", "--output-dir", run)
+    result = cli(*TRAIN, "--model", TOWERS[0], "--peft", "adapter_experts", "--peft-experts", "2", "--peft-top-k", "3",
+                 "--output-dir", run)
     assert result.exit_code == 2 and "--peft-top-k must be in [1, --peft-experts=2]" in result.output
-    result = cli(*TRAIN, "--peft", "lora", "--peft-blocks", "7", "--output-dir", run)
+    result = cli(*TRAIN, "--model", TOWERS[0], "--peft", "lora", "--peft-blocks", "7", "--output-dir", run)
     assert result.exit_code == 2 and "--peft-blocks 7 is out of range" in result.output
     assert not run.exists() or not any(run.iterdir())
 
