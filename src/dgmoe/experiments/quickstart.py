@@ -15,10 +15,12 @@ from typing import Callable, Sequence
 
 from dgmoe.engine.config import RunConfig
 from dgmoe.engine.trainer import train
+from dgmoe.experiments.quickstart_config import QuickstartConfig
 from dgmoe.models.catalogue import summarize_model
 from dgmoe.records import train_domain_val_acc
 
 QUICKSTART_MODELS = ("vit_micro_patch7_28", "gmoe_micro_patch7_28")
+_DEFAULT = QuickstartConfig()  # the command's defaults, declared once in its config
 
 
 def _stderr(line: str) -> None:
@@ -32,8 +34,9 @@ def announcement(index: int, count: int, model: str) -> str:
     return f"[{index}/{count}] {summary.family} ({model}): {summary.structure}"
 
 
-def quickstart(output_dir: str | Path = "runs/quickstart", dataset: str = "RotatedMNIST",
-               test_envs: int | Sequence[int] = (0,), steps: int = 300, checkpoint_freq: int = 50, seed: int = 0,
+def quickstart(output_dir: str | Path = _DEFAULT.output_dir, dataset: str = _DEFAULT.dataset,
+               test_envs: int | Sequence[int] = _DEFAULT.test_envs, steps: int = _DEFAULT.steps,
+               checkpoint_freq: int = 50, seed: int = _DEFAULT.seed,
                models: Sequence[str] = QUICKSTART_MODELS,
                num_threads: int | None = None, say: Callable[[str], None] = _stderr) -> list[dict]:
     """Train each model once, announcing each with `say` (default: stderr) before it trains, and return one
