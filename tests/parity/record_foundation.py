@@ -145,38 +145,40 @@ def record_dinov2(cases: list, io: dict) -> None:
     for regs in (0, 4):
         suffix = "_reg4" if regs else ""
         model = f"vit_small_patch14{suffix}_dinov2"
-        for img, grid in ((56, "same grid"), (84, "6x6 grid, resampled to 4x4")):
+        # the hub's settings (dinov2/hub/backbones.py): without registers interpolate_offset 0.1, no antialias;
+        # with registers offset 0, antialias
+        hub = dict(interpolate_offset=0.0, interpolate_antialias=True) if regs else \
+            dict(interpolate_offset=0.1, interpolate_antialias=False)
+        for img, grid in ((56, "the checkpoint's own grid"), (84, "a 6x6 grid interpolated to 4x4 at the forward")):
             case = f"dinov2_hub{suffix}_{img}px"
             peer = DinoVisionTransformer(img_size=img, patch_size=14, embed_dim=WIDTH, depth=DEPTH, num_heads=HEADS,
-                                         init_values=1.0, num_register_tokens=regs, block_chunks=0).eval()
+                                         init_values=1.0, num_register_tokens=regs, block_chunks=0, **hub).eval()
             state = _random_state(peer, 6000 + 10 * regs + img)
             x = _normal(7000 + regs, (2, 3, 56, 56))
-            entry = dict(case=case, file=_save(case, state, "pth"), model=model, overrides=DINO_TINY)
-            if img == 56:  # DINOv2's own forward: the class token after the final norm
-                with torch.no_grad():
-                    io[f"{case}.x"], io[f"{case}.out"] = x, peer(x)
-                cases.append(dict(entry, peer="dinov2", peer_version=_dinov2_commit(),
-                                  peer_call=f"DinoVisionTransformer(num_register_tokens={regs})(x), the checkpoint's "
-                                            "own grid"))
+            # DINOv2's own forward on 56 px images: the class token after the final norm; at 84 px its position
+            # embedding is interpolated to the 4x4 grid by its own interpolate_pos_encoding
+            with torch.no_grad():
+                io[f"{case}.x"], io[f"{case}.out"] = x, peer(x)
+            cases.append(dict(case=case, file=_save(case, state, "pth"), model=model, overrides=DINO_TINY,
+                              peer="dinov2", peer_version=_dinov2_commit(),
+                              peer_call=f"DinoVisionTransformer(img_size={img}, num_register_tokens={regs}, "
+                                        f"{', '.join(f'{k}={v}' for k, v in hub.items())})(x): {grid}"))
+            if img == 56:
                 continue
-            # another grid: timm's conversion and load-time resampling (DINOv2 interpolates at every forward
-            # with its own kernel, `interpolate_offset`, which dgmoe does not reproduce: docs/design.md)
+            # timm's conversion of the same hub file, resampled by timm at load: its own convention
             kwargs = dict(img_size=56, patch_size=14, embed_dim=WIDTH, depth=DEPTH, num_heads=HEADS, init_values=1e-5,
                           num_classes=0, reg_tokens=regs, no_embed_class=bool(regs))
             timm_model = VisionTransformer(**kwargs).eval()
             converted = checkpoint_filter_fn(dict(state), timm_model)
             timm_model.load_state_dict(converted, strict=True)
-            with torch.no_grad():
-                io[f"{case}.x"], io[f"{case}.out"] = x, timm_model(x)
-            cases.append(dict(entry, peer="timm", peer_version=timm.__version__,
-                              peer_call=f"timm checkpoint_filter_fn(hub state, VisionTransformer(img_size=56, "
-                                        f"reg_tokens={regs}, no_embed_class={bool(regs)})) then forward(x): {grid}"))
             timm_case = f"timm_dinov2{suffix}"
-            io[f"{timm_case}.x"], io[f"{timm_case}.out"] = x, io[f"{case}.out"]
+            with torch.no_grad():
+                io[f"{timm_case}.x"], io[f"{timm_case}.out"] = x, timm_model(x)
             cases.append(dict(case=timm_case, peer="timm", peer_version=timm.__version__,
                               file=_save(timm_case, converted, "safetensors"), model=model, overrides=DINO_TINY,
-                              peer_call="the same timm model's own state dict (timm's names"
-                                        f"{', reg_token' * bool(regs)})"))
+                              peer_call=f"timm checkpoint_filter_fn(the {case} hub state, VisionTransformer("
+                                        f"img_size=56, reg_tokens={regs}, no_embed_class={bool(regs)})) then its "
+                                        "forward(x): timm's names and timm's resampling at load"))
 
 
 def _dinov2_commit() -> str:

@@ -85,8 +85,10 @@ def test_a_checkpoint_of_another_family_fails_in_one_line_naming_what_is_missing
 @pytest.mark.parametrize("registers", [0, 4])
 def test_dinov2_at_224_px_resamples_the_hub_files_518_px_grid(registers, tmp_path):
     """A hub-format file at DINOv2's 518 px (37 x 37 patches of 14 px, class token in pos_embed) loads into the
-    224 px model (16 x 16): the grid resampled as timm loads it; with registers, the class token takes
-    pos_embed[:, 0] (timm's `_convert_dinov2`)."""
+    224 px model (16 x 16): the grid resampled as DINOv2's own forward interpolates it (without registers by
+    the factor (16 + 0.1) / 37 and no antialias, which the 16 x 16 output size alone would not give; with
+    registers to the size, antialiased); with registers, the class token takes pos_embed[:, 0] (timm's
+    `_convert_dinov2`)."""
     name = f"vit_small_patch14{'_reg4' * bool(registers)}_dinov2"
     tiny = dict(embed_dim=32, num_heads=2, depth=1, num_classes=0)
     hub = dict(dgmoe.create_model("vit_small_patch14_dinov2", img_size=518, **tiny).state_dict())
@@ -101,7 +103,11 @@ def test_dinov2_at_224_px_resamples_the_hub_files_518_px_grid(registers, tmp_pat
     assert report.format == "dinov2_hub" and report.resized == ["pos_embed"] and report.dropped == ["mask_token"]
     prefix = 0 if registers else 1
     source = hub["pos_embed"][:, 1 - prefix:]
-    torch.testing.assert_close(model.pos_embed.detach(), resize_pos_embed(source, (16, 16), prefix))
+    own = resize_pos_embed(source, (16, 16), prefix, antialias=bool(registers), offset=0.0 if registers else 0.1)
+    torch.testing.assert_close(model.pos_embed.detach(), own, rtol=0, atol=0)
+    if not registers:  # the offset matters: timm's resampling of the same grid differs
+        assert not torch.allclose(model.pos_embed.detach(), resize_pos_embed(source, (16, 16), prefix, antialias=False))
+        assert "DINOv2's interpolate_pos_encoding" in report.resize_method
     cls = hub["cls_token"] + (hub["pos_embed"][:, :1] if registers else 0)
     torch.testing.assert_close(model.cls_token.detach(), cls)
     with torch.no_grad():

@@ -22,6 +22,8 @@ from typing import Callable
 
 import torch
 
+from dgmoe.models.resample import PosResample
+
 Adapt = Callable[[dict[str, torch.Tensor], set[str], list[str]], dict[str, torch.Tensor]]
 
 
@@ -40,6 +42,9 @@ class CheckpointFormat:
     adapt: Adapt | None = None
     needs_model_key: str | None = None  # detected only for a model that has this key and a file without it
     outside: dict[str, str] = field(default_factory=dict)  # keys outside the prefix that are the tower's
+    #: how the format's own code resamples its position embedding, given the converted state dict (None:
+    #: the loader's choice, timm's by default)
+    pos_resample: Callable[[dict[str, torch.Tensor]], PosResample | None] | None = None
 
 
 def _fold(key: str, fn: Callable[[torch.Tensor], torch.Tensor], note: str, new_key: str | None = None) -> Adapt:
@@ -125,9 +130,13 @@ HF_CLIP = CheckpointFormat(
                  _fold("cls_token", lambda v: v.reshape(1, 1, -1), "class_embedding reshaped to cls_token [1, 1, D]"),
                  _fold("pos_embed", lambda v: v.unsqueeze(0), "position_embedding reshaped to pos_embed [1, N, D]")),
 )
+#: DINOv2's hub models without registers interpolate by the factor (new + 0.1) / old, no antialias; those with
+#: registers to the output size with antialias (`dinov2/hub/backbones.py`), which is timm's resampling
+DINOV2_OWN = PosResample(antialias=False, offset=0.1, label="bicubic by the factor (new grid + 0.1) / old grid, "
+                                                            "no antialias (DINOv2's interpolate_pos_encoding)")
 DINOV2_HUB = CheckpointFormat(
     name="dinov2_hub", label="DINOv2 hub checkpoint", markers=("mask_token",), dropped=("mask_token",),
-    adapt=_dinov2_tokens)
+    adapt=_dinov2_tokens, pos_resample=lambda state: None if "reg_token" in state else DINOV2_OWN)
 TIMM_CLIP = CheckpointFormat(
     name="timm_clip", label="timm CLIP tower", markers=("norm_pre.weight", "head.weight"), adapt=_drop_zero_head_bias,
     needs_model_key="proj.weight")

@@ -34,7 +34,7 @@ import torch.nn as nn
 
 from dgmoe.errors import UsageError
 from dgmoe.models.checkpoint_formats import convert
-from dgmoe.models.resample import RESIZE_METHODS, resample_patch_embed, resize_pos_embed
+from dgmoe.models.resample import RESIZE_METHODS, PosResample, resample_patch_embed, resize_pos_embed
 from dgmoe.moe.auxiliary import sparse_layers
 
 log = logging.getLogger(__name__)
@@ -147,15 +147,16 @@ def load_checkpoint_file(path: str | Path, keys: tuple[str, ...] = STATE_KEYS) -
 
 
 def adapt_state_dict(model: nn.Module, state: dict[str, torch.Tensor], report: LoadReport,
-                     antialias: bool = True) -> dict[str, torch.Tensor]:
-    """Map a dense timm checkpoint onto `model` (experts, head, position and patch embedding)."""
+                     antialias: bool = True, pos: PosResample | None = None) -> dict[str, torch.Tensor]:
+    """Map a dense timm checkpoint onto `model` (experts, head, position and patch embedding). `pos`: the
+    checkpoint format's own position-embedding resampling, instead of `antialias`'s (DINOv2's hub files)."""
     state = dict(state)
     for name, layer in sparse_layers(model).items():
         if f"{name}.fc1.weight" in state:
             layer.expand_dense_ffn(name, state)
             report.expanded.append(name)
     own = model.state_dict()
-    _resample_embeddings(model, state, own, report, antialias)
+    _resample_embeddings(model, state, own, report, antialias, pos)
     net: Any = model  # duck-typed: dgmoe's `info`, timm's `get_classifier`
     classifier = net.info.classifier if hasattr(net, "info") else "head"
     keys = (f"{classifier}.weight", f"{classifier}.bias")
@@ -172,7 +173,7 @@ def adapt_state_dict(model: nn.Module, state: dict[str, torch.Tensor], report: L
 
 
 def _resample_embeddings(model: nn.Module, state: dict[str, torch.Tensor], own: dict[str, torch.Tensor],
-                         report: LoadReport, antialias: bool) -> None:
+                         report: LoadReport, antialias: bool, pos: PosResample | None = None) -> None:
     """Resample the patch kernel to the model's patch size and the position embedding to its grid.
 
     A position embedding with as many tokens as the model's is taken to be on the model's grid; any other
@@ -186,13 +187,17 @@ def _resample_embeddings(model: nn.Module, state: dict[str, torch.Tensor], own: 
     if "pos_embed" in state and "pos_embed" in own and state["pos_embed"].shape != own["pos_embed"].shape:
         vit: Any = model  # a ViT: patch_embed.grid_size, num_prefix_tokens
         try:
-            state["pos_embed"] = resize_pos_embed(state["pos_embed"], vit.patch_embed.grid_size,
-                                                  getattr(vit, "pos_prefix_tokens", vit.num_prefix_tokens), antialias)
+            state["pos_embed"] = resize_pos_embed(
+                state["pos_embed"], vit.patch_embed.grid_size, getattr(vit, "pos_prefix_tokens", vit.num_prefix_tokens),
+                antialias if pos is None else pos.antialias, offset=0.0 if pos is None else pos.offset)
         except ValueError as err:
             raise CheckpointMismatchError(f"{report.path}: pos_embed: {err}") from None
         report.resized.append("pos_embed")
     if report.resized:
         report.resize_method = RESIZE_METHODS[antialias]
+        if pos is not None and "pos_embed" in report.resized:
+            report.resize_method = pos.label if report.resized == ["pos_embed"] else \
+                f"{RESIZE_METHODS[antialias]}; pos_embed: {pos.label}"
 
 
 def resolve_checkpoint(source: str | Path) -> Path:
@@ -227,8 +232,9 @@ def load_pretrained(model: nn.Module, path: str | Path, strict: bool = True, ant
     report = LoadReport(str(path))
     fmt, state, report.dropped, report.converted = convert(load_checkpoint_file(path), set(model.state_dict()))
     report.format = fmt.name
+    pos = fmt.pos_resample(state) if fmt.pos_resample is not None else None
     try:
-        state = adapt_state_dict(model, state, report, antialias)
+        state = adapt_state_dict(model, state, report, antialias, pos)
     except KeyError as e:  # a dense FFN with fc1 but not all of fc1/fc2's weight and bias
         raise CheckpointMismatchError(f"{path}: missing key {e.args[0]!r} (a sparse block's dense FFN is "
                                       "incomplete)") from None
