@@ -50,6 +50,30 @@ def test_sync_free_dispatch_under_bf16_autocast_matches_the_autograd_path(kw):
         torch.testing.assert_close(grads[name], g, rtol=5e-2, atol=5e-2, msg=name)
 
 
+@pytest.mark.parametrize("dropout", [0.0, 0.5])
+def test_the_experts_keep_one_hidden_activation_for_the_backward_unless_dropout_needs_its_mask(dropout):
+    """Without expert dropout the activation and the second grouped GEMM are recomputed in the backward: one
+    [T*k, hidden] tensor is kept per layer instead of two (the activation memory of the issue's GPU target);
+    with dropout the activation's output is kept, as its mask must be. The gradients are the mask loop's
+    either way (tests/moe/test_moe_dispatch.py)."""
+    torch.manual_seed(0)
+    layer = MoEMlp(16, 64, MoEConfig(num_experts=4, top_k=2, expert_dropout=dropout)).train()
+    layer._dispatch = sync_free_dispatch
+    x = torch.randn(2, 10, 16, requires_grad=True)
+    kept = set()
+
+    def pack(t):
+        if tuple(t.shape) == (2 * 10 * 2, 64):
+            kept.add(t.untyped_storage().data_ptr())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        y = layer(x)
+    assert len(kept) == 1 if dropout == 0 else len(kept) >= 2
+    y.sum().backward()
+    assert torch.isfinite(x.grad).all() and x.grad.abs().sum() > 0
+
+
 def test_the_layer_chooses_the_sync_free_dispatch_where_grouped_gemm_is_fused(monkeypatch):
     x = torch.randn(6, 8)
     assert layer_module.choose_dispatch("grouped", x) is not sync_free_dispatch  # eager CPU: sorted

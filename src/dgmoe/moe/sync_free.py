@@ -13,7 +13,11 @@ Steps, all on the device:
    (`expert_bias`): the backward of a per-row bias gather is an atomic scatter-add onto N rows, which took
    87% of an H200's time in the layer (docs/benchmarks.md, GPU section);
 5. the outputs un-permuted by the inverse permutation, viewed [T, k, d], gated and summed over k: a gather
-   and a reduction instead of an atomic scatter-add, so forward and backward are deterministic.
+   and a reduction instead of an atomic scatter-add, so forward and backward are deterministic;
+6. in training without expert dropout, the activation and the second grouped GEMM are recomputed in the
+   backward (`torch.utils.checkpoint`) rather than the activation's output kept: the layer keeps one
+   [T*k, hidden] tensor per expert FFN instead of two (about 116 MB per GMoE-S/16 layer at batch 96, bf16),
+   for one more grouped GEMM in the backward; the values and gradients are the same.
 Capacity (`keep`, the official code's token dropping) zeroes the gate of a dropped assignment instead of
 removing its row, which keeps the shapes fixed: a dropped assignment adds nothing to the output and gets
 no gradient, as in the sorted dispatch, at the cost of computing its row.
@@ -24,6 +28,7 @@ from typing import Callable
 
 import torch
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 from dgmoe.moe.experts import Experts
 
@@ -100,6 +105,11 @@ def sorted_assignments(expert_idx: torch.Tensor, num_experts: int):
     return flat.index_select(0, order), order // k, inverse, offsets
 
 
+def _second_layer(h: torch.Tensor, w2: torch.Tensor, offsets: torch.Tensor, act: Callable) -> torch.Tensor:
+    assert GROUPED_MM is not None
+    return GROUPED_MM(act(h), w2, offs=offsets)
+
+
 def sync_free_dispatch(x: torch.Tensor, expert_idx: torch.Tensor, gates: torch.Tensor, experts: Experts,
                        keep: torch.Tensor | None = None) -> torch.Tensor:
     """x [T, d]; expert_idx, gates [T, k]; keep [T, k] bool or None. Returns [T, d] in x's dtype; the experts
@@ -116,8 +126,12 @@ def sync_free_dispatch(x: torch.Tensor, expert_idx: torch.Tensor, gates: torch.T
         w1 = experts.fc1_weight.to(dtype).transpose(-2, -1)   # [N, d, H]: column-major, as the kernel wants
         w2 = experts.fc2_weight.to(dtype).transpose(-2, -1)   # [N, H, d]
         h = expert_bias(GROUPED_MM(rows, w1, offs=offsets), experts.fc1_bias, expert_sorted)
-        h = experts.drop(experts.act(h))
-        y = expert_bias(GROUPED_MM(h, w2, offs=offsets), experts.fc2_bias, expert_sorted)
+        if torch.is_grad_enabled() and not (experts.training and experts.drop.p > 0):  # step 6: recomputed
+            z = checkpoint(_second_layer, h, w2, offsets, experts.act, use_reentrant=False,
+                           preserve_rng_state=False)
+        else:
+            z = GROUPED_MM(experts.drop(experts.act(h)), w2, offs=offsets)
+        y = expert_bias(z, experts.fc2_bias, expert_sorted)
         weights = gates if keep is None else gates * keep
         y = y.index_select(0, inverse).view(num_tokens, k, -1)
         out = (y * weights.unsqueeze(-1).to(y.dtype)).sum(1)  # (reductions accumulate in fp32)
