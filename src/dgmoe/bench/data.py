@@ -14,18 +14,14 @@ and prints each loader rate next to the step's, with their ratio: below 1, train
 """
 from __future__ import annotations
 
-import contextlib
 import time
-
-import torch
 
 from dgmoe.bench.configs import DataBenchConfig
 from dgmoe.bench.timing import device_sync
-from dgmoe.data.loaders import EvalBatches, TrainBatches
+from dgmoe.data.loaders import TrainBatches
 from dgmoe.engine.config import RunConfig
 from dgmoe.engine.evaluate import evaluate_domains
 from dgmoe.engine.setup import prepare_run
-from dgmoe.seeding import seed_hash
 
 
 def _loader_rate(batches: TrainBatches, workers: int, cfg: DataBenchConfig, images_per_step: int, on_gpu: bool,
@@ -42,22 +38,15 @@ def _loader_rate(batches: TrainBatches, workers: int, cfg: DataBenchConfig, imag
     return cfg.steps * images_per_step / (time.perf_counter() - start)
 
 
-def _autocast(run: RunConfig):
-    return (torch.autocast(device_type=run.execution.device.split(":")[0], dtype=torch.bfloat16)
-            if run.training.precision == "bf16" else contextlib.nullcontext())
-
-
 def _eval_rates(run: RunConfig, setup, workers: int) -> tuple[float, float]:
     """(img/s of the first evaluation, img/s of the second) of every split with `workers` loader workers."""
     device = run.execution.device
-    on_gpu = device.startswith("cuda")
-    batches = EvalBatches(setup.eval_transform, run.execution.eval_batch_size, workers, pin_memory=on_gpu,
-                          device=device if on_gpu else None)
+    batches = setup.eval_batches(workers)
     images = sum(len(idx) for split in setup.splits for idx in split)
     sync, rates = device_sync(device), []
     for _ in range(2):
         start = time.perf_counter()
-        with _autocast(run):
+        with setup.autocast():
             evaluate_domains(setup.algorithm, setup.dataset, setup.splits, setup.eval_transform, device,
                              run.execution.eval_batch_size, workers, setup.test_envs, None, batches)
         sync()
@@ -70,7 +59,7 @@ def _step_rate(run: RunConfig, setup, batches: TrainBatches, cfg: DataBenchConfi
     algorithm = setup.algorithm.to(device).train()
     minibatches = [b.to(device) for b in batches.batch_at(0)]
     sync = device_sync(device)
-    with _autocast(run):
+    with setup.autocast():
         for step in range(cfg.warmup):
             algorithm.update(minibatches, step)
         sync()
@@ -86,16 +75,12 @@ def bench_data(run: RunConfig, cfg: DataBenchConfig = DataBenchConfig()) -> list
     (steady, and the first pass with the workers' start-up)."""
     setup = prepare_run(run)
     device = run.execution.device
-    on_gpu = device.startswith("cuda")
-    batch_size = setup.hparams["batch_size"]
-    batches = TrainBatches([setup.dataset[i] for i in setup.train_envs], [setup.splits[i][0] for i in setup.train_envs],
-                           batch_size, seed_hash(run.seeds.seed, "batches"), setup.train_transform,
-                           domain_ids=setup.train_envs, device=device if on_gpu else None)
-    images = batch_size * len(setup.train_envs)
+    batches = setup.train_batches()  # exactly the trainer's
+    images = setup.hparams["batch_size"] * len(setup.train_envs)
     step = _step_rate(run, setup, batches, cfg, images)
     rows = []
     for workers in cfg.workers:
-        loader = _loader_rate(batches, workers, cfg, images, on_gpu, device)
+        loader = _loader_rate(batches, workers, cfg, images, setup.on_gpu, device)
         first, steady = _eval_rates(run, setup, workers)
         rows.append({"workers": str(workers), "loader (img/s)": loader, "model step (img/s)": step,
                      "loader / step": loader / step, "evaluation (img/s)": steady,

@@ -1,6 +1,7 @@
 """Everything a run needs, resolved and validated before anything is written to disk."""
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,12 +13,13 @@ from dgmoe.algorithms import get_algorithm
 from dgmoe.algorithms.base import Algorithm
 from dgmoe.data import check_test_envs, domain_splits, get_dataset, get_spec, get_transforms, uda_splits
 from dgmoe.data.base import MultiDomainDataset
+from dgmoe.data.loaders import EvalBatches, TrainBatches
 from dgmoe.engine.config import RunConfig
 from dgmoe.engine.hparams import run_hparams
 from dgmoe.errors import UsageError
 from dgmoe.models import MODELS, create_model
 from dgmoe.models.info import describe_model, model_info
-from dgmoe.seeding import seed_everything
+from dgmoe.seeding import seed_everything, seed_hash
 
 
 @dataclass
@@ -76,6 +78,31 @@ class RunSetup:
                                 "pretrained_load": report.summary() if report is not None else None},
                 "model_info": model_info(self.network).to_dict(),
                 "n_steps": self.n_steps, "checkpoint_freq": self.checkpoint_freq}
+
+    @property
+    def on_gpu(self) -> bool:
+        """On a GPU, batches travel as uint8 from pinned memory and are augmented and normalised there."""
+        return self.cfg.execution.device.startswith("cuda")
+
+    def autocast(self) -> Any:
+        """The arithmetic of the step and of the checkpoint evaluations: bf16 autocast with `--precision bf16`."""
+        if self.cfg.training.precision != "bf16":
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.cfg.execution.device.split(":")[0], dtype=torch.bfloat16)
+
+    def train_batches(self) -> TrainBatches:
+        """The run's training batches: one draw per training domain and step, seeded by the run's seed."""
+        device = self.cfg.execution.device if self.on_gpu else None
+        return TrainBatches([self.dataset[i] for i in self.train_envs], [self.splits[i][0] for i in self.train_envs],
+                            self.hparams["batch_size"], seed_hash(self.cfg.seeds.seed, "batches"),
+                            self.train_transform, domain_ids=self.train_envs, device=device)
+
+    def eval_batches(self, num_workers: int | None = None) -> EvalBatches:
+        """The run's evaluation batches (`num_workers`: the run's unless given)."""
+        ex = self.cfg.execution
+        return EvalBatches(self.eval_transform, ex.eval_batch_size,
+                           ex.num_workers if num_workers is None else num_workers, pin_memory=self.on_gpu,
+                           device=ex.device if self.on_gpu else None)
 
     def identity(self) -> dict[str, Any]:
         """The run's identity with its schedule resolved (what its resume state carries)."""

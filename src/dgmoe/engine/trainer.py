@@ -28,7 +28,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 import torch
 
-from dgmoe.data.loaders import EvalBatches, TrainBatches
+from dgmoe.data.loaders import EvalBatches
 from dgmoe.engine.config import RunConfig, identity_differences
 from dgmoe.engine.distributed import DistInfo, barrier, init_from_env, make_gradient_averager, shard
 from dgmoe.engine.evaluate import evaluate_domains, online_val_loss, sampled_splits
@@ -237,11 +237,7 @@ def _run_loop(cfg: RunConfig, setup: RunSetup, writer: RunWriter, run_log: RunLo
         compile_blocks(algorithm.network)
     if info.enabled:
         algorithm.gradient_sync = make_gradient_averager(algorithm, info)
-    batch_size = setup.hparams["batch_size"]
-    on_gpu = ex.device.startswith("cuda")  # uint8 batches go to the GPU and are augmented there
-    batches = TrainBatches([setup.dataset[i] for i in setup.train_envs], [setup.splits[i][0] for i in setup.train_envs],
-                           batch_size, seed_hash(cfg.seeds.seed, "batches"), setup.train_transform,
-                           domain_ids=setup.train_envs, device=ex.device if on_gpu else None)
+    batches = setup.train_batches()
     torch.manual_seed(seed_hash(cfg.seeds.seed, "train"))
     np.random.seed(seed_hash(cfg.seeds.seed, "train"))
     progress = RunState(records=[])
@@ -256,17 +252,15 @@ def _run_loop(cfg: RunConfig, setup: RunSetup, writer: RunWriter, run_log: RunLo
     start, n_steps = progress.next_step, setup.n_steps
     checkpoints = Schedule(n_steps, setup.checkpoint_freq)
     sinks = _sinks(cfg, setup, writer, run_log, info, start, checkpoints) + (list(extra_sinks) if info.is_main else [])
-    autocast = (torch.autocast(device_type=ex.device.split(":")[0], dtype=torch.bfloat16)
-                if cfg.training.precision == "bf16" else contextlib.nullcontext())
+    autocast = setup.autocast()
     sums = StepMetrics()  # on the device until a checkpoint reads them: no host sync per step
-    eval_batches = EvalBatches(setup.eval_transform, ex.eval_batch_size, ex.num_workers, pin_memory=on_gpu,
-                               device=ex.device if on_gpu else None)
+    eval_batches = setup.eval_batches()
     algorithm.train()
     step, stopped_early, due, watch = start, False, checkpoints, FiniteWatch()
     try:
         tic = time.perf_counter()
         for step, minibatches in zip(range(start, n_steps),
-                                     batches.iter_from(start, n_steps, ex.num_workers, pin_memory=on_gpu)):
+                                     batches.iter_from(start, n_steps, ex.num_workers, pin_memory=setup.on_gpu)):
             minibatches = [b.to(ex.device) for b in shard(minibatches, info)]
             with autocast:
                 metrics = algorithm.update(minibatches, step)
