@@ -3,13 +3,16 @@
 #   PYTHONPATH=src bash benchmarks/gpu.sh [OUT] [STAGES] [SECONDS]   (or with dgmoe installed: `pip install -e .`)
 # The device image lacks mlxtend and submitit: bring their wheels and `pip install --no-deps` them first.
 # STAGES: any of "tests layer models memory data profile compile" (default: all, in that order, about
-# 7 minutes on an H100). COMPILE_MODELS (default ViT-S/16 and GMoE-S/16) and TRAIN_WORKERS (8) adjust two stages.
+# 8 minutes on an H100). MODELS, MEMORY_MODELS, DATA_MODELS, COMPILE_MODELS (the models of those stages),
+# DATA_WORKERS (0,4) and TRAIN_WORKERS (0) adjust them.
 # Each stage writes OUT/<stage>.txt under its own time limit, cut to what is left of SECONDS (the
 # whole run's budget, default 540), so one slow stage cannot eat the others and the run ends in time.
 set -uo pipefail
 DGMOE="python -m dgmoe"   # works without an installed `dgmoe` executable (PYTHONPATH=src on the device image)
 OUT=${1:-runs/gpu}
 STAGES=${2:-tests layer models memory data profile compile}
+MODELS=${MODELS:-vit_small_patch16_224,gmoe_small_patch16_224,sfmoe_small_patch16_224,moge_small_patch16_224}
+DATA_MODELS=${DATA_MODELS:-vit_small_patch16_224 gmoe_small_patch16_224}
 COMPILE_MODELS=${COMPILE_MODELS:-vit_small_patch16_224,gmoe_small_patch16_224}
 BUDGET=${3:-540}
 want() { [[ " $STAGES " == *" $1 "* ]]; }
@@ -26,18 +29,21 @@ nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || true
 python -c "import torch; print(torch.__version__, torch.cuda.get_device_name(), torch.cuda.get_device_capability())" \
   > "$OUT/versions.txt" 2>&1; cat "$OUT/versions.txt"
 # 1. correctness on CUDA: the sync-free dispatch, zero host syncs per training update (GMoE, SF-MoE, MoGE), the
-#    CUDA dispatch paths and device-side augmentation
+#    CUDA dispatch paths, device-side augmentation and the step loop with its background loader
 want tests && stage gpu_tests 100 python -m pytest -q -m gpu tests/moe tests/data/test_data_loaders.py
-# 2. the MoE layer at ViT-S dims, T = 96 x 197, bf16: the layer as a model runs it, each dispatch alone, the peers
+# 2. the MoE layer at ViT-S dims, T = 96 x 197, bf16: the layer as a model runs it (eager and compiled), the
+#    dispatch alone, the router alone, the peers; then where each one's time goes (kernels, host or device bound)
 want layer && stage layer_bf16 100 $DGMOE bench layer --device cuda --precision bf16 --tokens 18912 --rounds 10 --repeats 1 \
-  --paths "moe grouped (default),moe sorted per-expert,dispatch sync-free grouped_mm,transformers-style eager loop,transformers grouped_mm experts,router alone"
+  --paths "moe grouped (default),moe grouped (default) compiled,dispatch sync-free grouped_mm,transformers-style eager loop,transformers grouped_mm experts,router alone"
+want layer && stage layer_profile 60 python benchmarks/profile_layer.py
 # 3. whole models, batch 96 at 224 px, bf16: eager, then compiled block by block; then peak memory
-MODELS=vit_small_patch16_224,gmoe_small_patch16_224,sfmoe_small_patch16_224,moge_small_patch16_224
 want models && stage models_bf16 120 $DGMOE bench models --device cuda --precision bf16 --batch-size 96 --rounds 10 --models "$MODELS"
-want memory && stage memory_bf16 80 $DGMOE bench memory --device cuda --precision bf16 --batch-sizes 96 --models "$MODELS"
+want memory && stage memory_bf16 80 $DGMOE bench memory --device cuda --precision bf16 --batch-sizes 96 --models "${MEMORY_MODELS:-$MODELS}"
 # 4. the data path: a PACS-shaped folder of random JPEGs (4 domains x 7 classes x 60 images), cached at 224 px;
-#    loader img/s per worker count beside the model step's, then `dgmoe train` itself
+#    loader and training-loop img/s per worker count beside the model step's, then `dgmoe train` itself.
+#    DATA_FLAGS (e.g. --compile) go to both commands; DATA_TAG (e.g. _compiled) names their outputs.
 if want data; then
+if [ ! -d "$OUT/PACS_fake" ]; then
 python - "$OUT/PACS_fake" <<'PY'
 import sys, numpy as np
 from pathlib import Path
@@ -50,18 +56,21 @@ for d in ("art_painting", "cartoon", "photo", "sketch"):
             Image.fromarray(rng.integers(0, 255, (227, 227, 3), dtype=np.uint8)).save(root / d / c / f"{i}.jpg")
 PY
 stage prepare 40 $DGMOE data prepare --dataset PACS --data-dir "$OUT/PACS_fake" --img-size 224
-for model in vit_small_patch16_224 gmoe_small_patch16_224; do
-  stage "data_$model" 75 $DGMOE bench data --dataset PACS --data-dir "$OUT/PACS_fake" --model "$model" --device cuda \
-    --precision bf16 --workers 0,4,8 --timed-steps 30
-  stage "train_$model" 60 $DGMOE train --dataset PACS --data-dir "$OUT/PACS_fake" --model "$model" --device cuda \
-    --precision bf16 --num-workers "${TRAIN_WORKERS:-8}" --steps 200 --checkpoint-freq 100 --progress lines --log-every-s 5 \
-    --output-dir "$OUT/runs/$model"
+fi
+for model in $DATA_MODELS; do
+  stage "data_$model${DATA_TAG:-}" 75 $DGMOE bench data --dataset PACS --data-dir "$OUT/PACS_fake" --model "$model" \
+    --device cuda --precision bf16 --workers "${DATA_WORKERS:-0,4}" --timed-steps 30 ${DATA_FLAGS:-}
+  stage "train_$model${DATA_TAG:-}" 60 $DGMOE train --dataset PACS --data-dir "$OUT/PACS_fake" --model "$model" \
+    --device cuda --precision bf16 --num-workers "${TRAIN_WORKERS:-0}" --steps 300 --checkpoint-freq 150 --progress lines \
+    --log-every-s 3 --output-dir "$OUT/runs/$model${DATA_TAG:-}" ${DATA_FLAGS:-}
 done
 fi
-# 5. where the step's time goes (torch.profiler tables, and how busy the GPU is), then whole models compiled block
-#    by block
+# 5. where the step's time goes (torch.profiler tables, and how busy the GPU is; the training loop's too), then
+#    whole models compiled block by block
 want profile && stage profile 60 python benchmarks/profile_step.py gmoe_small_patch16_224 sfmoe_small_patch16_224 \
   moge_small_patch16_224
+want profile && want data && stage loop_profile 60 python benchmarks/profile_loop.py --data-dir "$OUT/PACS_fake" \
+  --model gmoe_small_patch16_224
 want compile && stage models_bf16_compile 200 $DGMOE bench models --device cuda --precision bf16 --batch-size 96 --rounds 10 --compile \
   --models "$COMPILE_MODELS"
 echo "done: $OUT at ${SECONDS} s"

@@ -191,12 +191,13 @@ def test_bench_data_prints_the_loader_beside_the_model_step():
     assert result.exit_code == 0, result.output
     rows = [line.split("|") for line in result.output.splitlines() if line.startswith("|") and "---" not in line]
     header, body = [c.strip() for c in rows[0]], rows[1:]
-    assert header[1:7] == ["workers", "loader (img/s)", "model step (img/s)", "loader / step", "evaluation (img/s)",
-                           "first evaluation (img/s)"]
+    assert header[1:9] == ["workers", "loader (img/s)", "model step (img/s)", "loader / step", "training loop (img/s)",
+                           "loop / step", "evaluation (img/s)", "first evaluation (img/s)"]
     assert [int(r[1]) for r in body] == [0, 1]
     for r in body:
-        loader, step, ratio, evaluation, first = (float(r[i]) for i in (2, 3, 4, 5, 6))
+        loader, step, ratio, loop, share, evaluation, first = (float(r[i]) for i in range(2, 9))
         assert loader > 0 and step > 0 and ratio == pytest.approx(loader / step, rel=1e-2)
+        assert loop > 0 and share == pytest.approx(loop / step, rel=1e-2)
         assert evaluation > 0 and first > 0
     bad = CliRunner().invoke(main, ["bench", "data", "--workers", "0,x"])
     assert bad.exit_code != 0 and "--workers" in bad.output

@@ -8,6 +8,7 @@ from torch.utils.data import Dataset
 
 from dgmoe.data import ArrayDomain, TrainBatches, class_balanced_weights, eval_loader, train_transform
 from dgmoe.data.loaders import EvalBatches
+from dgmoe.data.prefetch import BackgroundBatches
 from dgmoe.data.transforms import eval_transform
 
 
@@ -153,3 +154,64 @@ def test_cuda_augmentation_matches_cpu():
         assert b.x.is_cuda
         torch.testing.assert_close(b.x.cpu(), a.x, atol=1e-4, rtol=0)
         assert torch.equal(b.y.cpu(), a.y)
+
+
+def test_background_batches_are_the_in_process_ones_with_and_without_workers():
+    tb = make_batches(transform=train_transform(6), device="cpu")
+    for workers in (0, 2):
+        stream = tb.iter_from(1, 5, num_workers=workers, background=True)
+        assert isinstance(stream, BackgroundBatches)
+        assert all(same(got, tb.batch_at(s)) for s, got in zip(range(1, 5), stream))
+        with pytest.raises(StopIteration):
+            next(stream)
+
+
+def test_background_batches_raise_the_source_error_at_its_step_and_stop_when_closed():
+    def source():
+        yield from range(3)
+        raise OSError("disk gone")
+
+    stream = BackgroundBatches(source(), depth=2)
+    assert [next(stream) for _ in range(3)] == [0, 1, 2]
+    with pytest.raises(OSError, match="disk gone"):
+        next(stream)
+    endless = BackgroundBatches(iter(int, 1), depth=1)  # an infinite source, like the trainer's
+    assert next(endless) == 0
+    endless.close()
+    assert not endless._thread.is_alive()
+    with pytest.raises(StopIteration):
+        next(endless)
+    with pytest.raises(ValueError, match="depth"):
+        BackgroundBatches(iter([]), depth=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_background_batches_match_and_never_synchronise():
+    """On a GPU the loader runs in a thread on a side stream: the same batches as built in place, and
+    neither the thread nor the consumer waits for the device."""
+    cuda = make_batches(transform=train_transform(6), device="cuda")
+    expected = [cuda.batch_at(s) for s in range(4)]
+    stream = cuda.iter_from(0, 4)
+    assert isinstance(stream, BackgroundBatches)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        got = [[b.x * 1 for b in batches] for batches in stream]  # used on the consumer's stream
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    for want, have in zip(expected, got):
+        for a, b in zip(want, have):
+            torch.testing.assert_close(b, a.x, atol=0, rtol=0)
+
+
+def test_one_augmentation_pass_over_all_domains_equals_one_per_domain():
+    tf = train_transform(6)
+    tb = make_batches(transform=tf)
+    alone = [tf(x, generator=g) for x, _, _, g in tb.draw(3)]  # each domain's batch augmented by itself
+    together = tb.batch_at(3)
+    assert [len(b) for b in together] == [8, 8]
+    for a, b in zip(alone, together):
+        torch.testing.assert_close(b.x, a, atol=1e-6, rtol=0)
+    per_domain = make_batches(transform=[tf, train_transform(6)])  # different transforms: one pass each
+    assert all(torch.equal(a, b.x) for a, b in zip(alone, per_domain.batch_at(3)))

@@ -128,6 +128,25 @@ def test_colour_ops_known_answers():
     torch.testing.assert_close(adjust_hue(red, torch.tensor([-1 / 3])), torch.tensor([0.0, 0, 1]).view(1, 3, 1, 1))
 
 
+@pytest.mark.parametrize("channels", [3, 1])
+def test_jitter_applies_each_images_adjustments_in_its_drawn_order(channels):
+    """The batched jitter (one linear pass per position for brightness, contrast and saturation, hue on its
+    rows) equals applying torchvision's four adjustments to each image alone, in that image's random order."""
+    tf = TrainTransform(12)
+    x = torch.rand(16, channels, 12, 12, generator=gen(3))
+    g = gen(7)
+    order, u = torch.rand(16, 4, generator=g).argsort(1), torch.rand(16, 4, generator=g)
+    factors = torch.stack([0.7 + 0.6 * u[:, 0], 0.7 + 0.6 * u[:, 1], 0.7 + 0.6 * u[:, 2], -0.3 + 0.6 * u[:, 3]], 1)
+    got = tf._jitter(x.clone(), order, factors)
+    ops = (adjust_brightness, adjust_contrast, adjust_saturation, adjust_hue)
+    for i in range(16):
+        image = x[i:i + 1]
+        for op in order[i].tolist():
+            if channels == 3 or op < 2:  # saturation and hue need RGB
+                image = ops[op](image, factors[i, op:op + 1])
+        torch.testing.assert_close(got[i:i + 1], image, atol=1e-6, rtol=0)
+
+
 def test_hsv_matches_colorsys():
     x = torch.rand(1, 3, 5, 5, generator=gen(0))
     x[0, :, 0, 0] = torch.tensor([0.5, 0.5, 0.1])  # ties between channels

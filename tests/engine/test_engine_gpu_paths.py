@@ -9,8 +9,8 @@ import torch
 
 from dgmoe.data.catalogue import get_dataset
 from dgmoe.data.loaders import EvalBatches, eval_loader
+from dgmoe.engine import setup as run_setup
 from dgmoe.engine import train
-from dgmoe.engine import trainer as trainer_module
 from dgmoe.models.compiled import compile_blocks
 
 
@@ -40,7 +40,7 @@ def test_compile_trains_the_same_run_and_saves_the_same_weights_names(tmp_path, 
     generating code, which takes minutes on this CPU) gives the eager run's records within bf16 noise."""
     from safetensors.torch import load_file
 
-    monkeypatch.setattr(trainer_module, "compile_blocks", partial(compile_blocks, backend="aot_eager"))
+    monkeypatch.setattr(run_setup, "compile_blocks", partial(compile_blocks, backend="aot_eager"))
     torch._dynamo.reset()
     compiled, eager = _run(tmp_path, "compiled", compile=True), _run(tmp_path, "eager")
     for a, b in zip(compiled.records, eager.records):

@@ -72,17 +72,24 @@ def test_train_returns_final_and_selected_accuracies(run):
     assert result.selected["test_acc"] == chosen["env1_in_acc"]
 
 
-def test_lines_mode_prints_progress_every_interval(monkeypatch):
-    """Outside a terminal: a line after the first step, then one whenever `every_s` of wall time passed
-    (a fake clock, so the verdict never depends on the machine's speed), and one per checkpoint."""
+def _lines_console(monkeypatch, checkpoint_steps):
+    """A console sink in lines mode on a fake clock (so no verdict depends on the machine's speed): (the
+    clock to advance, the lines said, the sink); 100 steps of 32 images, a line every 30 s."""
     clock = [0.0]
     monkeypatch.setattr("dgmoe.engine.progress.time.monotonic", lambda: clock[0])
     said: list[str] = []
     log = RunLog(console=True)
     log._print = said.append
     log.write_console = said.append
-    sink = ConsoleSink(log, "lines", start=0, total=100, checkpoint_steps=[0, 50, 99], images_per_step=32,
+    sink = ConsoleSink(log, "lines", start=0, total=100, checkpoint_steps=checkpoint_steps, images_per_step=32,
                        test_envs=[0], every_s=30.0)
+    return clock, said, sink
+
+
+def test_lines_mode_prints_progress_every_interval(monkeypatch):
+    """Outside a terminal: a line after the first step, then one whenever `every_s` of wall time passed
+    (a fake clock, so the verdict never depends on the machine's speed), and one per checkpoint."""
+    clock, said, sink = _lines_console(monkeypatch, checkpoint_steps=[0, 50, 99])
     for step in range(10):
         clock[0] += 10.0  # each step takes 10 s, of which 2 s train
         sink.step(step, {"loss": 1.0}, train_seconds=2.0)
@@ -94,6 +101,16 @@ def test_lines_mode_prints_progress_every_interval(monkeypatch):
               "env0_in_acc": 0.25, "env1_out_acc": 0.75}
     sink.checkpoint(record)
     assert said[-1].startswith("checkpoint step 50  loss 0.5000  val (training domains, out) 0.7500  test a 0.2500")
+
+
+def test_lines_show_the_pace_since_the_previous_line_not_the_first_steps_warm_up(monkeypatch):
+    clock, said, sink = _lines_console(monkeypatch, checkpoint_steps=[99])
+    for step in range(7):
+        clock[0] += 10.0
+        sink.step(step, {"loss": 1.0}, train_seconds=8.0 if step == 0 else 2.0)  # a slow first step (warm-up)
+    progress = [s for s in said if s.startswith("step ")]
+    assert "4.0 img/s training  8.000 s/step" in progress[0]
+    assert "16.0 img/s training  2.000 s/step" in progress[1] and "16.0 img/s training" in progress[2]
 
 
 def test_a_sink_passed_to_train_sees_every_step_and_checkpoint(tmp_path):

@@ -51,25 +51,28 @@ def test_sync_free_dispatch_under_bf16_autocast_matches_the_autograd_path(kw):
 
 
 @pytest.mark.parametrize("dropout", [0.0, 0.5])
-def test_the_experts_keep_one_hidden_activation_for_the_backward_unless_dropout_needs_its_mask(dropout):
-    """Without expert dropout the activation and the second grouped GEMM are recomputed in the backward: one
-    [T*k, hidden] tensor is kept per layer instead of two (the activation memory of the issue's GPU target);
-    with dropout the activation's output is kept, as its mask must be. The gradients are the mask loop's
-    either way (tests/moe/test_moe_dispatch.py)."""
+def test_the_experts_keep_no_rows_or_activations_for_the_backward_unless_dropout_needs_its_mask(dropout):
+    """Without expert dropout the experts' FFN is recomputed in the backward from the layer's input: no
+    [T*k, d] gathered rows and no [T*k, hidden] activation is kept (the activation memory of the issue's GPU
+    target); with dropout they are, as its mask must be. The gradients are the mask loop's either way
+    (tests/moe/test_moe_dispatch.py, and the bf16 comparison above)."""
     torch.manual_seed(0)
     layer = MoEMlp(16, 64, MoEConfig(num_experts=4, top_k=2, expert_dropout=dropout)).train()
     layer._dispatch = sync_free_dispatch
     x = torch.randn(2, 10, 16, requires_grad=True)
-    kept = set()
+    kept: dict[tuple, set] = {(40, 64): set(), (40, 16): set()}  # T*k = 40 assignments: activations, rows
 
     def pack(t):
-        if tuple(t.shape) == (2 * 10 * 2, 64):
-            kept.add(t.untyped_storage().data_ptr())
+        if tuple(t.shape) in kept:
+            kept[tuple(t.shape)].add(t.untyped_storage().data_ptr())
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         y = layer(x)
-    assert len(kept) == 1 if dropout == 0 else len(kept) >= 2
+    if dropout == 0:
+        assert not kept[(40, 64)] and not kept[(40, 16)], {s: len(p) for s, p in kept.items()}
+    else:
+        assert len(kept[(40, 64)]) >= 2 and kept[(40, 16)]
     y.sum().backward()
     assert torch.isfinite(x.grad).all() and x.grad.abs().sum() > 0
 
@@ -154,3 +157,25 @@ def test_a_training_step_reads_nothing_back_from_the_device(monkeypatch, model_n
     reads = [call for call in spy.calls if not call[1].rsplit(":", 1)[0].endswith("dgmoe/data/geo/metadata.py")]
     assert reads == [], reads
     assert all(isinstance(v, torch.Tensor) for v in metrics.values()), metrics
+
+
+def test_evaluation_runs_a_compiled_network_eagerly_and_compiles_nothing_new():
+    """`--compile` is for the training step: evaluation (eval mode, no grad, a shorter last batch per split)
+    would otherwise compile a graph per variant and hit dynamo's recompile limit (seen on a GPU)."""
+    from torch._dynamo.utils import counters
+
+    from dgmoe.engine.evaluate import _predict_parts
+
+    torch._dynamo.reset()
+    counters.clear()
+    model = _micro("gmoe_micro_patch7_28").train()
+    compile_blocks(model, backend="eager")
+    x, y, _ = _images(model)
+    with torch.autocast(**BF16):
+        model(x).float().sum().backward()
+    trained = counters["stats"]["unique_graphs"]
+    assert trained > 0
+    model.eval()
+    batches = [(part, Batch(x[:n], y[:n])) for part, n in ((0, 6), (0, 3), (1, 5), (1, 1))]
+    accs, _, _ = _predict_parts(lambda images, meta: model(images), iter(batches), 2, "cpu", {})
+    assert counters["stats"]["unique_graphs"] == trained and all(0 <= a <= 1 for a in accs)

@@ -63,3 +63,38 @@ def test_a_training_update_makes_no_host_synchronisation(model_name, algorithm, 
         finally:
             torch.cuda.set_sync_debug_mode("default")
     assert all(torch.isfinite(torch.as_tensor(v)) for v in metrics.values())
+
+
+def test_the_step_loop_with_its_background_loader_makes_no_host_synchronisation():
+    """The trainer's loop body on a GPU: the next step's batches (uint8 gathered, pinned, copied and augmented on
+    the device in the loader's thread), the update, the metric sums and the non-finite watch."""
+    if not _fused():
+        pytest.skip("the sync-free dispatch runs where torch's grouped GEMM is fused (compute capability 9.0+)")
+    import numpy as np
+
+    from dgmoe.data import ArrayDomain, TrainBatches, train_transform
+    from dgmoe.engine.finite import FiniteWatch
+    from dgmoe.engine.step_metrics import StepMetrics
+
+    rng = np.random.default_rng(0)
+    envs = [ArrayDomain(rng.integers(0, 255, (20, 3, 64, 64), dtype=np.uint8), rng.integers(0, 7, 20))
+            for _ in range(3)]
+    batches = TrainBatches(envs, [np.arange(20)] * 3, 8, 0, train_transform(64), device="cuda")
+    torch.manual_seed(0)
+    model = dgmoe.create_model("gmoe_tiny_patch16_224", num_classes=7, img_size=64).cuda()
+    alg = get_algorithm("ERM")(model, 7, 3, run_hparams("ERM", "PACS", "gmoe_tiny_patch16_224", 0, 0))
+    sums, watch = StepMetrics(), FiniteWatch()
+    stream = batches.iter_from(0, 6, pin_memory=True)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        alg.update([b.to("cuda") for b in next(stream)], 0)  # creates Adam's state
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            for step, minibatches in zip(range(1, 6), stream):
+                metrics = alg.update([b.to("cuda") for b in minibatches], step)
+                watch.observe(step, metrics)
+                sums.add(metrics)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+            stream.close()
+    assert watch.first_nonfinite() is None and all(np.isfinite(v) for v in sums.means().values())

@@ -8,6 +8,9 @@ process:
 - the model: images per second of the algorithm's update on one fixed batch already on the device (the
   step alone, no loading), timed as the trainer runs it (back-to-back steps, one synchronisation);
 and prints each loader rate next to the step's, with their ratio: below 1, training waits for data;
+- the training loop: loader and update together, as `dgmoe train` runs them (on a GPU the loader builds the
+  next steps in a background thread on a side stream while the update runs), and its share of the step's
+  img/s: what training delivers of what the model can consume;
 - evaluation: images per second of a checkpoint's evaluation of every split (`evaluate_domains` with one
   `EvalBatches`, as the trainer calls it, in the run's precision), at its second pass, when persistent
   workers are already started (the first pass, with their start-up, is printed beside it).
@@ -28,13 +31,35 @@ def _loader_rate(batches: TrainBatches, workers: int, cfg: DataBenchConfig, imag
                  device: str) -> float:
     sync = device_sync(device)
     it = batches.iter_from(0, None, workers, pin_memory=on_gpu)
-    for _ in range(cfg.warmup):
-        [b.to(device) for b in next(it)]
-    sync()
-    start = time.perf_counter()
-    for _ in range(cfg.steps):
-        [b.to(device) for b in next(it)]
-    sync()
+    try:
+        for _ in range(cfg.warmup):
+            [b.to(device) for b in next(it)]
+        sync()
+        start = time.perf_counter()
+        for _ in range(cfg.steps):
+            [b.to(device) for b in next(it)]
+        sync()
+    finally:
+        it.close()
+    return cfg.steps * images_per_step / (time.perf_counter() - start)
+
+
+def _loop_rate(setup, batches: TrainBatches, workers: int, cfg: DataBenchConfig, images_per_step: int,
+               device: str) -> float:
+    """img/s of the trainer's loop: the next step's batches, moved to the device, and the update."""
+    sync, algorithm = device_sync(device), setup.placed_algorithm()
+    it = batches.iter_from(0, None, workers, pin_memory=setup.on_gpu)
+    try:
+        with setup.autocast():
+            for step in range(cfg.warmup):
+                algorithm.update([b.to(device) for b in next(it)], step)
+            sync()
+            start = time.perf_counter()
+            for step in range(cfg.warmup, cfg.warmup + cfg.steps):
+                algorithm.update([b.to(device) for b in next(it)], step)
+            sync()
+    finally:
+        it.close()
     return cfg.steps * images_per_step / (time.perf_counter() - start)
 
 
@@ -56,7 +81,7 @@ def _eval_rates(run: RunConfig, setup, workers: int) -> tuple[float, float]:
 
 def _step_rate(run: RunConfig, setup, batches: TrainBatches, cfg: DataBenchConfig, images_per_step: int) -> float:
     device = run.execution.device
-    algorithm = setup.algorithm.to(device).train()
+    algorithm = setup.placed_algorithm().train()
     minibatches = [b.to(device) for b in batches.batch_at(0)]
     sync = device_sync(device)
     with setup.autocast():
@@ -71,8 +96,8 @@ def _step_rate(run: RunConfig, setup, batches: TrainBatches, cfg: DataBenchConfi
 
 
 def bench_data(run: RunConfig, cfg: DataBenchConfig = DataBenchConfig()) -> list[dict]:
-    """One row per worker count: loader img/s, the model step's img/s, their ratio, and evaluation img/s
-    (steady, and the first pass with the workers' start-up)."""
+    """One row per worker count: loader img/s, the model step's img/s, their ratio, the training loop's img/s
+    and its share of the step's, and evaluation img/s (steady, and the first pass with the workers' start-up)."""
     setup = prepare_run(run)
     device = run.execution.device
     batches = setup.train_batches()  # exactly the trainer's
@@ -81,8 +106,9 @@ def bench_data(run: RunConfig, cfg: DataBenchConfig = DataBenchConfig()) -> list
     rows = []
     for workers in cfg.workers:
         loader = _loader_rate(batches, workers, cfg, images, setup.on_gpu, device)
+        loop = _loop_rate(setup, batches, workers, cfg, images, device)
         first, steady = _eval_rates(run, setup, workers)
         rows.append({"workers": str(workers), "loader (img/s)": loader, "model step (img/s)": step,
-                     "loader / step": loader / step, "evaluation (img/s)": steady,
-                     "first evaluation (img/s)": first})
+                     "loader / step": loader / step, "training loop (img/s)": loop, "loop / step": loop / step,
+                     "evaluation (img/s)": steady, "first evaluation (img/s)": first})
     return rows

@@ -7,7 +7,8 @@ paths of `MoEConfig.dispatch` ("grouped" as the layer chooses it for the device,
 implementations forced: the sync-free grouped GEMM and the sorted per-expert loop), the grouped path with
 the official code's capacity 1.5 (token dropping), a Tutel-style capacity dispatch (capacity 1.5, tokens
 placed in a fixed [N, C, d] buffer, one batched matmul pair: how Tutel and V-MoE lay out the work), and
-the router alone. Without the router, on a fixed routing: the sync-free dispatch and the peers' experts
+the router alone, and the default layer compiled (`torch.compile`, as `dgmoe train --compile` runs it).
+Without the router, on a fixed routing: the sync-free dispatch and the peers' experts
 (`dgmoe.bench.peers`: transformers' grouped-GEMM experts when installed, a transformers-style eager loop).
 
 A round is several back-to-back calls and one device synchronisation on a GPU (`interleaved_times`), so
@@ -64,9 +65,12 @@ MOE_PATHS: dict[str, dict[str, Any] | None] = {
     "moe grouped + capacity 1.5": {"capacity_factor": 1.5}, "moe Tutel-style capacity 1.5": None}
 #: the layer (router, noise, balance loss) with one implementation of "grouped" forced, whatever the device
 FORCED = {"moe sync-free grouped_mm": sync_free_dispatch, "moe sorted per-expert": sorted_dispatch}
+#: the default layer compiled with torch.compile (as `dgmoe train --compile` runs it): the router's small
+#: operations fuse, and the host launches a few kernels instead of about eighty
+COMPILED = "moe grouped (default) compiled"
 #: the dispatch alone (no router), on a fixed routing: dgmoe's sync-free path and the peers' experts
 DISPATCH_ONLY = ("dispatch sync-free grouped_mm", "transformers-style eager loop", "transformers grouped_mm experts")
-CANDIDATES = (*MOE_PATHS, *FORCED, *DISPATCH_ONLY, ROUTER)
+CANDIDATES = (*MOE_PATHS, COMPILED, *FORCED, *DISPATCH_ONLY, ROUTER)
 
 
 class TutelStyleMoE(MoEMlp):
@@ -99,12 +103,14 @@ def _moe_layer(name: str, cfg: LayerBenchConfig) -> MoEMlp:
     return MoEMlp(cfg.dim, 4 * cfg.dim, MoEConfig(**base, **overrides))
 
 
-def _fwd_bwd(module: nn.Module, x: torch.Tensor, amp) -> Callable[[], None]:
+def _fwd_bwd(module: nn.Module, x: torch.Tensor, amp, compiled: bool = False) -> Callable[[], None]:
+    forward = torch.compile(module) if compiled else module  # as compile_blocks compiles a block
+
     def run() -> None:
         x.grad = None
         module.zero_grad(set_to_none=True)
         with amp():
-            loss = module(x).float().sum()
+            loss = forward(x).float().sum()
             if isinstance(module, MoEMlp):
                 loss = loss + sum(module.aux_losses().values())
                 module.clear_aux()
@@ -166,6 +172,8 @@ def bench_moe_layer(cfg: LayerBenchConfig, candidate: str) -> dict[str, dict]:
     torch.manual_seed(1)  # every candidate gets the same router and experts
     if candidate == ROUTER:
         run = _router_only(_moe_layer("moe grouped (default)", cfg).to(device).train(), x, amp)
+    elif candidate == COMPILED:
+        run = _fwd_bwd(_moe_layer("moe grouped (default)", cfg).to(device).train(), x, amp, compiled=True)
     elif candidate in DISPATCH_ONLY:
         run = _dispatch_only(candidate, cfg, x, amp)
     else:

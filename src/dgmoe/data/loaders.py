@@ -9,7 +9,7 @@ uninterrupted run would, whatever the number of loader workers.
 from __future__ import annotations
 
 import itertools
-from typing import Callable, Iterator, Sequence, Sized, cast
+from typing import Callable, Iterator, Protocol, Sequence, Sized, cast
 
 import numpy as np
 import torch
@@ -17,6 +17,8 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from dgmoe.data.arrays import gather_items
 from dgmoe.data.base import Batch
+from dgmoe.data.prefetch import BackgroundBatches
+from dgmoe.data.transforms import AugmentDraws, TrainTransform
 from dgmoe.seeding import seed_hash
 
 Transform = Callable[..., torch.Tensor]
@@ -28,6 +30,16 @@ def class_balanced_weights(labels: Sequence[int] | torch.Tensor) -> torch.Tensor
     counts = torch.bincount(y)
     n_present = int((counts > 0).sum())
     return 1.0 / (n_present * counts[y].double())
+
+
+class BatchStream(Protocol):
+    """What `TrainBatches.iter_from` returns: the steps' batches, and `close()` to stop early."""
+
+    def __iter__(self) -> Iterator[list[Batch]]: ...
+
+    def __next__(self) -> list[Batch]: ...
+
+    def close(self) -> None: ...
 
 
 def _identity(x):
@@ -132,45 +144,74 @@ class TrainBatches:
             out.append((*gather_items(env, self.indices[d][pos]), g))
         return out
 
+    def _moved(self, x: torch.Tensor, y: torch.Tensor, meta) -> tuple[torch.Tensor, torch.Tensor, dict | None]:
+        """A domain's raw items on `device` (without waiting for it), or as they are without one."""
+        if self.device is None:
+            return x, y, meta
+        x, y = _staged(x, self.device).to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+        meta = None if meta is None else {k: v.to(self.device, non_blocking=True) for k, v in meta.items()}
+        return x, y, meta
+
     def _augment(self, d: int, x: torch.Tensor, y: torch.Tensor, meta, g: torch.Generator) -> Batch:
-        if self.device is not None:
-            x, y = _staged(x, self.device).to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
-            meta = None if meta is None else {k: v.to(self.device, non_blocking=True) for k, v in meta.items()}
+        x, y, meta = self._moved(x, y, meta)
         transform = self.transforms[d]
         if transform is not None:
             x = transform(x, generator=g)
         return Batch(x, y, meta)
 
+    def _augment_all(self, raw: list) -> list[Batch]:
+        """The step's batches from its raw `(x, y, meta, generator)` per domain. When every domain has the same
+        `TrainTransform` and image shape, the decisions are drawn per domain (from its generator, as alone)
+        and carried out in one pass over all domains' images: a third of the kernel launches on a GPU."""
+        tf = self.transforms[0]
+        if len(raw) < 2 or not isinstance(tf, TrainTransform) or any(t is not tf for t in self.transforms) \
+                or len({tuple(x.shape[1:]) for x, *_ in raw}) > 1:
+            return [self._augment(d, *item) for d, item in enumerate(raw)]
+        draws = AugmentDraws.concat([tf.draw(x.shape[0], x.shape[1], g) for x, _, _, g in raw])
+        moved = [self._moved(x, y, meta) for x, y, meta, _ in raw]
+        images = tf.apply(torch.cat([x for x, _, _ in moved]), draws).split([len(x) for x, _, _ in moved])
+        return [Batch(x, y, meta) for x, (_, y, meta) in zip(images, moved)]
+
     def batch_at(self, step: int) -> list[Batch]:
-        return [self._augment(d, x, y, meta, g) for d, (x, y, meta, g) in enumerate(self.draw(step))]
+        return self._augment_all(self.draw(step))
 
     def _from_worker(self, raw) -> list[Batch]:
-        batches = []
-        for d, (x, y, meta, state) in enumerate(raw):
+        items = []
+        for x, y, meta, state in raw:
             g = torch.Generator()
             g.set_state(state)
-            batches.append(self._augment(d, x, y, meta, g))
-        return batches
+            items.append((x, y, meta, g))
+        return self._augment_all(items)
 
     def iter_from(self, start_step: int = 0, stop_step: int | None = None, num_workers: int = 0,
-                  pin_memory: bool = False, prefetch_factor: int = 2) -> Iterator[list[Batch]]:
+                  pin_memory: bool = False, prefetch_factor: int = 2,
+                  background: bool | None = None) -> BatchStream:
         """Batches of steps `start_step, start_step + 1, ...` (up to `stop_step`, exclusive, or forever).
 
         With `num_workers > 0` a torch DataLoader builds steps ahead in worker processes (one torch thread
         each): complete batches, or with `device` set the raw uint8 items, augmented here on the device.
-        The batches are identical to `batch_at`'s.
+        `background` (default: when `device` is a GPU): the copies to the device and the augmentation run
+        `prefetch_factor` steps ahead in a thread, on a side stream (`dgmoe.data.prefetch`).
+        The batches are identical to `batch_at`'s. Call `close()` on the iterator when stopping early.
         """
+        if background is None:
+            background = self.device is not None and self.device.type == "cuda"
         if num_workers <= 0:
             steps = itertools.count(start_step) if stop_step is None else range(start_step, stop_step)
-            return (self.batch_at(s) for s in steps)
-        loader = DataLoader(_StepDataset(self), batch_size=None, sampler=_Steps(start_step, stop_step),
-                            num_workers=num_workers, collate_fn=_identity, prefetch_factor=prefetch_factor,
-                            worker_init_fn=_single_thread, pin_memory=pin_memory and self.device is not None)
-        if self.device is not None:
-            return (self._from_worker(raw) for raw in loader)
-        if not pin_memory:
-            return iter(loader)
-        return ([_pinned(b) for b in batches] for batches in loader)
+            source: BatchStream = (self.batch_at(s) for s in steps)
+        else:
+            loader = DataLoader(_StepDataset(self), batch_size=None, sampler=_Steps(start_step, stop_step),
+                                num_workers=num_workers, collate_fn=_identity, prefetch_factor=prefetch_factor,
+                                worker_init_fn=_single_thread, pin_memory=pin_memory and self.device is not None)
+            if self.device is not None:
+                source = (self._from_worker(raw) for raw in loader)
+            elif not pin_memory:
+                source = (batches for batches in loader)
+            else:
+                source = ([_pinned(b) for b in batches] for batches in loader)
+        if not background:
+            return source
+        return BackgroundBatches(source, self.device, depth=prefetch_factor)
 
 
 def eval_loader(dataset: Dataset, indices: Sequence[int] | np.ndarray | torch.Tensor | None,

@@ -157,11 +157,9 @@ def _hue_chroma(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tens
 
 def _from_hue_chroma(hue: torch.Tensor, value: torch.Tensor, chroma: torch.Tensor) -> torch.Tensor:
     """Closed form: channel n in (5, 3, 1) -> (R, G, B) is v - c clamp(min(k, 4 - k), 0, 1), k = (n + 6h) mod 6."""
-    out = []
-    for n in (5.0, 3.0, 1.0):
-        k = (n + 6 * hue) % 6
-        out.append(value - chroma * torch.minimum(k, 4 - k).clamp(0, 1))
-    return torch.stack(out, 1)
+    n = to_device((5.0, 3.0, 1.0), hue).view(1, 3, 1, 1)  # the three channels in one pass each
+    k = (n + 6 * hue.unsqueeze(1)) % 6
+    return value.unsqueeze(1) - chroma.unsqueeze(1) * torch.minimum(k, 4 - k).clamp_(0, 1)
 
 
 def rgb_to_hsv(x: torch.Tensor) -> torch.Tensor:
@@ -205,8 +203,34 @@ class EvalTransform:
 
 
 @dataclass(frozen=True)
+class AugmentDraws:
+    """Every random decision of `TrainTransform` for a batch, drawn on the CPU: the crop boxes
+    `(top, left, height, width)`, the flips, each image's order of the four colour adjustments and their
+    factors `[B, 4]` (brightness, contrast, saturation, hue), and the grayscale choices (None: not RGB)."""
+
+    box: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+    flip: torch.Tensor
+    order: torch.Tensor
+    factors: torch.Tensor
+    gray: torch.Tensor | None
+
+    @staticmethod
+    def concat(draws: "list[AugmentDraws]") -> "AugmentDraws":
+        """The draws of several batches as those of their concatenation (one `apply` for all of them)."""
+        grays = [d.gray for d in draws if d.gray is not None]
+        top, left, height, width = (torch.cat([d.box[i] for d in draws]) for i in range(4))
+        return AugmentDraws((top, left, height, width), torch.cat([d.flip for d in draws]),
+                            torch.cat([d.order for d in draws]), torch.cat([d.factors for d in draws]),
+                            torch.cat(grays) if len(grays) == len(draws) else None)
+
+
+@dataclass(frozen=True)
 class TrainTransform:
-    """DomainBed's training augmentation (see module docstring), batched and generator-driven."""
+    """DomainBed's training augmentation (see module docstring), batched and generator-driven.
+
+    `draw` takes every random decision for a batch (on the CPU, from the generator) and `apply` carries them
+    out on the images wherever they are; calling the transform does both. The loaders draw per domain and
+    apply once to all the step's domains: on a GPU, one set of kernel launches instead of one per domain."""
 
     img_size: int
     mean: tuple[float, ...] = IMAGENET_MEAN
@@ -218,24 +242,17 @@ class TrainTransform:
     grayscale_p: float = 0.1
 
     def __call__(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-        out, single = _to_float_batch(x)
-        out = resize(out, self.img_size)
-        b, c, height, width = out.shape
-        g = generator
-        box = resized_crop_params(b, height, width, self.scale, self.ratio, g)
-        flip = torch.rand(b, generator=g) < self.flip_p
-        out = resized_crop(out, *box, self.img_size, flip=flip)
-        out = self._jitter(out, g)  # `out` is a fresh tensor: the jitter may write into it
-        if c == 3:
-            gray = torch.rand(b, generator=g) < self.grayscale_p
-            if gray.any():
-                rows = _rows(gray, out)
-                out[rows] = grayscale(out[rows]).expand(-1, 3, -1, -1)
-        out = normalize(out, self.mean, self.std)
+        single = x.ndim == 3
+        batch = x.unsqueeze(0) if single else x
+        out = self.apply(batch, self.draw(batch.shape[0], batch.shape[1], generator))
         return out[0] if single else out
 
-    def _jitter(self, x: torch.Tensor, g) -> torch.Tensor:
-        b = x.shape[0]
+    def draw(self, b: int, channels: int, generator: torch.Generator | None = None) -> AugmentDraws:
+        """The random decisions for `b` images of `channels` channels (the crop is drawn on the image resized
+        to `img_size`, as `apply` takes it)."""
+        g = generator
+        box = resized_crop_params(b, self.img_size, self.img_size, self.scale, self.ratio, g)
+        flip = torch.rand(b, generator=g) < self.flip_p
         order = torch.rand(b, 4, generator=g).argsort(1)
         u = torch.rand(b, 4, generator=g)
         bri, con, sat, hue = self.jitter
@@ -243,17 +260,57 @@ class TrainTransform:
         factors = torch.stack([max(0.0, 1 - bri) + (1 + bri - max(0.0, 1 - bri)) * u[:, 0],
                                max(0.0, 1 - con) + (1 + con - max(0.0, 1 - con)) * u[:, 1],
                                max(0.0, 1 - sat) + (1 + sat - max(0.0, 1 - sat)) * u[:, 2],
-                               -hue + 2 * hue * u[:, 3]], 1).to(x.dtype)
-        ops = (adjust_brightness, adjust_contrast, adjust_saturation, adjust_hue)
-        for k in range(4):
-            for op in range(4):
-                if x.shape[1] != 3 and op >= 2:  # saturation and hue need RGB
-                    continue
-                m = order[:, k] == op
-                if m.any():
-                    rows = _rows(m, x)
-                    x[rows] = ops[op](x[rows], to_device(factors[m, op], x))
+                               -hue + 2 * hue * u[:, 3]], 1).float()
+        gray = torch.rand(b, generator=g) < self.grayscale_p if channels == 3 else None
+        return AugmentDraws(box, flip, order, factors, gray)
+
+    def apply(self, x: torch.Tensor, draws: AugmentDraws) -> torch.Tensor:
+        """Augment the batch `x` [B, C, H, W] (uint8 or float in [0, 1], any device) as `draws` decided."""
+        out, _ = _to_float_batch(x)
+        out = resize(out, self.img_size)
+        out = resized_crop(out, *draws.box, self.img_size, flip=draws.flip)
+        out = self._jitter(out, draws.order, draws.factors)  # `out` is a fresh tensor: the jitter may write into it
+        if draws.gray is not None and bool(draws.gray.any()):
+            rows = _rows(draws.gray, out)
+            out[rows] = grayscale(out[rows]).expand(-1, 3, -1, -1)
+        return normalize(out, self.mean, self.std)
+
+    @staticmethod
+    def _jitter(x: torch.Tensor, order: torch.Tensor, factors: torch.Tensor) -> torch.Tensor:
+        """ColorJitter with one random order of the four adjustments per image (`order` [B, 4], `factors`
+        [B, 4]): at each of the four positions, brightness, contrast and saturation (each `f x + (1 - f) t`
+        with t = 0, the image's mean luma or its luma: one linear pass over the whole batch with per-image
+        coefficients, identity where another adjustment is due) and then hue on the images due for it.
+        Every coefficient and choice is worked out on the CPU first, for all positions at once, and the
+        coefficients travel in one copy."""
+        op = order if x.shape[1] == 3 else torch.where(order < 2, order, -1)  # saturation and hue need RGB
+        f = factors.to(x.dtype).gather(1, op.clamp_min(0))  # [B, 4]: the factor due at each position
+        coef = torch.stack([torch.where((op >= 0) & (op <= 2), f, torch.ones_like(f)),  # x's scale
+                            torch.where(op == 2, 1 - f, torch.zeros_like(f)),  # the luma's (saturation)
+                            torch.where(op == 1, 1 - f, torch.zeros_like(f))], 0)  # the mean luma's (contrast)
+        coef = to_device(coef.permute(2, 1, 0).unsqueeze(-1).unsqueeze(-1), x)  # [4 positions, B, 3, 1, 1]
+        present = torch.stack([op == a for a in range(4)], 0).any(1).T.tolist()  # [position][adjustment]
+        for k, (bright, contrast, saturation, hue) in enumerate(present):
+            if bright or contrast or saturation:
+                x = _linear_adjust(x, coef[k], contrast, saturation)
+            if hue:
+                due = op[:, k] == 3
+                rows = _rows(due, x)
+                x[rows] = adjust_hue(x[rows], to_device(f[due, k], x))
         return x
+
+
+def _linear_adjust(x: torch.Tensor, coef: torch.Tensor, contrast: bool, saturation: bool) -> torch.Tensor:
+    """Brightness, contrast or saturation per image, as torchvision's `adjust_*`: `clamp(f x + (1 - f) t)`
+    with t = 0, the mean luma or the luma, from `coef` [B, 3, 1, 1] = (scale of x, of the luma, of the mean
+    luma) per image; images due for none of them have (1, 0, 0). One kernel per pass."""
+    if not (contrast or saturation):
+        return (x * coef[:, 0:1]).clamp_(0, 1)
+    luma = grayscale(x)
+    out = torch.addcmul(luma.mean(dim=(1, 2, 3), keepdim=True) * coef[:, 2:3], x, coef[:, 0:1])
+    if saturation:
+        out.addcmul_(luma, coef[:, 1:2])
+    return out.clamp_(0, 1)
 
 
 def train_transform(img_size: int, mean=IMAGENET_MEAN, std=IMAGENET_STD) -> TrainTransform:

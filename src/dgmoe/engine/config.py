@@ -144,7 +144,8 @@ class ExecutionConfig(_Section):
     label: str | None = setting(None, "Name of the run in results tables and reports; naming leaves the run's "
                                       "identity unchanged.")
     device: str = setting("cpu", "torch device, e.g. cpu, cuda, cuda:1.")
-    num_workers: int = setting(0, "Data-loading worker processes.", minimum=0)
+    num_workers: int = setting(0, "Data-loading worker processes, for data decoded per item (on a GPU the loader "
+                                  "already runs in a background thread; cached data needs none).", minimum=0)
     num_threads: int | None = setting(None, "torch intra-op threads [torch's default].", minimum=1)
     eval_batch_size: int = setting(64, "Batch size of the evaluations.", minimum=1)
     compile: bool = setting(False, "torch.compile the model block by block (dgmoe.models.compiled); the first "

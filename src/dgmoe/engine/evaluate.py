@@ -28,11 +28,15 @@ VAL_ENV_KEY, GROUPS_KEY = "wilds_val_env", "wilds_groups"
 
 
 @torch.no_grad()
+@torch.compiler.set_stance("force_eager")
 def _predict_parts(predict: Callable, batches: Iterator[tuple[int, Batch]], num_parts: int, device: str,
                    group_parts: Mapping[int, str]) -> tuple[list[float], list[float], dict[int, list]]:
     """Accuracy and mean loss of every part, and [(y, predicted class, group) per batch] of the parts in
     `group_parts` (part -> group field). Sums stay on the device and are read back once, at the end: on a
-    GPU an evaluation then never waits for a batch before queueing the next."""
+    GPU an evaluation then never waits for a batch before queueing the next.
+    A network compiled for training (`--compile`) runs eagerly here: evaluation's modes and batch sizes
+    (the last batch of every split is shorter) would each compile new graphs, using up dynamo's recompile
+    limit for the training step's blocks, for a pass that is a small part of a run's time."""
     correct = torch.zeros(num_parts, dtype=torch.float64, device=device)
     losses = torch.zeros(num_parts, dtype=torch.float64, device=device)
     totals = [0] * num_parts

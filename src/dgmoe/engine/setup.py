@@ -18,6 +18,7 @@ from dgmoe.engine.config import RunConfig
 from dgmoe.engine.hparams import run_hparams
 from dgmoe.errors import UsageError
 from dgmoe.models import MODELS, create_model
+from dgmoe.models.compiled import compile_blocks
 from dgmoe.models.info import describe_model, model_info
 from dgmoe.seeding import seed_everything, seed_hash
 
@@ -89,6 +90,15 @@ class RunSetup:
         if self.cfg.training.precision != "bf16":
             return contextlib.nullcontext()
         return torch.autocast(device_type=self.cfg.execution.device.split(":")[0], dtype=torch.bfloat16)
+
+    def placed_algorithm(self) -> Algorithm:
+        """The algorithm on the run's device, its network compiled block by block with `--compile`
+        (`dgmoe.models.compiled`): the trainer and `dgmoe bench data` train exactly this."""
+        ex = self.cfg.execution
+        self.algorithm.to(ex.device)
+        if ex.compile:
+            compile_blocks(self.algorithm.network)
+        return self.algorithm
 
     def train_batches(self) -> TrainBatches:
         """The run's training batches: one draw per training domain and step, seeded by the run's seed."""

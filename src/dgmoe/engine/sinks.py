@@ -47,6 +47,7 @@ class ConsoleSink(Sink):
         self.next_checkpoint_from = start
         self.test_envs = list(test_envs)
         self.train_seconds, self.steps_done = 0.0, 0
+        self.recent_seconds, self.recent_steps = 0.0, 0  # since the last line: the first step's warm-up passes
         self.eval_seconds, self.evals_done = 0.0, 0
         if self.mode == "none":
             run_log.console = False
@@ -59,6 +60,13 @@ class ConsoleSink(Sink):
     def images_per_second(self) -> float:
         return self.steps_done * self.images_per_step / self.train_seconds if self.train_seconds else float("nan")
 
+    def recent_images_per_second(self) -> float:
+        """img/s over the steps since the last line (then restarts): the current pace, which the first
+        steps' one-off costs (CUDA context, cuDNN and compile warm-up) no longer weigh down."""
+        seconds, steps = self.recent_seconds, self.recent_steps
+        self.recent_seconds, self.recent_steps = 0.0, 0
+        return steps * self.images_per_step / seconds if seconds else float("nan")
+
     def seconds_left(self, step: int) -> float:
         steps_left = self.total - 1 - step
         per_step = self.train_seconds / max(self.steps_done, 1)
@@ -68,14 +76,18 @@ class ConsoleSink(Sink):
     def step(self, step: int, metrics: Mapping[str, float], train_seconds: float) -> None:
         self.train_seconds += train_seconds
         self.steps_done += 1
+        self.recent_seconds += train_seconds
+        self.recent_steps += 1
 
         def line() -> str:  # read only when a line is printed: the loss may still be on the GPU
             loss = metrics.get("loss", float("nan"))
-            return (f"step {step + 1}/{self.total}  loss {loss:.4f}  {self.images_per_second():.1f} img/s training  "
-                    f"{self.train_seconds / self.steps_done:.3f} s/step  eta {duration(self.seconds_left(step))}")
+            rate = self.recent_images_per_second()
+            return (f"step {step + 1}/{self.total}  loss {loss:.4f}  {rate:.1f} img/s training  "
+                    f"{self.images_per_step / rate:.3f} s/step  eta {duration(self.seconds_left(step))}")
 
         def postfix() -> dict[str, str]:
-            return {"loss": f"{metrics.get('loss', float('nan')):.4f}", "img_s": f"{self.images_per_second():.0f}"}
+            return {"loss": f"{metrics.get('loss', float('nan')):.4f}",
+                    "img_s": f"{self.recent_images_per_second():.0f}"}
         self.progress.update(1, line, postfix_fn=postfix if self.bar is not None else None)
 
     def checkpoint(self, record: dict[str, Any]) -> None:

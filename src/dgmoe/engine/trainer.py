@@ -42,7 +42,6 @@ from dgmoe.engine.setup import RunSetup, prepare_run
 from dgmoe.engine.sinks import ConsoleSink, Sink, TensorBoardSink, tensorboard_writer_class
 from dgmoe.engine.step_metrics import LazyMetrics, StepMetrics
 from dgmoe.errors import Interrupted, NonFiniteLossError, RunLockedError, UsageError
-from dgmoe.models.compiled import compile_blocks
 from dgmoe.records import train_domain_val_acc
 from dgmoe.seeding import make_deterministic, seed_hash
 
@@ -231,10 +230,7 @@ def _signals_interrupt() -> Iterator[None]:
 def _run_loop(cfg: RunConfig, setup: RunSetup, writer: RunWriter, run_log: RunLog, info: DistInfo,
               extra_sinks: Sequence[Sink] = (), resume: list[dict[str, Any]] | None = None) -> RunResult:
     """The step loop: one batch per training domain, an update, and at checkpoints an evaluation."""
-    ex, algorithm = cfg.execution, setup.algorithm  # built and seeded by prepare_run
-    algorithm.to(ex.device)
-    if ex.compile:
-        compile_blocks(algorithm.network)
+    ex, algorithm = cfg.execution, setup.placed_algorithm()  # built and seeded by prepare_run
     if info.enabled:
         algorithm.gradient_sync = make_gradient_averager(algorithm, info)
     batches = setup.train_batches()
@@ -257,10 +253,10 @@ def _run_loop(cfg: RunConfig, setup: RunSetup, writer: RunWriter, run_log: RunLo
     eval_batches = setup.eval_batches()
     algorithm.train()
     step, stopped_early, due, watch = start, False, checkpoints, FiniteWatch()
+    steps = batches.iter_from(start, n_steps, ex.num_workers, pin_memory=setup.on_gpu)
     try:
         tic = time.perf_counter()
-        for step, minibatches in zip(range(start, n_steps),
-                                     batches.iter_from(start, n_steps, ex.num_workers, pin_memory=setup.on_gpu)):
+        for step, minibatches in zip(range(start, n_steps), steps):
             minibatches = [b.to(ex.device) for b in shard(minibatches, info)]
             with autocast:
                 metrics = algorithm.update(minibatches, step)
@@ -295,6 +291,7 @@ def _run_loop(cfg: RunConfig, setup: RunSetup, writer: RunWriter, run_log: RunLo
         run_log.record(str(e))
         raise
     finally:
+        steps.close()  # (a background loader stops here)
         for sink in sinks:
             sink.close()
     writer.finish(progress.records, stopped_early)

@@ -31,7 +31,9 @@ def compile_units(model: nn.Module) -> list[nn.Module]:
 
 
 def compile_blocks(model: nn.Module, **compile_kwargs: Any) -> nn.Module:
-    """Compile `model`'s blocks in place (`torch.compile` keyword arguments apply to each); returns `model`."""
+    """Compile `model`'s blocks in place (`torch.compile` keyword arguments apply to each); returns `model`.
+    Blocks already compiled are left as they are (their compiled graphs are kept)."""
     for unit in compile_units(model):
-        unit.compile(**compile_kwargs)
+        if getattr(unit, "_compiled_call_impl", None) is None:
+            unit.compile(**compile_kwargs)
     return model

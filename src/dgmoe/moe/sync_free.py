@@ -14,10 +14,12 @@ Steps, all on the device:
    87% of an H200's time in the layer (docs/benchmarks.md, GPU section);
 5. the outputs un-permuted by the inverse permutation, viewed [T, k, d], gated and summed over k: a gather
    and a reduction instead of an atomic scatter-add, so forward and backward are deterministic;
-6. in training without expert dropout, the activation and the second grouped GEMM are recomputed in the
-   backward (`torch.utils.checkpoint`) rather than the activation's output kept: the layer keeps one
-   [T*k, hidden] tensor per expert FFN instead of two (about 116 MB per GMoE-S/16 layer at batch 96, bf16),
-   for one more grouped GEMM in the backward; the values and gradients are the same.
+6. in training without expert dropout, the experts' FFN (steps 3 and 4: the gather, both grouped GEMMs, the
+   biases and the activation) is recomputed in the backward (`torch.utils.checkpoint`) from the layer's input,
+   which the router keeps anyway: the layer keeps none of the [T*k, d] gathered rows and [T*k, hidden]
+   activations (about 260 MB per GMoE-S/16 layer at batch 96 in bf16, 2 x 116 MB of activations and 29 MB of
+   rows), for two more grouped GEMMs in the backward (about 0.2 ms per layer on an H200); the values and
+   gradients are the same. With expert dropout nothing is recomputed: the mask must be the forward's.
 Capacity (`keep`, the official code's token dropping) zeroes the gate of a dropped assignment instead of
 removing its row, which keeps the shapes fixed: a dropped assignment adds nothing to the output and gets
 no gradient, as in the sorted dispatch, at the cost of computing its row.
@@ -105,9 +107,16 @@ def sorted_assignments(expert_idx: torch.Tensor, num_experts: int):
     return flat.index_select(0, order), order // k, inverse, offsets
 
 
-def _second_layer(h: torch.Tensor, w2: torch.Tensor, offsets: torch.Tensor, act: Callable) -> torch.Tensor:
+def _expert_ffn(x: torch.Tensor, experts: Experts, dtype: torch.dtype, token_sorted: torch.Tensor,
+                inverse: torch.Tensor, expert_sorted: torch.Tensor, offsets: torch.Tensor, k: int) -> torch.Tensor:
+    """Steps 3 and 4: every sorted assignment's row through its expert, [T*k, d] in `dtype`."""
     assert GROUPED_MM is not None
-    return GROUPED_MM(act(h), w2, offs=offsets)
+    rows = _GatherAssignments.apply(x.to(dtype), token_sorted, inverse, k)
+    w1 = experts.fc1_weight.to(dtype).transpose(-2, -1)   # [N, d, H]: column-major, as the kernel wants
+    w2 = experts.fc2_weight.to(dtype).transpose(-2, -1)   # [N, H, d]
+    h = expert_bias(GROUPED_MM(rows, w1, offs=offsets), experts.fc1_bias, expert_sorted)
+    z = GROUPED_MM(experts.drop(experts.act(h)), w2, offs=offsets)
+    return expert_bias(z, experts.fc2_bias, expert_sorted)
 
 
 def sync_free_dispatch(x: torch.Tensor, expert_idx: torch.Tensor, gates: torch.Tensor, experts: Experts,
@@ -122,16 +131,11 @@ def sync_free_dispatch(x: torch.Tensor, expert_idx: torch.Tensor, gates: torch.T
     dtype = compute_dtype(x)
     expert_sorted, token_sorted, inverse, offsets = sorted_assignments(expert_idx, experts.num_experts)
     with torch.autocast(x.device.type, enabled=False):
-        rows = _GatherAssignments.apply(x.to(dtype), token_sorted, inverse, k)
-        w1 = experts.fc1_weight.to(dtype).transpose(-2, -1)   # [N, d, H]: column-major, as the kernel wants
-        w2 = experts.fc2_weight.to(dtype).transpose(-2, -1)   # [N, H, d]
-        h = expert_bias(GROUPED_MM(rows, w1, offs=offsets), experts.fc1_bias, expert_sorted)
+        args = (x, experts, dtype, token_sorted, inverse, expert_sorted, offsets, k)
         if torch.is_grad_enabled() and not (experts.training and experts.drop.p > 0):  # step 6: recomputed
-            z = checkpoint(_second_layer, h, w2, offsets, experts.act, use_reentrant=False,
-                           preserve_rng_state=False)
+            y = checkpoint(_expert_ffn, *args, use_reentrant=False, preserve_rng_state=False)
         else:
-            z = GROUPED_MM(experts.drop(experts.act(h)), w2, offs=offsets)
-        y = expert_bias(z, experts.fc2_bias, expert_sorted)
+            y = _expert_ffn(*args)
         weights = gates if keep is None else gates * keep
         y = y.index_select(0, inverse).view(num_tokens, k, -1)
         out = (y * weights.unsqueeze(-1).to(y.dtype)).sum(1)  # (reductions accumulate in fp32)
