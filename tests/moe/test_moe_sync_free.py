@@ -179,3 +179,20 @@ def test_evaluation_runs_a_compiled_network_eagerly_and_compiles_nothing_new():
     batches = [(part, Batch(x[:n], y[:n])) for part, n in ((0, 6), (0, 3), (1, 5), (1, 1))]
     accs, _, _ = _predict_parts(lambda images, meta: model(images), iter(batches), 2, "cpu", {})
     assert counters["stats"]["unique_graphs"] == trained and all(0 <= a <= 1 for a in accs)
+
+
+def test_every_block_compiles_when_stochastic_depth_gives_each_its_own_rate():
+    """Drop-path rates differ per block (a float dynamo specialises on: a graph per block). Past dynamo's
+    recompile limit (8) the remaining blocks would run eagerly; `compile_blocks` raises it to cover them."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    torch.manual_seed(0)
+    model = dgmoe.create_model("gmoe_micro_patch7_28", num_classes=5, depth=12, drop_path_rate=0.1).train()
+    compile_blocks(model, backend="eager")
+    x, _, _ = _images(model)
+    with torch.autocast(**BF16):  # as on a GPU: the sparse blocks compile whole
+        model(x).float().sum().backward()
+    # the patch embedding, and one graph per block: twelve drop-path rates (the first block's is 0: Identity)
+    assert counters["stats"]["unique_graphs"] == 1 + 12
