@@ -62,6 +62,8 @@ class BackgroundBatches(Iterator[Any]):
     def _produce(self, source: Iterator[Any]) -> None:
         stream = torch.cuda.stream(self._stream) if self._stream is not None else contextlib.nullcontext()
         try:
+            if self._cuda and self.device.index is not None:
+                torch.cuda.set_device(self.device)  # a thread starts on cuda:0 (torchrun's other ranks use others)
             with stream:
                 for item in source:
                     event = None
