@@ -14,6 +14,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from dgmoe.bench.layer import COMPILED, LayerBenchConfig, _dispatch_only, _fwd_bwd, _moe_layer, _router_only
+from dgmoe.models.layers import Mlp
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--tokens", type=int, default=18912)
@@ -32,9 +33,6 @@ x_k = torch.randn(cfg.tokens * cfg.top_k, cfg.dim, device=dev, requires_grad=Tru
 
 def layer(compiled: bool):
     return _fwd_bwd(_moe_layer("moe grouped (default)", cfg).to(dev).train(), x, amp, compiled=compiled)
-
-
-from dgmoe.models.layers import Mlp  # noqa: E402
 
 parts = {"limit (k dense FFNs)": _fwd_bwd(Mlp(cfg.dim, 4 * cfg.dim).to(dev), x_k, amp),
          "moe grouped (default)": layer(False), COMPILED: layer(True),

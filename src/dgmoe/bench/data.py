@@ -18,6 +18,7 @@ and prints each loader rate next to the step's, with their ratio: below 1, train
 from __future__ import annotations
 
 import time
+from typing import Any, Callable
 
 from dgmoe.bench.configs import DataBenchConfig
 from dgmoe.bench.timing import device_sync
@@ -27,40 +28,30 @@ from dgmoe.engine.evaluate import evaluate_domains
 from dgmoe.engine.setup import prepare_run
 
 
-def _loader_rate(batches: TrainBatches, workers: int, cfg: DataBenchConfig, images_per_step: int, on_gpu: bool,
-                 device: str) -> float:
+def _rate(setup, batches: TrainBatches, workers: int, cfg: DataBenchConfig, images_per_step: int,
+          consume: Callable[[list, int], Any] = lambda minibatches, step: None) -> float:
+    """img/s of the trainer's loader, each step's batches moved to the device and handed to `consume`
+    (nothing: the loader alone; the update: the training loop), timed after `cfg.warmup` steps."""
+    device = setup.cfg.execution.device
     sync = device_sync(device)
-    it = batches.iter_from(0, None, workers, pin_memory=on_gpu)
-    try:
-        for _ in range(cfg.warmup):
-            [b.to(device) for b in next(it)]
-        sync()
-        start = time.perf_counter()
-        for _ in range(cfg.steps):
-            [b.to(device) for b in next(it)]
-        sync()
-    finally:
-        it.close()
-    return cfg.steps * images_per_step / (time.perf_counter() - start)
-
-
-def _loop_rate(setup, batches: TrainBatches, workers: int, cfg: DataBenchConfig, images_per_step: int,
-               device: str) -> float:
-    """img/s of the trainer's loop: the next step's batches, moved to the device, and the update."""
-    sync, algorithm = device_sync(device), setup.placed_algorithm()
     it = batches.iter_from(0, None, workers, pin_memory=setup.on_gpu)
     try:
-        with setup.autocast():
-            for step in range(cfg.warmup):
-                algorithm.update([b.to(device) for b in next(it)], step)
-            sync()
-            start = time.perf_counter()
-            for step in range(cfg.warmup, cfg.warmup + cfg.steps):
-                algorithm.update([b.to(device) for b in next(it)], step)
-            sync()
+        for step in range(cfg.warmup + cfg.steps):
+            if step == cfg.warmup:
+                sync()
+                start = time.perf_counter()
+            consume([b.to(device) for b in next(it)], step)
+        sync()
     finally:
         it.close()
     return cfg.steps * images_per_step / (time.perf_counter() - start)
+
+
+def _loop_rate(setup, batches: TrainBatches, workers: int, cfg: DataBenchConfig, images_per_step: int) -> float:
+    """img/s of the trainer's loop: the next step's batches, moved to the device, and the update."""
+    algorithm = setup.placed_algorithm()
+    with setup.autocast():
+        return _rate(setup, batches, workers, cfg, images_per_step, algorithm.update)
 
 
 def _eval_rates(run: RunConfig, setup, workers: int) -> tuple[float, float]:
@@ -99,14 +90,13 @@ def bench_data(run: RunConfig, cfg: DataBenchConfig = DataBenchConfig()) -> list
     """One row per worker count: loader img/s, the model step's img/s, their ratio, the training loop's img/s
     and its share of the step's, and evaluation img/s (steady, and the first pass with the workers' start-up)."""
     setup = prepare_run(run)
-    device = run.execution.device
     batches = setup.train_batches()  # exactly the trainer's
     images = setup.hparams["batch_size"] * len(setup.train_envs)
     step = _step_rate(run, setup, batches, cfg, images)
     rows = []
     for workers in cfg.workers:
-        loader = _loader_rate(batches, workers, cfg, images, setup.on_gpu, device)
-        loop = _loop_rate(setup, batches, workers, cfg, images, device)
+        loader = _rate(setup, batches, workers, cfg, images)
+        loop = _loop_rate(setup, batches, workers, cfg, images)
         first, steady = _eval_rates(run, setup, workers)
         rows.append({"workers": str(workers), "loader (img/s)": loader, "model step (img/s)": step,
                      "loader / step": loader / step, "training loop (img/s)": loop, "loop / step": loop / step,

@@ -40,6 +40,14 @@ def _sparse(run_dir: Path, model: object) -> None:
                          f"sparse model (gmoe_*, sfmoe_*, moge_*); `dgmoe analyze attention {run_dir}` takes any ViT")
 
 
+def _run_images(cfg: RoutingAnalysis | AttentionAnalysis) -> tuple[Path, Any]:
+    """(the run folder, its model with the images the analysis draws) for an image analysis's settings."""
+    from dgmoe.analysis.pipeline import load_run_images
+
+    run_dir = Path(cfg.run_dir)
+    return run_dir, load_run_images(run_dir, cfg.n_images, _path(cfg.data_dir), cfg.which, cfg.seed)
+
+
 @click.group("analyze", cls=ListFlagsGroup)
 def command() -> None:
     """Routing maps, expert usage, attention maps and CUB-DG attribute/expert histograms of a trained run."""
@@ -50,11 +58,10 @@ def command() -> None:
 @click.pass_context
 def routing(ctx: click.Context, **kw: Any) -> None:
     """Top-1 expert of every patch per MoE block, drawn over the images, and expert usage per domain."""
-    from dgmoe.analysis.pipeline import analyze_routing, load_run_images
+    from dgmoe.analysis.pipeline import analyze_routing
 
     cfg = build_config(RoutingAnalysis, ctx, kw)
-    run_dir = Path(cfg.run_dir)
-    run = load_run_images(run_dir, cfg.n_images, _path(cfg.data_dir), cfg.which, cfg.seed)
+    run_dir, run = _run_images(cfg)
     _sparse(run_dir, run.model)
     with _writing(run_dir, _path(cfg.out_dir)) as out:
         click.echo(analyze_routing(run, out, cfg.show, cfg.mode))
@@ -66,11 +73,10 @@ def routing(ctx: click.Context, **kw: Any) -> None:
 @click.pass_context
 def attention(ctx: click.Context, **kw: Any) -> None:
     """Per-head CLS attention maps of one block and the head-redundancy score per domain."""
-    from dgmoe.analysis.pipeline import analyze_attention, load_run_images
+    from dgmoe.analysis.pipeline import analyze_attention
 
     cfg = build_config(AttentionAnalysis, ctx, kw)
-    run_dir = Path(cfg.run_dir)
-    run = load_run_images(run_dir, cfg.n_images, _path(cfg.data_dir), cfg.which, cfg.seed)
+    run_dir, run = _run_images(cfg)
     with _writing(run_dir, _path(cfg.out_dir)) as out:
         click.echo(analyze_attention(run, out, cfg.show, cfg.block))
     click.echo(f"wrote attention maps to {out}")

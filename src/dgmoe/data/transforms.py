@@ -128,6 +128,8 @@ def resized_crop(x: torch.Tensor, top, left, h, w, size: int, flip: torch.Tensor
     return F.grid_sample(x, grid, mode="bilinear", padding_mode="border", align_corners=False)
 
 
+# torchvision's adjustments of one batch by one factor per image, written as its functional ops are: the
+# reference that `TrainTransform._jitter`'s batched linear pass (`_linear_adjust`) is tested against
 def adjust_brightness(x: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
     return (x * f.view(-1, 1, 1, 1)).clamp(0, 1)
 
