@@ -18,8 +18,9 @@ SKIP_REASON = ("headless Chromium not installed (Debian package `chromium`, inst
 
 # appended to a copy of a page: writes the layout facts the tests check into the DOM, as JSON
 PROBE = """<script>addEventListener('load', () => {
-  const rects = [...document.images].map(i => {const r = i.getBoundingClientRect();
-    return {x: r.x, y: r.y, w: r.width, h: r.height, alt: i.alt, done: i.complete && i.naturalWidth > 0};});
+  const rects = [...document.images].map(i => {const r = i.getBoundingClientRect();  // content box: no border
+    return {x: r.x + i.clientLeft, y: r.y + i.clientTop, w: i.clientWidth, h: i.clientHeight, alt: i.alt,
+            src: i.src, done: i.complete && i.naturalWidth > 0};});
   const out = document.createElement('pre'); out.id = 'probe'; out.style.display = 'none';
   out.textContent = JSON.stringify({scrollWidth: document.documentElement.scrollWidth,
     mainWidth: document.querySelector('main').getBoundingClientRect().width, images: rects});
@@ -42,6 +43,19 @@ def screenshot(page: Path, out: Path, profile: Path, width: int = 1280, height: 
     proc = run([f"--screenshot={out}", f"--window-size={width},{height}", page.as_uri()], profile)
     assert out.is_file(), f"chromium wrote no screenshot: {proc.stderr[-2000:]}"
     return np.asarray(Image.open(out).convert("L"), dtype=float)
+
+
+def likeness(shot: np.ndarray, box: dict) -> float:
+    """Correlation of the screenshot's region `box` (a probe image entry: its content box) with that image's own
+    file, resized to the box: near 1 when the page shows the figure itself, whatever its colours or fonts."""
+    from urllib.parse import unquote, urlparse
+
+    from PIL import Image
+
+    x, y, w, h = (int(round(box[k])) for k in ("x", "y", "w", "h"))
+    region = shot[y:y + h, x:x + w]
+    figure = Image.open(unquote(urlparse(box["src"]).path)).convert("L").resize(region.shape[::-1], Image.BILINEAR)
+    return float(np.corrcoef(region.ravel(), np.asarray(figure, dtype=float).ravel())[0, 1])
 
 
 def dom(page: Path, profile: Path) -> str:
