@@ -41,7 +41,8 @@ want models && stage models_bf16 120 $DGMOE bench models --device cuda --precisi
 want memory && stage memory_bf16 80 $DGMOE bench memory --device cuda --precision bf16 --batch-sizes 96 --models "${MEMORY_MODELS:-$MODELS}"
 # 4. the data path: a PACS-shaped folder of random JPEGs (4 domains x 7 classes x 60 images), cached at 224 px;
 #    loader and training-loop img/s per worker count beside the model step's, then `dgmoe train` itself.
-#    DATA_FLAGS (e.g. --compile) go to both commands; DATA_TAG (e.g. _compiled) names their outputs.
+#    DATA_FLAGS (e.g. --compile, --fused-optimizer) go to both commands; DATA_TAG (e.g. _compiled) names their
+#    outputs.
 if want data; then
 if [ ! -d "$OUT/PACS_fake" ]; then
 python - "$OUT/PACS_fake" <<'PY'

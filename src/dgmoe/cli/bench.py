@@ -12,7 +12,7 @@ from dgmoe.cli.options import ListFlagsGroup, build_config, config_from_options,
 #: the `dgmoe train` settings that describe what `bench data` loads and steps (not where results go)
 BENCH_DATA_SETTINGS = ("dataset", "test_envs", "holdout_fraction", "img_size", "n_per_domain", "model", "patch_size",
                        "model_kwargs", "pretrained", "algorithm", "hparams", "trial_seed", "hparams_seed", "seed",
-                       "precision", "data_dir", "device", "num_threads", "compile")
+                       "precision", "fused_optimizer", "data_dir", "device", "num_threads", "compile")
 
 
 def _print_table(result: tuple[list[dict], list[str]] | list[dict]) -> None:

@@ -129,6 +129,10 @@ class TrainingConfig(_Section):
     steps: int | None = setting(None, "Training steps [dataset default: 5001, DomainNet 15001].", minimum=1)
     checkpoint_freq: int | None = setting(None, "Steps between evaluations [dataset default].", minimum=1)
     precision: str = setting("fp32", "Arithmetic of the training step (bf16: autocast).", choices=("fp32", "bf16"))
+    fused_optimizer: bool = setting(
+        False, "Adam, AdamW and SGD run torch's fused kernel: one kernel per step instead of torch's default "
+               "(DomainBed's), whose Python took about a tenth of a host-bound GPU step (docs/benchmarks.md, "
+               "section 12). The same update, rounded differently.")
     eval_sample: int | None = setting(
         None, "Evaluate a fixed, seeded sample of this many images per split (in, out, uda) of every domain at the "
               "intermediate checkpoints and every image at the last; records say which (eval_sample). Default: "

@@ -93,11 +93,14 @@ class RunSetup:
 
     def placed_algorithm(self) -> Algorithm:
         """The algorithm on the run's device, its network compiled block by block with `--compile`
-        (`dgmoe.models.compiled`): the trainer and `dgmoe bench data` train exactly this."""
+        (`dgmoe.models.compiled`) and its optimisers fused with `--fused-optimizer`: the trainer and `dgmoe
+        bench data` train exactly this. Call it once, before the first step (a resumed state loads after)."""
         ex = self.cfg.execution
         self.algorithm.to(ex.device)
         if ex.compile:
             compile_blocks(self.algorithm.network)
+        if self.cfg.training.fused_optimizer:
+            self.algorithm.use_fused_optimizers()
         return self.algorithm
 
     def train_batches(self) -> TrainBatches:
