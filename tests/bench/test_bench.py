@@ -94,6 +94,7 @@ def test_every_layer_candidate_is_timed_against_the_limit(candidate):
     assert len(result[candidate]["ratios"]) == len(result[candidate]["times"]) == MIN_ROUNDS
 
 
+@pytest.mark.slow  # ~15 s: CI runs it with -m slow
 def test_bench_layer_command_runs_each_path_in_fresh_processes_and_rejects_unknown_paths():
     args = ["bench", "layer", "--tokens", "64", "--dim", "16", "--experts", "4", "--rounds", "5", "--repeats", "2"]
     result = CliRunner().invoke(main, [*args, "--paths", "moe grouped (default),router alone"])
@@ -124,6 +125,7 @@ def test_bench_memory_rejects_a_malformed_batch_list():
     assert result.exit_code != 0 and "--batch-sizes" in result.output
 
 
+@pytest.mark.slow  # ~15 s: CI runs it with -m slow
 def test_bench_models_command_reports_time_floor_and_memory_for_each_model():
     result = CliRunner().invoke(main, ["bench", "models", "--models", "vit_micro_patch7_28,gmoe_micro_patch7_28",
                                        "--img-size", "28", "--batch-size", "2", "--rounds", "5"])

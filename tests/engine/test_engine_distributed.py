@@ -138,6 +138,7 @@ def free_port():
         return s.getsockname()[1]
 
 
+@pytest.mark.slow  # ~20 s: CI runs it with -m slow
 def test_every_algorithm_on_two_processes_equals_one_process(tmp_path):
     out = tmp_path / "two.pt"
     mp.spawn(_worker, args=(2, free_port(), str(out)), nprocs=2, join=True)

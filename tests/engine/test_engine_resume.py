@@ -18,6 +18,7 @@ def _cmd(out, steps=16):
             "--output-dir", str(out), "--progress", "lines"]
 
 
+@pytest.mark.slow  # ~20 s: CI runs it with -m slow
 def test_sigkill_then_resume_gives_identical_records_and_weights(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     ref, killed = tmp_path / "ref", tmp_path / "killed"
