@@ -187,6 +187,16 @@ def test_bench_models_compile_compiles_the_blocks_it_times():
     assert all(block._compiled_call_impl is None for block in eager.blocks)
 
 
+def test_bench_models_steps_the_fused_optimizer_when_asked():
+    from dgmoe.bench.models import ModelBenchConfig, _build, _steps
+
+    for fused in (False, True):
+        cfg = ModelBenchConfig(("vit_micro_patch7_28",), img_size=28, batch_size=2, fused_optimizer=fused)
+        train_step, _ = _steps(_build("vit_micro_patch7_28", cfg), cfg)
+        train_step()
+        assert all(bool(group["fused"]) is fused for group in train_step.optimizer.param_groups)
+
+
 def test_bench_data_prints_the_loader_beside_the_model_step():
     result = CliRunner().invoke(main, ["bench", "data", "--dataset", "RotatedMNIST", "--model", "vit_micro_patch7_28",
                                        "--n-per-domain", "40", "--workers", "0,1", "--timed-steps", "2"])

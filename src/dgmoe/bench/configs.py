@@ -50,6 +50,8 @@ class ModelBenchConfig(Settings):
     precision: str = setting("fp32", "Arithmetic of the step (bf16: autocast).", choices=PRECISIONS)
     compile: bool = setting(False, "torch.compile every model block by block, as `dgmoe train --compile`.",
                             flags=("--compile",))
+    fused_optimizer: bool = setting(False, "Adam steps in torch's fused kernel, as `dgmoe train --fused-optimizer`.",
+                                    flags=("--fused-optimizer",))
     threads: int | None = setting(None, "torch threads [torch's default].", minimum=1)
     repeats: int = setting(1, "Fresh processes to repeat the timings in; ratios are their median.", minimum=1)
 

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
+from dgmoe.algorithms.base import use_fused_kernel
 from dgmoe.bench.configs import ModelBenchConfig
 from dgmoe.bench.timing import (
     Spread,
@@ -64,6 +65,8 @@ def _build(name: str, cfg: ModelBenchConfig):
 def _steps(model, cfg: ModelBenchConfig):
     x, y, kw = _inputs(model, cfg)
     opt = torch.optim.Adam(model.parameters(), lr=1e-5)
+    if cfg.fused_optimizer:
+        use_fused_kernel(opt)
     amp = torch.autocast(device_type=cfg.device.split(":")[0], dtype=torch.bfloat16, enabled=cfg.precision == "bf16")
 
     def train_step() -> None:  # as ERM trains: task loss + the sparse layers' auxiliary losses

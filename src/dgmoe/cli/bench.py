@@ -74,7 +74,8 @@ def models(ctx: click.Context, **kw: Any) -> None:
     cfg = build_config(ModelBenchConfig, ctx, kw)
     _print_machine(cfg.threads, cfg.device)
     click.echo(f"{cfg.repeats} fresh processes x {cfg.rounds} rounds; batch {cfg.batch_size} at {cfg.img_size} px, "
-               f"{cfg.precision}{', torch.compile' if cfg.compile else ''}; reference {cfg.models[0]}")
+               f"{cfg.precision}{', torch.compile' if cfg.compile else ''}"
+               f"{', fused Adam' if cfg.fused_optimizer else ''}; reference {cfg.models[0]}")
     _print_table(bench_models(cfg, cfg.repeats))
 
 
