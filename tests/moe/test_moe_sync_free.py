@@ -50,6 +50,31 @@ def test_sync_free_dispatch_under_bf16_autocast_matches_the_autograd_path(kw):
         torch.testing.assert_close(grads[name], g, rtol=5e-2, atol=5e-2, msg=name)
 
 
+def test_the_sync_free_backward_gathers_and_never_scatters():
+    """Every row movement of the backward is a gather by a permutation: no `index_add` or `scatter_add`
+    (atomic adds on a GPU, nondeterministic where indices repeat)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.names: set[str] = set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.names.add(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    torch.manual_seed(0)
+    layer = MoEMlp(8, 32, MoEConfig(num_experts=4, top_k=2)).train()
+    layer._dispatch = sync_free_dispatch
+    x = torch.randn(3, 5, 8, requires_grad=True)
+    with torch.autocast(**BF16):
+        y = layer(x)
+    with Ops() as ops:
+        y.float().sum().backward()
+    assert "index_select" in ops.names and not {"index_add", "index_add_", "scatter_add", "scatter_add_"} & ops.names
+
+
 @pytest.mark.parametrize("dropout", [0.0, 0.5])
 def test_the_experts_keep_no_rows_or_activations_for_the_backward_unless_dropout_needs_its_mask(dropout):
     """Without expert dropout the experts' FFN is recomputed in the backward from the layer's input: no

@@ -13,7 +13,9 @@ Steps, all on the device:
    (`expert_bias`): the backward of a per-row bias gather is an atomic scatter-add onto N rows, which took
    87% of an H200's time in the layer (docs/benchmarks.md, GPU section);
 5. the outputs un-permuted by the inverse permutation, viewed [T, k, d], gated and summed over k: a gather
-   and a reduction instead of an atomic scatter-add, so forward and backward are deterministic;
+   and a reduction instead of an atomic scatter-add, and a gather by the sorting permutation in the backward
+   (torch's `index_select` backward is an `index_add`, atomic adds a permutation never needs), so forward
+   and backward are deterministic;
 6. in training without expert dropout, the experts' FFN (steps 3 and 4: the gather, both grouped GEMMs, the
    biases and the activation) is recomputed in the backward (`torch.utils.checkpoint`) from the layer's input,
    which the router keeps anyway: the layer keeps none of the [T*k, d] gathered rows and [T*k, hidden]
@@ -70,6 +72,21 @@ class _GatherAssignments(torch.autograd.Function):
         return grad.view(-1, ctx.k, grad.shape[-1]).sum(1), None, None, None
 
 
+class _Permute(torch.autograd.Function):
+    """rows.index_select(0, index) for a permutation `index`; the backward gathers by its inverse instead of
+    scattering (`index_add`) by it: the same numbers, without atomics on a GPU."""
+
+    @staticmethod
+    def forward(ctx, rows, index, inverse):  # type: ignore[override]
+        ctx.save_for_backward(inverse)
+        return rows.index_select(0, index)
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[override]
+        (inverse,) = ctx.saved_tensors
+        return grad.index_select(0, inverse), None, None
+
+
 class _ExpertBias(torch.autograd.Function):
     """rows + bias[expert_of_row]: a gather forward; the bias gradient is one_hot(expert)^T @ grad, one
     small matmul (fp32 accumulation) instead of an atomic scatter onto N rows."""
@@ -96,7 +113,7 @@ def expert_bias(rows: torch.Tensor, bias: torch.Tensor, expert_sorted: torch.Ten
 
 
 def sorted_assignments(expert_idx: torch.Tensor, num_experts: int):
-    """(expert of each sorted assignment, the token of each, the inverse of the sorting permutation, int32
+    """(expert of each sorted assignment, the token of each, the sorting permutation and its inverse, int32
     offsets: the end row of each expert). Stable, so within an expert assignments keep token order."""
     num_tokens, k = expert_idx.shape
     flat = expert_idx.reshape(-1)
@@ -104,7 +121,7 @@ def sorted_assignments(expert_idx: torch.Tensor, num_experts: int):
     inverse = torch.empty_like(order).scatter_(0, order, torch.arange(order.shape[0], device=order.device))
     counts = torch.histc(flat.float(), bins=num_experts, min=0, max=num_experts - 1)
     offsets = torch.cumsum(counts, 0).to(torch.int32)
-    return flat.index_select(0, order), order // k, inverse, offsets
+    return flat.index_select(0, order), order // k, order, inverse, offsets
 
 
 def _expert_ffn(x: torch.Tensor, experts: Experts, dtype: torch.dtype, token_sorted: torch.Tensor,
@@ -129,7 +146,7 @@ def sync_free_dispatch(x: torch.Tensor, expert_idx: torch.Tensor, gates: torch.T
                            f"torch {torch.__version__}: use dispatch='grouped' on CPU")
     num_tokens, k = expert_idx.shape
     dtype = compute_dtype(x)
-    expert_sorted, token_sorted, inverse, offsets = sorted_assignments(expert_idx, experts.num_experts)
+    expert_sorted, token_sorted, order, inverse, offsets = sorted_assignments(expert_idx, experts.num_experts)
     with torch.autocast(x.device.type, enabled=False):
         args = (x, experts, dtype, token_sorted, inverse, expert_sorted, offsets, k)
         if torch.is_grad_enabled() and not (experts.training and experts.drop.p > 0):  # step 6: recomputed
@@ -137,6 +154,6 @@ def sync_free_dispatch(x: torch.Tensor, expert_idx: torch.Tensor, gates: torch.T
         else:
             y = _expert_ffn(*args)
         weights = gates if keep is None else gates * keep
-        y = y.index_select(0, inverse).view(num_tokens, k, -1)
+        y = _Permute.apply(y, inverse, order).view(num_tokens, k, -1)
         out = (y * weights.unsqueeze(-1).to(y.dtype)).sum(1)  # (reductions accumulate in fp32)
     return out.to(x.dtype)
