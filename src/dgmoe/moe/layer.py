@@ -244,12 +244,12 @@ class MoEMlp(nn.Module):
         """0.5 * (L_imp + L_load) (GMoE App. C.4; MoGE App. A). Without gate noise the load term is 0. The
         importance and load sums are the global batch's under multi-process training."""
         cfg = self.config
-        loss = cv_squared(all_reduce_sum(routing.probs.sum(dim=0)))
+        sums = routing.probs.sum(dim=0, keepdim=True)  # [1, N] importance
         if cfg.gate_noise_std > 0:
             scores = routing.logits.softmax(-1) if cfg.load_loss == "tutel" else None
             load = load_probabilities(routing.logits, routing.noisy_logits, cfg.top_k, cfg.gate_noise_std, scores)
-            loss = loss + cv_squared(all_reduce_sum(load.sum(dim=0)))
-        return 0.5 * loss
+            sums = torch.cat([sums, load.sum(dim=0, keepdim=True)])  # [2, N]: one all-reduce, one cv^2 pass
+        return 0.5 * cv_squared(all_reduce_sum(sums)).sum()
 
     def forced_token_cka(self, x: torch.Tensor) -> torch.Tensor:
         """MoGE eq. 2: t random tokens H of the layer input through every expert, mean pairwise linear CKA."""
