@@ -7,7 +7,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from dgmoe.bench.layer import LIMIT, LayerBenchConfig, available_candidates, bench_moe_layer, limit_flops
+from dgmoe.bench.layer import COMPILED, LIMIT, LayerBenchConfig, available_candidates, bench_moe_layer, limit_flops
 from dgmoe.bench.timing import (
     MIN_ROUNDS,
     Spread,
@@ -92,6 +92,13 @@ def test_every_layer_candidate_is_timed_against_the_limit(candidate):
     assert set(result) == {LIMIT, candidate}
     assert result[LIMIT]["ratio"] == 1.0 and result[candidate]["seconds"] > 0
     assert len(result[candidate]["ratios"]) == len(result[candidate]["times"]) == MIN_ROUNDS
+    # two dense FFNs forward and backward are a dozen operations; every MoE path has more (its router, or at
+    # least the gather and combine around its experts); the compiled layer is not counted
+    assert 6 <= result[LIMIT]["operations"] <= 20
+    if candidate == COMPILED:
+        assert result[candidate]["operations"] is None
+    else:
+        assert result[candidate]["operations"] > 2 * result[LIMIT]["operations"]
 
 
 @pytest.mark.slow  # ~15 s: CI runs it with -m slow
@@ -102,6 +109,7 @@ def test_bench_layer_command_runs_each_path_in_fresh_processes_and_rejects_unkno
     for path in (LIMIT, "moe grouped (default)", "router alone"):
         assert f"| {path} " in result.output
     assert "2 fresh processes per path x 5 rounds" in result.output and "IQR over rounds" in result.output
+    assert "operations per call" in result.output
     # a deliberately tiny problem: warned about whatever the timings are
     assert re.search(r"WARNING: the limit at T=64, d=16, k=2 does 0.00157 GFLOP per call \(< 1 GFLOP\)", result.output)
     bad = CliRunner().invoke(main, [*args, "--paths", "moe grouped"])

@@ -14,6 +14,11 @@ Without the router, on a fixed routing: the sync-free dispatch and the peers' ex
 A round is several back-to-back calls and one device synchronisation on a GPU (`interleaved_times`), so
 paths that never synchronise are credited as they run in training.
 
+Next to the times, each candidate's operations per call (forward and backward, views left out, counted
+once with a `TorchDispatchMode`): on a GPU about the kernels it launches, and on any machine a measure of
+its host cost, the limit of a layer made of many small operations (docs/benchmarks.md, section 12). The
+compiled candidate has none: its graphs do not go through the dispatcher operation by operation.
+
 Every candidate is timed in its own fresh processes, round-robin against the limit; its ratio is the
 median over rounds of the per-round ratio, then the median over `repeats` processes; next to it, the IQR
 of the per-round ratios of all processes and the min/max over processes. Warnings (`dgmoe.bench.timing`)
@@ -33,6 +38,7 @@ from typing import Any, Callable
 
 import torch
 import torch.nn as nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from dgmoe.bench.configs import LayerBenchConfig
 from dgmoe.bench.peers import peer_dispatches
@@ -147,6 +153,27 @@ def _dispatch_only(name: str, cfg: LayerBenchConfig, x: torch.Tensor, amp) -> Ca
     return run
 
 
+class _ComputingOperations(TorchDispatchMode):
+    """Counts the operations that reach the dispatcher and compute: views (reshapes, transposes, detach) are
+    left out, as they launch nothing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        self.count += not func.is_view
+        return func(*args, **(kwargs or {}))
+
+
+def operations_per_call(run: Callable[[], None]) -> int:
+    """The computing operations of one call of `run` (after a first call, which may initialise)."""
+    run()
+    with _ComputingOperations() as counter:
+        run()
+    return counter.count
+
+
 def available_candidates() -> tuple[str, ...]:
     """`CANDIDATES` that can run here (the transformers peer needs transformers installed)."""
     try:
@@ -178,11 +205,12 @@ def bench_moe_layer(cfg: LayerBenchConfig, candidate: str) -> dict[str, dict]:
         run = _dispatch_only(candidate, cfg, x, amp)
     else:
         run = _fwd_bwd(_moe_layer(candidate, cfg).to(device).train(), x, amp)
-    times = interleaved_times({LIMIT: _fwd_bwd(dense, x_k, amp), candidate: run}, rounds=cfg.rounds,
-                              calls=calls_per_round(cfg.device), sync=device_sync(cfg.device))
+    runs = {LIMIT: _fwd_bwd(dense, x_k, amp), candidate: run}
+    operations = {n: None if n == COMPILED else operations_per_call(r) for n, r in runs.items()}
+    times = interleaved_times(runs, rounds=cfg.rounds, calls=calls_per_round(cfg.device), sync=device_sync(cfg.device))
     ratios = round_ratios(times, LIMIT)
     return {n: {"seconds": statistics.median(t), "ratio": statistics.median(ratios[n]), "times": t,
-                "ratios": ratios[n]} for n, t in times.items()}
+                "ratios": ratios[n], "operations": operations[n]} for n, t in times.items()}
 
 
 def bench_moe_layer_repeated(cfg: LayerBenchConfig, repeats: int,
@@ -200,14 +228,17 @@ def bench_moe_layer_repeated(cfg: LayerBenchConfig, repeats: int,
                 runs[c].append(run_in_fresh_process("dgmoe.bench.layer", {"cfg": asdict(cfg), "candidate": c}))
                 progress.update()
     limit_seconds = statistics.median(r[LIMIT]["seconds"] for rs in runs.values() for r in rs)
+    limit_operations = runs[candidates[0]][0][LIMIT]["operations"]
     rows = [{"path": LIMIT, "seconds": limit_seconds, "ratio to limit": 1.0, "IQR over rounds": "1.000-1.000",
-             "min": 1.0, "max": 1.0}]
+             "min": 1.0, "max": 1.0, "operations per call": limit_operations}]
     warnings = size_warning(f"the limit at T={cfg.tokens}, d={cfg.dim}, k={cfg.top_k}", limit_flops(cfg))
     for c, rs in runs.items():
         seconds, ratio = summarize_repeats(rs, "seconds")[c], summarize_repeats(rs, "ratio")[c]
         per_round = [x for r in rs for x in r[c]["ratios"]]
+        operations = rs[0][c]["operations"]
         rows.append({"path": c, "seconds": seconds["median"], "ratio to limit": ratio["median"],
-                     "IQR over rounds": Spread.of(per_round).text(), "min": ratio["min"], "max": ratio["max"]})
+                     "IQR over rounds": Spread.of(per_round).text(), "min": ratio["min"], "max": ratio["max"],
+                     "operations per call": "n/a (compiled)" if operations is None else operations})
         warnings += timing_warnings(c, per_round, [x for r in rs for x in r[c]["times"]],
                                     [x for r in rs for x in r[LIMIT]["times"]], calls_per_round(cfg.device))
         if ratio["max"] > (1 + MAX_SPREAD) * ratio["min"]:
