@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import statistics
 import sys
+from collections import Counter
 from dataclasses import asdict
 from functools import partial
 from typing import Any, Callable
@@ -153,25 +154,26 @@ def _dispatch_only(name: str, cfg: LayerBenchConfig, x: torch.Tensor, amp) -> Ca
     return run
 
 
-class _ComputingOperations(TorchDispatchMode):
-    """Counts the operations that reach the dispatcher and compute: views (reshapes, transposes, detach) are
-    left out, as they launch nothing."""
+class ComputingOperations(TorchDispatchMode):
+    """Counts, by name, the operations that reach the dispatcher inside the block and compute: views
+    (reshapes, transposes, detach) are left out, as they launch nothing."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.count = 0
+        self.counts: Counter[str] = Counter()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-        self.count += not func.is_view
+        if not func.is_view:
+            self.counts[func.overloadpacket.__name__] += 1
         return func(*args, **(kwargs or {}))
 
 
 def operations_per_call(run: Callable[[], None]) -> int:
     """The computing operations of one call of `run` (after a first call, which may initialise)."""
     run()
-    with _ComputingOperations() as counter:
+    with ComputingOperations() as counter:
         run()
-    return counter.count
+    return counter.counts.total()
 
 
 def available_candidates() -> tuple[str, ...]:
