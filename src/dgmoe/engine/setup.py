@@ -94,7 +94,7 @@ class RunSetup:
     def placed_algorithm(self) -> Algorithm:
         """The algorithm on the run's device, its network compiled block by block with `--compile`
         (`dgmoe.models.compiled`) and its optimisers fused with `--fused-optimizer`: the trainer and `dgmoe
-        bench data` train exactly this. Call it once, before the first step (a resumed state loads after)."""
+        bench data` train exactly this. Idempotent; first called before the first step (a resumed state loads after)."""
         ex = self.cfg.execution
         self.algorithm.to(ex.device)
         if ex.compile:
