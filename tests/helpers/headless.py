@@ -58,6 +58,21 @@ def likeness(shot: np.ndarray, box: dict) -> float:
     return float(np.corrcoef(region.ravel(), np.asarray(figure, dtype=float).ravel())[0, 1])
 
 
+def shown_figures(page: Path, boxes: list[dict], out: Path, profile: Path, width: int, height: int,
+                  attempts: int = 3) -> list[float]:
+    """`likeness` of each image box (probe entries, all on screen) in a screenshot of `page`, the best of up to
+    `attempts` screenshots. Chromium may capture before a tile of an image is rasterised (a white rectangle
+    over part of a figure, seen on a loaded machine), so a screenshot is retaken while some figure is not
+    shown; a figure that is missing or wrong stays unlike its file in every one."""
+    best = [-1.0] * len(boxes)
+    for attempt in range(attempts):
+        shot = screenshot(page, out.with_name(f"{out.stem}-{attempt}{out.suffix}"), profile, width, height)
+        best = [max(b, likeness(shot, box)) for b, box in zip(best, boxes)]
+        if min(best) > 0.9:
+            break
+    return best
+
+
 def dom(page: Path, profile: Path) -> str:
     return run(["--dump-dom", page.as_uri()], profile).stdout
 
