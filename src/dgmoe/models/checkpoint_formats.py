@@ -9,9 +9,14 @@ the `LoadReport`. Formats, first match wins:
 - `openai_clip`: OpenAI's and OpenCLIP's CLIP state dicts (`visual.class_embedding`, `visual.conv1`,
   `visual.transformer.resblocks.N.attn.in_proj_weight`, `visual.proj` [width, embed]);
 - `hf_clip`: Hugging Face `CLIPVisionModel` / `CLIPVisionModelWithProjection` / `CLIPModel`
-  (`vision_model.encoder.layers.N.self_attn.q_proj`, `visual_projection`);
+  (`vision_model.encoder.layers.N.self_attn.q_proj`, `visual_projection`); transformers 5's `CLIPVisionModel`
+  writes the same keys without the `vision_model.` prefix (`embeddings.class_embedding`, `pre_layrnorm`), a
+  declared variant of the format;
 - `dinov2_hub`: the DINOv2 torch.hub `.pth` files (`mask_token`, `register_tokens`, `blocks.N.ls1.gamma`,
   `pos_embed` over the class token and the 518 px grid), converted as timm's `_convert_dinov2`;
+- `hf_dinov2`: Hugging Face `Dinov2Model` / `Dinov2WithRegistersModel` (`embeddings.cls_token`,
+  `encoder.layer.N.attention.attention.query`, `layer_scale1.lambda1`), resampled as transformers' own
+  forward (`HF_DINOV2_OWN`, `HF_DINOV2_REG_OWN`);
 - `timm_clip`: timm's converted CLIP towers, whose `head` is CLIP's projection (`head.bias` zeros);
 - `timm`: timm's (and dgmoe's) own names, as they are.
 """
@@ -137,13 +142,35 @@ DINOV2_OWN = PosResample(antialias=False, offset=0.1, label="bicubic by the fact
 DINOV2_HUB = CheckpointFormat(
     name="dinov2_hub", label="DINOv2 hub checkpoint", markers=("mask_token",), dropped=("mask_token",),
     adapt=_dinov2_tokens, pos_resample=lambda state: None if "reg_token" in state else DINOV2_OWN)
+HF_CLIP_BARE = CheckpointFormat(  # transformers 5's CLIPVisionModel.save_pretrained: no `vision_model.` prefix
+    name="hf_clip", label="Hugging Face CLIPVisionModel state dict (transformers 5, no vision_model. prefix)",
+    markers=("embeddings.class_embedding", "pre_layrnorm.weight"), renames=HF_CLIP.renames, dropped=HF_CLIP.dropped,
+    adapt=HF_CLIP.adapt)
+#: transformers' Dinov2 `interpolate_pos_encoding`: bicubic to the output size, no antialias, no 0.1 offset (unlike
+#: DINOv2's own hub models); its Dinov2WithRegisters: to the size with antialias (timm's and the hub's registers')
+HF_DINOV2_OWN = PosResample(antialias=False, offset=0.0, label="bicubic to the size, no antialias (transformers' "
+                                                                "Dinov2 interpolate_pos_encoding)")
+HF_DINOV2_REG_OWN = PosResample(antialias=True, offset=0.0, label="bicubic to the size with antialias (transformers' "
+                                                                   "Dinov2WithRegisters interpolate_pos_encoding)")
+HF_DINOV2 = CheckpointFormat(
+    name="hf_dinov2", label="Hugging Face Dinov2Model / Dinov2WithRegistersModel state dict",
+    markers=("embeddings.cls_token", "embeddings.patch_embeddings.projection.weight"),
+    renames=(("embeddings.cls_token", "cls_token"), ("embeddings.register_tokens", "register_tokens"),
+             ("embeddings.position_embeddings", "pos_embed"), ("embeddings.patch_embeddings.projection", "patch_embed.proj"),
+             ("encoder.layer.", "blocks."), ("attention.output.dense", "attn.proj"),
+             ("attention.attention.query", "attn.q_proj"), ("attention.attention.key", "attn.k_proj"),
+             ("attention.attention.value", "attn.v_proj"), ("layer_scale1.lambda1", "ls1.gamma"),
+             ("layer_scale2.lambda1", "ls2.gamma"), ("layernorm.", "norm.")),
+    dropped=("embeddings.mask_token",), adapt=_chain(_fuse_qkv, _dinov2_tokens),
+    pos_resample=lambda state: HF_DINOV2_REG_OWN if "reg_token" in state else HF_DINOV2_OWN)
 TIMM_CLIP = CheckpointFormat(
     name="timm_clip", label="timm CLIP tower", markers=("norm_pre.weight", "head.weight"), adapt=_drop_zero_head_bias,
     needs_model_key="proj.weight")
 TIMM = CheckpointFormat(name="timm", label="timm/dgmoe state dict", markers=())
 
 #: detection order: the first format whose markers are all present
-FORMATS: tuple[CheckpointFormat, ...] = (OPENAI_CLIP, OPENAI_CLIP_BARE, HF_CLIP, DINOV2_HUB, TIMM_CLIP, TIMM)
+FORMATS: tuple[CheckpointFormat, ...] = (OPENAI_CLIP, OPENAI_CLIP_BARE, HF_CLIP, HF_CLIP_BARE, HF_DINOV2, DINOV2_HUB,
+                                         TIMM_CLIP, TIMM)
 
 
 def detect_format(state: dict[str, torch.Tensor], model_keys: set[str]) -> CheckpointFormat:
