@@ -193,8 +193,14 @@ def convert(state: dict[str, torch.Tensor], model_keys: set[str]
             ) -> tuple[CheckpointFormat, dict[str, torch.Tensor], list[str], list[str]]:
     """(format, the state dict in timm's names, what was dropped, what was adapted)."""
     fmt = detect_format(state, model_keys)
+    return (fmt, *convert_as(fmt, state, model_keys))
+
+
+def convert_as(fmt: CheckpointFormat, state: dict[str, torch.Tensor], model_keys: set[str]
+               ) -> tuple[dict[str, torch.Tensor], list[str], list[str]]:
+    """(the state dict read as `fmt`, in timm's names; what was dropped; what was adapted)."""
     if fmt is TIMM:
-        return fmt, state, [], []
+        return state, [], []
     out: dict[str, torch.Tensor] = {}
     dropped_groups: dict[str, int] = {}
     for key, value in state.items():
@@ -209,4 +215,26 @@ def convert(state: dict[str, torch.Tensor], model_keys: set[str]
     adapted: list[str] = []
     if fmt.adapt is not None:
         out = fmt.adapt(out, model_keys, adapted)
-    return fmt, out, dropped, adapted
+    return out, dropped, adapted
+
+
+def closest_format(state: dict[str, torch.Tensor], model_keys: set[str]) -> str:
+    """For a file no format's markers match: the format that, read as it, fills the most of the model's keys,
+    and what differs (the marker keys the file lacks), in words for the error."""
+    scores: list[tuple[int, int, CheckpointFormat]] = []
+    for fmt in FORMATS:
+        try:
+            keys = set(convert_as(fmt, state, model_keys)[0])
+        except (RuntimeError, ValueError, KeyError, IndexError):  # a tensor of another shape than the format's
+            keys = set()
+        scores.append((len(keys & model_keys) - len(keys - model_keys), len(keys & model_keys), fmt))
+    timm = scores[-1]  # another format must fit strictly better than timm's names as they are; of equals, the
+    # one whose markers the file lacks fewest of
+    best = max(scores[:-1], key=lambda s: (s[0], -sum(m not in state for m in s[2].markers)))
+    _, score, fmt = best if best[0] > timm[0] else timm
+    found = f"{score} of the model's {len(model_keys)} keys found"
+    lacks = [m for m in fmt.markers if m not in state]
+    if fmt is TIMM or not lacks:
+        return f"closest format: {fmt.label}, {found}"
+    return (f"closest format: {fmt.label}, {found}, but the file lacks its marker key{'s' * (len(lacks) > 1)} "
+            f"{', '.join(repr(m) for m in lacks)}")

@@ -46,6 +46,7 @@ def check_model_name(name: str) -> None:
 
 def create_model(name: str, num_classes: int | None = None, img_size: int | None = None,
                  pretrained: str | Path | None = None, pretrained_antialias: bool = True,
+                 allow_activation_mismatch: bool = False,
                  checkpoint_path: str | Path | None = None, features_only: bool = False,
                  out_indices: int | Sequence[int] | None = None, peft: Any = None, **overrides: Any) -> nn.Module:
     """Build a registered model; `None` values mean "the model's default" (as timm's factory).
@@ -53,7 +54,10 @@ def create_model(name: str, num_classes: int | None = None, img_size: int | None
     `pretrained` is a local checkpoint path (timm/DeiT names, `.safetensors` or `.pth`) adapted to the
     model: dense FFN weights are copied into every expert of the MoE blocks, a head with another class count
     is re-initialised, position/patch embeddings are resampled to the model's grid and patch size
-    (`pretrained_antialias`: as timm >= 0.9, or False as timm 0.5-0.6), and the load report is logged.
+    (`pretrained_antialias`: as timm >= 0.9, or False as timm 0.5-0.6), and the load report is logged. A
+    file whose folder or keys state another FFN activation than the tower's (OpenAI's QuickGELU CLIP into a
+    GELU tower, or the reverse) is refused naming the tower to use; `allow_activation_mismatch` loads it with a
+    warning (`dgmoe.models.flavour`).
 
     `checkpoint_path` is timm's: a file holding this very model's state dict (a fine-tuned checkpoint with
     the same head, a dgmoe run's `best.safetensors`), loaded as-is after construction and strictly (EMA
@@ -93,7 +97,8 @@ def create_model(name: str, num_classes: int | None = None, img_size: int | None
     kwargs = {k: v for k, v in dict(overrides, num_classes=num_classes, img_size=img_size).items() if v is not None}
     model = MODELS.get(name)(**kwargs)
     if pretrained:
-        setattr(model, "load_report", load_pretrained(model, pretrained, antialias=pretrained_antialias))
+        setattr(model, "load_report", load_pretrained(model, pretrained, antialias=pretrained_antialias,
+                                                         allow_activation_mismatch=allow_activation_mismatch))
     config = as_peft(peft)
     if config is not None:
         apply_peft(model, config)

@@ -33,7 +33,7 @@ import torch
 import torch.nn as nn
 
 from dgmoe.errors import UsageError
-from dgmoe.models.checkpoint_formats import convert
+from dgmoe.models.checkpoint_formats import closest_format, convert
 from dgmoe.models.resample import RESIZE_METHODS, PosResample, resample_patch_embed, resize_pos_embed
 from dgmoe.moe.auxiliary import sparse_layers
 
@@ -59,6 +59,7 @@ class LoadReport:
     format: str = "timm"  # the checkpoint format read (`dgmoe.models.checkpoint_formats`)
     dropped: list[str] = field(default_factory=list)  # the file's keys that are not the image tower's
     converted: list[str] = field(default_factory=list)  # how the format's tensors were mapped to timm's
+    activation: str | None = None  # the FFN activation, stated by the file or assumed (`dgmoe.models.flavour`)
 
     def summary(self) -> str:
         parts = [f"loaded {self.path}"]
@@ -68,6 +69,8 @@ class LoadReport:
             parts.append(f"dropped (not the image tower): {', '.join(self.dropped)}")
         if self.converted:
             parts.append(f"converted: {'; '.join(self.converted)}")
+        if self.activation:
+            parts.append(f"activation: {self.activation}")
         if self.expanded:
             parts.append(f"copied dense FFN into experts: {', '.join(self.expanded)}")
         if self.initialised:
@@ -222,39 +225,44 @@ def resolve_checkpoint(source: str | Path) -> Path:
         raise CheckpointError(f"cannot fetch {source} ({type(exc).__name__}: {first}); {OFFLINE_HELP}") from exc
 
 
-def load_pretrained(model: nn.Module, path: str | Path, strict: bool = True, antialias: bool = True) -> LoadReport:
+def load_pretrained(model: nn.Module, path: str | Path, strict: bool = True, antialias: bool = True,
+                    allow_activation_mismatch: bool = False) -> LoadReport:
     """Load a checkpoint into `model` (see module docstring for what is tolerated).
 
     `antialias` chooses how position and patch embeddings are resampled: True as timm >= 0.9, False as
-    timm 0.5-0.6 (plain bicubic; the GMoE authors' code).
+    timm 0.5-0.6 (plain bicubic; the GMoE authors' code). A ViT tower's FFN activation is checked against what
+    the file or its folder states (`dgmoe.models.flavour`): a mismatch is refused, or with
+    `allow_activation_mismatch` loaded with a warning.
     """
     path = resolve_checkpoint(path)
     report = LoadReport(str(path))
-    fmt, state, report.dropped, report.converted = convert(load_checkpoint_file(path), set(model.state_dict()))
+    raw = load_checkpoint_file(path)
+    fmt, state, report.dropped, report.converted = convert(raw, set(model.state_dict()))
     report.format = fmt.name
-    pos = fmt.pos_resample(state) if fmt.pos_resample is not None else None
-    try:
-        state = adapt_state_dict(model, state, report, antialias, pos)
-    except KeyError as e:  # a dense FFN with fc1 but not all of fc1/fc2's weight and bias
-        raise CheckpointMismatchError(f"{path}: missing key {e.args[0]!r} (a sparse block's dense FFN is "
-                                      "incomplete)") from None
-    except (ValueError, RuntimeError) as e:
-        if isinstance(e, CheckpointError | CheckpointMismatchError):
-            raise
-        raise CheckpointMismatchError(f"{path}: cannot adapt it to {type(model).__name__}: {e}") from e
-    own = model.state_dict()
-    missing = [k for k in own if k not in state]
-    initialised = no_dense_value(model, state, report.expanded)
-    classifier = getattr(getattr(model, "info", None), "classifier", "head")
-    head_keys = [k for k in own if k.startswith(f"{classifier}.")]
-    if not any(k in state or k in report.reinitialized for k in head_keys):  # a backbone's file: no classifier
-        initialised.update({k: classifier for k in head_keys})
-    try:
+    _check_activation(model, path, raw, fmt.name, report, allow_activation_mismatch)
+    try:  # a mismatch names the format read, or for a file no format's markers match, the closest one
+        pos = fmt.pos_resample(state) if fmt.pos_resample is not None else None
+        try:
+            state = adapt_state_dict(model, state, report, antialias, pos)
+        except KeyError as e:  # a dense FFN with fc1 but not all of fc1/fc2's weight and bias
+            raise CheckpointMismatchError(f"{path}: missing key {e.args[0]!r} (a sparse block's dense FFN is "
+                                          "incomplete)") from None
+        except (ValueError, RuntimeError) as e:
+            if isinstance(e, CheckpointError | CheckpointMismatchError):
+                raise
+            raise CheckpointMismatchError(f"{path}: cannot adapt it to {type(model).__name__}: {e}") from e
+        own = model.state_dict()
+        missing = [k for k in own if k not in state]
+        initialised = no_dense_value(model, state, report.expanded)
+        classifier = getattr(getattr(model, "info", None), "classifier", "head")
+        head_keys = [k for k in own if k.startswith(f"{classifier}.")]
+        if not any(k in state or k in report.reinitialized for k in head_keys):  # a backbone's file: no classifier
+            initialised.update({k: classifier for k in head_keys})
         check_fit(path, own, state, tolerated={*initialised, *report.reinitialized} if strict else set(missing))
     except CheckpointMismatchError as e:
-        if fmt.name == "timm":
-            raise
-        raise CheckpointMismatchError(f"{e} (read as {fmt.label}: is it this model's family?)") from None
+        note = closest_format(raw, set(model.state_dict())) if fmt.name == "timm" else \
+            f"read as {fmt.label}: is it this model's family?"
+        raise CheckpointMismatchError(f"{e} ({note})") from None
     report.initialised = list(dict.fromkeys(initialised.values()))
     # Keys without a checkpoint value keep the model's own (initial) tensors, so the load itself is strict.
     model.load_state_dict({**{k: own[k] for k in missing}, **state}, strict=True)
@@ -263,6 +271,24 @@ def load_pretrained(model: nn.Module, path: str | Path, strict: bool = True, ant
     # set up (Python's last-resort handler prints warnings): a newcomer's create_model(..., pretrained=) too
     log.log(logging.WARNING if adapted else logging.INFO, report.summary())
     return report
+
+
+def _check_activation(model: nn.Module, path: Path, raw: dict[str, torch.Tensor], fmt: str, report: LoadReport,
+                      allow: bool) -> None:
+    """Refuse (or with `allow`, warn about) a ViT tower whose activation is not the one the file states; the
+    report says the activation when a file states one or when a foundation format's was assumed."""
+    from dgmoe.models.flavour import check_activation
+
+    info = getattr(model, "info", None)
+    if getattr(info, "family", None) != "vit":
+        return
+    said, problem = check_activation(path, raw, info.architecture, info.activation, allow)
+    if problem is not None and not allow:
+        raise CheckpointMismatchError(f"{problem} (allow_activation_mismatch=True loads it anyway)")
+    if problem is not None:
+        log.warning(f"{problem}; loaded anyway (allow_activation_mismatch)")
+    if fmt != "timm" or "stated by" in said or problem is not None:
+        report.activation = said
 
 
 def no_dense_value(model: nn.Module, state: dict[str, torch.Tensor], expanded: Collection[str]) -> dict[str, str]:
