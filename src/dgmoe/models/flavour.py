@@ -51,8 +51,9 @@ def stated_activation(path: str | Path, keys: Mapping[str, Any] | set[str]) -> S
     vision = config.get("vision_config")
     for where, holder in (("config.json vision_config.hidden_act", vision if isinstance(vision, dict) else {}),
                           ("config.json hidden_act", config)):
-        if isinstance(holder.get("hidden_act"), str):
-            return Stated(HF_ACTIVATIONS.get(holder["hidden_act"], holder["hidden_act"]), where)
+        act = holder.get("hidden_act")
+        if isinstance(act, str):
+            return Stated(HF_ACTIVATIONS.get(act, act), where)
     model_cfg = _json(folder / "open_clip_config.json").get("model_cfg")
     if isinstance(model_cfg, dict):
         quick = bool(model_cfg.get("quick_gelu", False))
@@ -75,9 +76,10 @@ def tower_for(name: str, activation: str) -> str | None:
     return twin if twin != name and twin in MODELS else None
 
 
-def check_activation(path: str | Path, keys: Mapping[str, Any] | set[str], name: str, own: str,
-                     allow: bool = False) -> tuple[str, str | None]:
-    """(what the load report says about the activation, the one-line mismatch; None if none). `name`/`own`: the tower's registered name and activation."""
+def check_activation(path: str | Path, keys: Mapping[str, Any] | set[str], name: str, own: str
+                     ) -> tuple[str, str | None]:
+    """(what the load report says about the activation (if the load goes on), the one-line mismatch or None).
+    `name`, `own`: the tower's registered name and activation."""
     stated = stated_activation(path, keys)
     if stated is None:
         return f"{own} (assumed: the tower's own; the file states none)", None

@@ -279,10 +279,10 @@ def _check_activation(model: nn.Module, path: Path, raw: dict[str, torch.Tensor]
     report says the activation when a file states one or when a foundation format's was assumed."""
     from dgmoe.models.flavour import check_activation
 
-    info = getattr(model, "info", None)
+    info: Any = getattr(model, "info", None)
     if getattr(info, "family", None) != "vit":
         return
-    said, problem = check_activation(path, raw, info.architecture, info.activation, allow)
+    said, problem = check_activation(path, raw, info.architecture, info.activation)
     if problem is not None and not allow:
         raise CheckpointMismatchError(f"{problem} (allow_activation_mismatch=True loads it anyway)")
     if problem is not None:
