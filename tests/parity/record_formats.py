@@ -168,6 +168,39 @@ def record_peft_lora(cases: list, io: dict, command: str) -> None:
                                 "merge_and_unload()(x) as .merged"))
 
 
+def record_peft_lora_open_clip(cases: list, io: dict, command: str) -> None:
+    """peft's LoRA on open_clip's image tower (`CLIP.visual`), on the FFN's c_fc and c_proj: open_clip's
+    attention is torch's nn.MultiheadAttention, whose forward reads out_proj's weight without calling it, so a
+    LoRA there would be inert in open_clip."""
+    import open_clip
+    import peft
+    from open_clip.model import CLIP
+    from peft import LoraConfig, get_peft_model
+    from safetensors.torch import save_file
+
+    vision = dict(layers=DEPTH, width=WIDTH, head_width=WIDTH // HEADS, patch_size=8, image_size=32)
+    text = dict(context_length=8, vocab_size=50, width=16, heads=2, layers=1)
+    tower = CLIP(embed_dim=48, quick_gelu=True, vision_cfg=vision, text_cfg=text).visual.eval()
+    base_state = _random_state(tower, 9920)
+    folder = _folder("peft_lora_open_clip")
+    save_file({k: v.contiguous() for k, v in base_state.items()}, str(folder / "base.safetensors"))
+    model = get_peft_model(tower, LoraConfig(r=2, lora_alpha=6, target_modules=["c_fc", "c_proj"])).eval()
+    with torch.no_grad():
+        for i, (key, value) in enumerate(sorted((k, v) for k, v in model.state_dict().items() if "lora_" in k)):
+            value.copy_(_normal(9960 + i, value.shape, 0.2))
+    model.save_pretrained(str(folder / "adapter"))
+    (folder / "adapter" / "README.md").unlink(missing_ok=True)
+    x = _normal(9995, (2, 3, 32, 32))
+    with torch.no_grad():
+        io["peft_lora_open_clip.x"], io["peft_lora_open_clip.out"] = x, model(x)
+    cases.append(dict(case="peft_lora_open_clip", peer="peft", peer_version=peft.__version__,
+                      open_clip_version=open_clip.__version__, command=command, folder=_rel(folder),
+                      model="vit_base_patch16_clip_quickgelu_224", overrides=dict(CLIP_TINY, proj_dim=48),
+                      peer_call="open_clip CLIP(quick_gelu=True).visual with base.safetensors; get_peft_model("
+                                "LoraConfig(r=2, lora_alpha=6, target_modules=['c_fc', 'c_proj'])), adapter weights "
+                                "random, save_pretrained(adapter/); model(x)"))
+
+
 if __name__ == "__main__":
     import transformers
 
@@ -181,7 +214,7 @@ if __name__ == "__main__":
     cases: list = []
     io: dict = {}
     recorders = (record_hf_clip,) if five else (record_hf_dinov2, record_hf_clip, record_open_clip_folder,
-                                                  record_peft_lora)
+                                                  record_peft_lora, record_peft_lora_open_clip)
     for record in recorders:
         record(cases, io, command)
     # the other run's cases are kept

@@ -1,0 +1,48 @@
+"""`dgmoe export peft RUN_DIR --out DIR`: a `--peft lora` run's LoRA weights (and its classifier) as a peft adapter
+folder, `adapter_config.json` + `adapter_model.safetensors` in peft's key names (`dgmoe.models.peft_interop`),
+which peft's `PeftModel.from_pretrained` loads onto the run's timm-named architecture with its base weights.
+Both files are written atomically, and an existing adapter in DIR is never overwritten."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from dgmoe.errors import UsageError
+from dgmoe.settings import Settings, existing_folder, setting
+
+
+@dataclass(frozen=True)
+class PeftExport(Settings):
+    """`dgmoe export peft RUN_DIR --out DIR`."""
+
+    run_dir: str = setting("", "A finished (or checkpointed) `--peft lora` run folder.", argument=True, required=True,
+                           parser=existing_folder)
+    out_dir: str = setting("", "The adapter folder to write (adapter_config.json, adapter_model.safetensors).",
+                           flags=("--out",), required=True)
+    which: str = setting("best", "Which of the run's weights: best (training-domain validation) or last.",
+                         choices=("best", "last"))
+
+
+def export_peft(options: PeftExport) -> Path:
+    """Write the run's LoRA as a peft adapter folder; returns it. Refused before anything is written when the
+    run is not a LoRA run or DIR already holds an adapter."""
+    from safetensors.torch import save_file
+
+    from dgmoe.engine.checkpoint import load_run
+    from dgmoe.engine.io import atomic_path, write_json_atomic
+    from dgmoe.models.peft_interop import ADAPTER_CONFIG, ADAPTER_WEIGHTS, peft_adapter
+
+    out = Path(options.out_dir)
+    taken = [name for name in (ADAPTER_CONFIG, ADAPTER_WEIGHTS) if (out / name).exists()]
+    if taken:
+        raise UsageError(f"--out {out} already holds {taken[0]}; choose another folder (nothing is overwritten)")
+    network, config = load_run(options.run_dir, options.which)
+    base = config.get("model_build", {}).get("name")
+    try:
+        adapter, tensors = peft_adapter(network, base_model=base)
+    except UsageError as e:
+        raise UsageError(f"{options.run_dir}: {e}") from None
+    with atomic_path(out / ADAPTER_WEIGHTS) as tmp:
+        save_file(tensors, str(tmp), metadata={"format": "pt"})
+    write_json_atomic(out / ADAPTER_CONFIG, adapter)
+    return out
