@@ -51,6 +51,22 @@ def test_a_peft_adapter_imported_computes_peft_output(name, io):
     assert (plain - io[f"{name}.out"]).abs().max() > 1e-3  # the adapter matters: the check can fail
 
 
+def test_an_adapter_on_a_whole_open_clip_model_imports_its_image_tower(io, tmp_path):
+    """peft on a whole open_clip CLIP names the image tower's modules `visual.*`; the text tower's LoRA (here
+    on its own c_fc) is not the image tower's and is left out."""
+    source = _adapter("peft_lora_open_clip")
+    tensors = {k.replace("base_model.model.", "base_model.model.visual."): v
+               for k, v in load_file(str(source / "adapter_model.safetensors")).items()}
+    text = {k.replace("visual.", ""): torch.ones_like(v) for k, v in tensors.items() if "resblocks.0.mlp.c_fc" in k}
+    save_file({**tensors, **text}, str(tmp_path / "adapter_model.safetensors"))
+    shutil.copy(source / "adapter_config.json", tmp_path / "adapter_config.json")
+    model = _base("peft_lora_open_clip")
+    import_peft_adapter(model, tmp_path)
+    with torch.no_grad():
+        out = model.eval()(io["peft_lora_open_clip.x"])
+    torch.testing.assert_close(out, io["peft_lora_open_clip.out"], rtol=1e-5, atol=1e-5)
+
+
 def test_merged_weights_give_the_unmerged_outputs(io):
     model = _base("peft_lora")
     import_peft_adapter(model, _adapter("peft_lora"))
@@ -165,6 +181,10 @@ def test_dgmoe_export_peft_writes_a_runs_lora_that_imports_to_its_outputs(cli, t
         torch.testing.assert_close(model(x), network(x), rtol=1e-5, atol=1e-5)
     again = cli("export", "peft", run, "--out", out)
     assert again.exit_code == 2 and "already holds" in again.output and "\n" not in again.output.strip()
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    result = cli("export", "peft", run, "--out", afile)
+    assert result.exit_code == 2 and "is a file" in result.output and afile.read_text() == "x"
 
 
 def test_dgmoe_export_peft_refuses_a_run_without_lora(cli, tmp_path):

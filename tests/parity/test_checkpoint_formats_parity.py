@@ -64,6 +64,20 @@ def test_hf_dinov2_equals_transformers_forward(name, size, io):
     torch.testing.assert_close(tokens, io[f"{name}.{size}.last_hidden_state"], rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("name, sparse", [("hf_dinov2", "gmoe_small_patch14_dinov2"),
+                                          ("hf_dinov2_reg4", "gmoe_small_patch14_reg4_dinov2"),
+                                          ("hf5_clip_vision", "gmoe_base_patch16_clip_224")])
+def test_gmoe_from_a_hugging_face_file_is_the_dense_tower(name, sparse, io):
+    """GMoE App. C.2: experts copied from the FFN the file holds, so the sparse model computes the peer's."""
+    size = 224 if "dinov2" in name else None
+    model = _load(name, sparse, moe_layers=[0, 1], **({"img_size": size} if size else {}))
+    assert model.load_report.expanded == ["blocks.0.mlp", "blocks.1.mlp"]
+    x = io[f"hf_dinov2_input.{size}.x"].float() if size else io[f"{name}.x"]
+    with torch.no_grad():
+        out = model(x)
+    torch.testing.assert_close(out, io[f"{name}.224.pooler_output" if size else f"{name}.out"], rtol=1e-4, atol=1e-4)
+
+
 def test_hf_dinov2_resamples_as_transformers_not_as_the_hub_nor_timm(io):
     """The check can fail: transformers' Dinov2 interpolates to the size without antialias, unlike timm's
     default (antialias) and DINOv2's hub code ((new + 0.1) / old), and each gives other tokens."""

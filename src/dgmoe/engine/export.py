@@ -33,6 +33,8 @@ def export_peft(options: PeftExport) -> Path:
     from dgmoe.models.peft_interop import ADAPTER_CONFIG, ADAPTER_WEIGHTS, peft_adapter
 
     out = Path(options.out_dir)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file; give the adapter folder to write")
     taken = [name for name in (ADAPTER_CONFIG, ADAPTER_WEIGHTS) if (out / name).exists()]
     if taken:
         raise UsageError(f"--out {out} already holds {taken[0]}; choose another folder (nothing is overwritten)")
