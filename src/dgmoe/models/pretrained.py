@@ -284,7 +284,8 @@ def _check_activation(model: nn.Module, path: Path, raw: dict[str, torch.Tensor]
         return
     said, problem = check_activation(path, raw, info.architecture, info.activation)
     if problem is not None and not allow:
-        raise CheckpointMismatchError(f"{problem} (allow_activation_mismatch=True loads it anyway)")
+        raise CheckpointMismatchError(f"{problem} (create_model's allow_activation_mismatch=True, on the command "
+                                      "line --model-kwargs '{\"allow_activation_mismatch\": true}', loads it anyway)")
     if problem is not None:
         log.warning(f"{problem}; loaded anyway (allow_activation_mismatch)")
     if fmt != "timm" or "stated by" in said or problem is not None:
