@@ -1,7 +1,8 @@
 """Loading timm/DeiT checkpoints from local files into dgmoe models (GMoE App. C.2), and the foundation
-models' own formats (OpenAI/OpenCLIP, Hugging Face CLIP, DINOv2 hub), first mapped to timm's names by their
-declared key maps (`dgmoe.models.checkpoint_formats`; the report says the format, what was dropped and how
-tensors were converted).
+models' own formats (OpenAI/OpenCLIP, Hugging Face CLIP and DINOv2, DINOv2 hub), first mapped to timm's names
+by their declared key maps (`dgmoe.models.checkpoint_formats`; the report says the format, what was dropped,
+how tensors were converted and the activation, checked against what the file states: `dgmoe.models.flavour`).
+A file no format matches that does not fit is refused naming the closest format and what differs.
 
 Safe by construction: `.safetensors` through safetensors, `.pth`/`.pt`/`.bin` through
 `torch.load(weights_only=True)`, so no arbitrary object is ever unpickled. Loading is strict: every key
