@@ -12,11 +12,11 @@ the `LoadReport`. Formats, first match wins:
   (`vision_model.encoder.layers.N.self_attn.q_proj`, `visual_projection`); transformers 5's `CLIPVisionModel`
   writes the same keys without the `vision_model.` prefix (`embeddings.class_embedding`, `pre_layrnorm`), a
   declared variant of the format;
-- `dinov2_hub`: the DINOv2 torch.hub `.pth` files (`mask_token`, `register_tokens`, `blocks.N.ls1.gamma`,
-  `pos_embed` over the class token and the 518 px grid), converted as timm's `_convert_dinov2`;
 - `hf_dinov2`: Hugging Face `Dinov2Model` / `Dinov2WithRegistersModel` (`embeddings.cls_token`,
   `encoder.layer.N.attention.attention.query`, `layer_scale1.lambda1`), resampled as transformers' own
   forward (`HF_DINOV2_OWN`, `HF_DINOV2_REG_OWN`);
+- `dinov2_hub`: the DINOv2 torch.hub `.pth` files (`mask_token`, `register_tokens`, `blocks.N.ls1.gamma`,
+  `pos_embed` over the class token and the 518 px grid), converted as timm's `_convert_dinov2`;
 - `timm_clip`: timm's converted CLIP towers, whose `head` is CLIP's projection (`head.bias` zeros);
 - `timm`: timm's (and dgmoe's) own names, as they are.
 """
