@@ -7,10 +7,10 @@ the weights are regenerated from each case's manifest (numpy seeds by the peer's
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
+from clip_fixtures import clip_fixture_file
+from safetensors.torch import load_file
 
 import dgmoe
 from dgmoe.models import text_tower as tt
@@ -32,21 +32,6 @@ BASES = {("b16", "quick_gelu"): tt.OPENAI_B16_TEXT, ("b16", "gelu"): tt.OPENCLIP
 @pytest.fixture(scope="module")
 def io():
     return load_file(str(FIXTURES / "clip_text_io.safetensors"))
-
-
-def _file(case: dict, io: dict, folder: Path) -> Path:
-    """The peer's state dict regenerated from the case's manifest, written in the peer's own file format."""
-    state = {key: torch.from_numpy(np.asarray(np.random.RandomState(seed).standard_normal(tuple(shape)) * scale
-                                              + offset, dtype=np.float32).reshape(tuple(shape)))
-             for key, shape, seed, scale, offset in case["state"]}
-    prefix = f"{case['case']}.state."
-    state.update({k[len(prefix):]: v for k, v in io.items() if k.startswith(prefix)})
-    path = folder / f"{case['case']}.{case['format']}"
-    if case["format"] == "safetensors":
-        save_file(state, str(path))
-    else:
-        torch.save(state, path)
-    return path
 
 
 def test_fixtures_name_their_peer_version_and_command(io):
@@ -76,7 +61,7 @@ def test_tokenizer_cuts_long_text_with_the_end_token_last_and_round_trips():
 def test_text_features_equal_the_peers(name, io, tmp_path):
     case = CASES[name]
     shape = "b16" if name.endswith("b16") or "_b16_" in name else "l14"
-    tower = load_text_tower(BASES[(shape, case["activation"])], _file(case, io, tmp_path)).eval()
+    tower = load_text_tower(BASES[(shape, case["activation"])], clip_fixture_file(case["case"], tmp_path, io)).eval()
     assert (tower.config.width, tower.config.heads, tower.config.layers) == (case["width"], case["heads"],
                                                                                case["layers"])
     assert tower.config.width // tower.config.heads == 64  # the real B/16 and L/14 text towers' head width
@@ -102,7 +87,7 @@ class Folded:
 
 def test_zero_shot_classifier_and_logits_equal_open_clips(io, tmp_path):
     case = CASES["zero_shot"]
-    path = _file(case, io, tmp_path)
+    path = clip_fixture_file(case["case"], tmp_path, io)
     model = dgmoe.create_model(case["image_model"], pretrained=str(path), text_head=True,
                                **case["image_overrides"]).eval()
     tower = load_text_tower(tt.OPENAI_B16_TEXT, path).eval()

@@ -283,8 +283,9 @@ def _run_loop(cfg: RunConfig, setup: RunSetup, writer: RunWriter, run_log: RunLo
         if n_steps == 0 and start == 0:  # --steps 0: the initial network evaluated once, as step 0 (zero-shot)
             with autocast:
                 record = _checkpoint(0, cfg, setup, writer, progress, sums, info, eval_batches)
-            for sink in sinks if record is not None else ():
-                sink.checkpoint(record)
+            for sink in sinks:
+                if record is not None:
+                    sink.checkpoint(record)
     except (KeyboardInterrupt, Interrupted) as e:
         how = str(e) if isinstance(e, Interrupted) else "stopped by SIGINT (Ctrl-C)"
         kept = (f"checkpoints up to step {writer.last_saved_step} are kept; re-run the same command to resume "

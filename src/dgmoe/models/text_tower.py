@@ -111,6 +111,7 @@ class TextTransformer(nn.Module):
         nn.init.normal_(self.token_embedding.weight, std=0.02)
         nn.init.normal_(self.positional_embedding, std=0.01)
         proj_std, attn_std, fc_std = (width ** -0.5) * ((2 * layers) ** -0.5), width ** -0.5, (2 * width) ** -0.5
+        block: Any  # a dgmoe Block: attn.qkv, attn.proj, mlp.fc1, mlp.fc2
         for block in self.blocks:
             nn.init.normal_(block.attn.qkv.weight, std=attn_std)
             nn.init.zeros_(block.attn.qkv.bias)

@@ -55,9 +55,13 @@ def class_embeddings(tower: TextTransformer, class_names: Sequence[str], templat
                      tokenize: Tokenize | None = None, batch_classes: int = 10) -> torch.Tensor:
     """[classes, embed] normalised mean of each class's normalised prompt embeddings (open_clip's
     `build_zero_shot_classifier`, transposed). `tokenize`: CLIP's tokenizer unless given."""
-    tokenize = tokenize or clip_tokenizer()
     if not class_names or not templates:
         raise UsageError("a text head needs at least one class name and one prompt template")
+    if tokenize is None:
+        tokenize = clip_tokenizer()
+        if tower.config.vocab_size < tokenize.vocab_size:
+            raise UsageError(f"the text tower has {tower.config.vocab_size} token ids but CLIP's tokenizer has "
+                             f"{tokenize.vocab_size}: not a CLIP text tower")
     device = next(tower.parameters()).device
     out = []
     for start in range(0, len(class_names), batch_classes):
