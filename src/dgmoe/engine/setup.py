@@ -139,31 +139,38 @@ def check_device(device: str) -> None:
         raise UsageError(f"--device {device}: MPS is not available on this machine; use --device cpu")
 
 
-def text_head_source(cfg: RunConfig, info: ModelInfo, dataset: MultiDomainDataset) -> Callable[[nn.Module], None]:
-    """For `--head zeroshot`: everything checked (a CLIP tower, the text tower's file, the templates, the class
-    names) before the network is built; returns what writes CLIP's zero-shot classifier into it. The text tower
-    is read from --text-pretrained or --pretrained; a stand-in tower without weights uses its seeded random text
-    tower (tests, smoke runs)."""
+def run_text_tower(cfg: RunConfig, info: ModelInfo) -> Any:
+    """The run's CLIP text tower (a `dgmoe.models.text_tower.TextTransformer`): the one that goes with the image
+    tower `info`, read from --text-pretrained or --pretrained; a stand-in image tower without weights gets its
+    text tower's seeded random initialisation (tests, smoke runs). One-line errors for a tower that is not CLIP's,
+    a missing file, a file without a text tower."""
     from dgmoe.models.text_formats import load_text_tower
     from dgmoe.models.text_tower import STAND_INS, TextTransformer, text_config
-    from dgmoe.models.zeroshot import init_text_head
 
     model = cfg.model
     base = text_config(info.tower, model.name)
-    names = prompt_class_names(dataset.name, dataset.classes)
-    prompts = templates(model.prompt_templates)
     source = model.text_pretrained or model.pretrained
-    if source is None and (info.tower is None or info.tower[0] not in STAND_INS):
+    if source is not None:
+        return load_text_tower(base, source)
+    if info.tower is None or info.tower[0] not in STAND_INS:
         raise UsageError(f"--head zeroshot needs CLIP's text tower: give --pretrained (a full CLIP file) or "
                          f"--text-pretrained for --model {model.name}")
-    if source is not None:
-        tower = load_text_tower(base, source)
-    else:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed_hash(cfg.seeds.seed, "text tower"))
-            tower = TextTransformer(base)
-    def write(network: nn.Module) -> None:
-        init_text_head(network, tower, names, prompts)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed_hash(cfg.seeds.seed, "text tower"))
+        return TextTransformer(base)
+
+
+def text_head_source(cfg: RunConfig, info: ModelInfo, dataset: MultiDomainDataset) -> Callable[[nn.Module], None]:
+    """For `--head zeroshot`: everything checked (a CLIP tower, the text tower's file, the templates, the class
+    names) before the network is built; returns what writes CLIP's zero-shot classifier into it."""
+    from dgmoe.models.zeroshot import init_text_head
+
+    names = prompt_class_names(dataset.name, dataset.classes)
+    prompts = templates(cfg.model.prompt_templates)
+    tower = run_text_tower(cfg, info)
+
+    def write(network: nn.Module) -> None:  # the prompts encoded on the run's device; the tower is not kept
+        init_text_head(network, tower.to(cfg.execution.device).eval(), names, prompts)
     return write
 
 
