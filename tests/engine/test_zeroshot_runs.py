@@ -34,6 +34,7 @@ def test_a_zero_shot_evaluation_is_a_run_folder_that_results_and_report_read(tmp
     assert run(["report", str(out)]) == 0 and (out / "report" / "index.html").exists()
     # the run's weights load back into the network its config.json describes: a TextHead, CLIP's logits
     config = json.loads((out / "config.json").read_text())
+    assert "seeded random text tower" in config["model_build"]["text_load"]  # said: no CLIP weights made this head
     network = build_network(config)
     network.load_state_dict(load_file(str(out / "model.safetensors")))
     head = network.get_classifier()
@@ -134,7 +135,10 @@ def test_one_hugging_face_clipmodel_file_gives_both_towers_of_a_zero_shot_run(tm
     assert run(["train", *MICRO[:2], "--model", "vit_base_patch16_clip_quickgelu_224", "--patch-size", "7",
                 "--model-kwargs", kwargs, "--pretrained", str(path), *MICRO[4:], "--prompt-templates", "domainbed",
                 "--steps", "0", "--output-dir", str(out)]) == 0, capsys.readouterr().err
-    network = build_network(json.loads((out / "config.json").read_text()))
+    config = json.loads((out / "config.json").read_text())
+    assert "read as hf_clip" in config["model_build"]["text_load"] and "2 class names x 1 templates" in \
+        config["model_build"]["text_load"]
+    network = build_network(config)
     network.load_state_dict(load_file(str(out / "model.safetensors")))
     norms = network.get_classifier().weight.norm(dim=1)
     expected = state["logit_scale"].exp().item()  # CLIPModel's own logit_scale

@@ -77,7 +77,9 @@ class RunSetup:
                            "in": [len(s[0]) for s in self.splits], "out": [len(s[1]) for s in self.splits],
                            "uda": {str(i): len(idx) for i, idx in self.uda.items()}},
                 "model_build": {"name": self.cfg.model.name, "kwargs": self.model_kwargs,
-                                "pretrained_load": report.summary() if report is not None else None},
+                                "pretrained_load": report.summary() if report is not None else None,
+                                **({"text_load": self.network.text_load} if hasattr(self.network, "text_load")
+                                   else {})},
                 "model_info": model_info(self.network).to_dict(),
                 "n_steps": self.n_steps, "checkpoint_freq": self.checkpoint_freq}
 
@@ -169,8 +171,12 @@ def text_head_source(cfg: RunConfig, info: ModelInfo, dataset: MultiDomainDatase
     prompts = templates(cfg.model.prompt_templates)
     tower = run_text_tower(cfg, info)
 
+    report = getattr(tower, "load_report", None)
+    said = report.summary() if report is not None else "the stand-in's seeded random text tower (no weights exist)"
+
     def write(network: nn.Module) -> None:  # the prompts encoded on the run's device; the tower is not kept
         init_text_head(network, tower.to(cfg.execution.device).eval(), names, prompts)
+        setattr(network, "text_load", f"{said}; {len(names)} class names x {len(prompts)} templates")
     return write
 
 
