@@ -103,6 +103,10 @@ class ModelConfig(_Section):
             raise ConfigError(f"{flag('pretrained')} must be a checkpoint file, got {self.pretrained!r}; "
                               f"{OFFLINE_HELP}")
         super().__post_init__()
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        unread = [name for name in ("prompt_templates", "text_pretrained") if getattr(self, name) != defaults[name]]
+        if self.head == defaults["head"] and unread:
+            raise ConfigError(f"{flag(unread[0])} is read by --head zeroshot only; add --head zeroshot or leave it out")
 
     def peft_config(self) -> PeftConfig:
         """The `PeftConfig` of these settings (a `ConfigError` naming the flag when they do not fit together,
