@@ -103,9 +103,14 @@ class ModelConfig(_Section):
             raise ConfigError(f"{flag('pretrained')} must be a checkpoint file, got {self.pretrained!r}; "
                               f"{OFFLINE_HELP}")
         super().__post_init__()
-        defaults = {f.name: f.default for f in dataclasses.fields(self)}
-        unread = [name for name in ("prompt_templates", "text_pretrained") if getattr(self, name) != defaults[name]]
-        if self.head == defaults["head"] and unread:
+
+    def check_head(self) -> None:
+        """A `ConfigError` for text-head settings given without `--head zeroshot` (they would be ignored);
+        checked when the run is prepared (each setting alone stays a valid config)."""
+        defaults = ModelConfig()
+        unread = [name for name in ("prompt_templates", "text_pretrained")
+                  if getattr(self, name) != getattr(defaults, name)]
+        if self.head == defaults.head and unread:
             raise ConfigError(f"{flag(unread[0])} is read by --head zeroshot only; add --head zeroshot or leave it out")
 
     def peft_config(self) -> PeftConfig:
