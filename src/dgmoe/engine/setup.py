@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -14,12 +14,13 @@ from dgmoe.algorithms.base import Algorithm
 from dgmoe.data import check_test_envs, domain_splits, get_dataset, get_spec, get_transforms, uda_splits
 from dgmoe.data.base import MultiDomainDataset
 from dgmoe.data.loaders import EvalBatches, TrainBatches
+from dgmoe.data.prompts import prompt_class_names, templates
 from dgmoe.engine.config import RunConfig
 from dgmoe.engine.hparams import run_hparams
 from dgmoe.errors import UsageError
 from dgmoe.models import MODELS, create_model
 from dgmoe.models.compiled import compile_blocks
-from dgmoe.models.info import describe_model, model_info
+from dgmoe.models.info import ModelInfo, describe_model, model_info
 from dgmoe.seeding import seed_everything, seed_hash
 
 
@@ -76,7 +77,9 @@ class RunSetup:
                            "in": [len(s[0]) for s in self.splits], "out": [len(s[1]) for s in self.splits],
                            "uda": {str(i): len(idx) for i, idx in self.uda.items()}},
                 "model_build": {"name": self.cfg.model.name, "kwargs": self.model_kwargs,
-                                "pretrained_load": report.summary() if report is not None else None},
+                                "pretrained_load": report.summary() if report is not None else None,
+                                **({"text_load": self.network.text_load} if hasattr(self.network, "text_load")
+                                   else {})},
                 "model_info": model_info(self.network).to_dict(),
                 "n_steps": self.n_steps, "checkpoint_freq": self.checkpoint_freq}
 
@@ -138,11 +141,51 @@ def check_device(device: str) -> None:
         raise UsageError(f"--device {device}: MPS is not available on this machine; use --device cpu")
 
 
+def run_text_tower(cfg: RunConfig, info: ModelInfo) -> Any:
+    """The run's CLIP text tower (a `dgmoe.models.text_tower.TextTransformer`): the one that goes with the image
+    tower `info`, read from --text-pretrained or --pretrained; a stand-in image tower without weights gets its
+    text tower's seeded random initialisation (tests, smoke runs). One-line errors for a tower that is not CLIP's,
+    a missing file, a file without a text tower."""
+    from dgmoe.models.text_formats import load_text_tower
+    from dgmoe.models.text_tower import STAND_INS, TextTransformer, text_config
+
+    model = cfg.model
+    base = text_config(info.tower, model.name)
+    source = model.text_pretrained or model.pretrained
+    if source is not None:
+        return load_text_tower(base, source)
+    if info.tower is None or info.tower[0] not in STAND_INS:
+        raise UsageError(f"--head zeroshot needs CLIP's text tower: give --pretrained (a full CLIP file) or "
+                         f"--text-pretrained for --model {model.name}")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed_hash(cfg.seeds.seed, "text tower"))
+        return TextTransformer(base)
+
+
+def text_head_source(cfg: RunConfig, info: ModelInfo, dataset: MultiDomainDataset) -> Callable[[nn.Module], None]:
+    """For `--head zeroshot`: everything checked (a CLIP tower, the text tower's file, the templates, the class
+    names) before the network is built; returns what writes CLIP's zero-shot classifier into it."""
+    from dgmoe.models.zeroshot import init_text_head
+
+    names = prompt_class_names(dataset.name, dataset.classes)
+    prompts = templates(cfg.model.prompt_templates)
+    tower = run_text_tower(cfg, info)
+
+    report = getattr(tower, "load_report", None)
+    said = report.summary() if report is not None else "the stand-in's seeded random text tower (no weights exist)"
+
+    def write(network: nn.Module) -> None:  # the prompts encoded on the run's device; the tower is not kept
+        init_text_head(network, tower.to(cfg.execution.device).eval(), names, prompts)
+        setattr(network, "text_load", f"{said}; {len(names)} class names x {len(prompts)} templates")
+    return write
+
+
 def prepare_run(cfg: RunConfig) -> RunSetup:
     """Resolve names, hyperparameters, data and splits; raise a specific error on any bad input."""
     data, model, alg, seeds = cfg.data, cfg.model, cfg.algorithm, cfg.seeds
     check_device(cfg.execution.device)
     MODELS.get(model.name)                  # unknown names fail before data is read
+    model.check_head()
     algorithm_cls = get_algorithm(alg.name)
     spec = get_spec(data.dataset)
     dataset = get_dataset(data.dataset, cfg.execution.data_dir, data.img_size, n_per_domain=data.n_per_domain)
@@ -177,8 +220,13 @@ def prepare_run(cfg: RunConfig) -> RunSetup:
     model_kwargs.update({kw: hparams[name] for name, kw in info.hparam_kwargs.items() if name in hparams})
     if model.pretrained:
         model_kwargs.update(pretrained=model.pretrained, pretrained_antialias=model.pretrained_antialias)
+    text = text_head_source(cfg, info, dataset) if model.head == "zeroshot" else None
+    if text is not None:
+        model_kwargs["text_head"] = True
     seed_everything(seeds.seed)
     network = built(lambda: create_model(model.name, **model_kwargs))
+    if text is not None:
+        text(network)
     try:
         algorithm = algorithm_cls(network, dataset.num_classes, len(train_envs), hparams)
     except UsageError:
@@ -187,7 +235,8 @@ def prepare_run(cfg: RunConfig) -> RunSetup:
         raise UsageError(f"--algorithm {alg.name} rejects its hyperparameters {alg.hparams or ''}: {e}") from e
     splits, uda = uda_splits(domain_splits(dataset, data.holdout_fraction, seeds.trial_seed), test_envs,
                              data.uda_holdout_fraction, seeds.trial_seed)
+    n_steps = spec.n_steps if cfg.training.steps is None else cfg.training.steps  # 0: evaluate once
     return RunSetup(cfg, dataset, hparams, splits,
                     test_envs, train_envs, img_size, train_tf, eval_tf,
-                    cfg.training.steps or spec.n_steps, cfg.training.checkpoint_freq or spec.checkpoint_freq,
+                    n_steps, cfg.training.checkpoint_freq or spec.checkpoint_freq,
                     model_kwargs, network, algorithm, uda)
