@@ -36,7 +36,7 @@ def results_tables(
     """
     from dgmoe.report.protocol import protocol_block
     from dgmoe.report.selected import selected_table
-    from dgmoe.report.shifts import read_fits, shift_datasets, shift_table, suite_of
+    from dgmoe.report.shifts import OOP_TITLE, oop_key, read_fits, shift_datasets, shift_table, suite_of
     from dgmoe.report.wilds import has_worst_group, wilds_datasets, wilds_runs, wilds_tables, worst_group_table
 
     if records.empty:
@@ -71,7 +71,9 @@ def results_tables(
                 tables.append(dataset_table(records, sweep, d, latex, names))
                 if hparams:
                     tables.append(selected_table(records, sweep, d, latex, names))
-                if has_worst_group(records, d):
+                if (oop := oop_key(d)) is not None:  # DomainBed-OOP: the test domain's out-of-pretraining images
+                    tables.append(worst_group_table(records, sweep, d, latex, names, oop, OOP_TITLE.format(d)))
+                elif has_worst_group(records, d):
                     tables.append(worst_group_table(records, sweep, d, latex, names))
             tables.append(averages_table(records, sweep, datasets, latex, complete_trials, names))
         if tables:

@@ -1,7 +1,8 @@
 """The distribution-shift table: a suite's in-distribution accuracy, every shift's accuracy and, given a
 baseline testbed, every shift's effective robustness (Taori et al., NeurIPS 2020, Sec. 3), from runs that train
 on the suite's training domain and hold out all the others (ImageNet -> ImageNet-val, -V2, -R, -Sketch, -A,
-ObjectNet: WiSE-FT, Wortsman et al., CVPR 2022, Table 1; FLYP, Goyal et al., CVPR 2023, Table 1).
+ObjectNet: WiSE-FT, Wortsman et al., CVPR 2022, Table 1; FLYP, Goyal et al., CVPR 2023, Table 1). DomainBed-OOP
+datasets get, beside DomainBed's tables, the test domain's accuracy on its out-of-pretraining images (`oop_key`).
 
 Cells are accuracies over each whole held-out domain (`env{i}_acc_all`, `dgmoe.engine.evaluate`) at the
 checkpoint training-domain validation picks (the best mean `out` accuracy over the training domains, then the
@@ -34,6 +35,17 @@ def suite_of(dataset: str) -> ShiftSuite | None:
     from dgmoe.data.catalogue import DATASETS  # (the catalogue imports torch)
 
     return DATASETS.get(dataset).shifts if dataset in DATASETS else None
+
+
+def oop_key(dataset: str) -> str | None:
+    """The record key suffix of a DomainBed-OOP dataset's out-of-pretraining accuracy (`dgmoe.data.shifts.oop`;
+    None for other datasets)."""
+    from dgmoe.data.shifts import oop  # (the catalogue imports torch)
+
+    return f"acc_{oop.FIELD}:{oop.GROUPS[1]}" if dataset in {s.name for s in oop.SPECS} else None
+
+
+OOP_TITLE = "{}: accuracy on the test domain's out-of-pretraining images (DomainBed-OOP, Teterwak et al., ICLR 2025)"
 
 
 def shift_datasets(records: pd.DataFrame) -> list[str]:
