@@ -186,7 +186,12 @@ class LogitFit:
     source: str
 
     def baseline(self, id_acc: float) -> float:
-        return 1.0 / (1.0 + math.exp(-(self.slope * _logit(id_acc) + self.intercept)))
+        """The line's OOD accuracy at `id_acc`; at 0 and 1 (no logit) its limit there."""
+        if not 0.0 < id_acc < 1.0:
+            z = math.copysign(math.inf, (id_acc - 0.5) * self.slope) if self.slope else self.intercept
+        else:
+            z = self.slope * _logit(id_acc) + self.intercept
+        return 1.0 / (1.0 + math.exp(-z)) if math.isfinite(z) else float(z > 0)
 
     @classmethod
     def fit(cls, id_accs: Sequence[float], ood_accs: Sequence[float], source: str) -> "LogitFit":
