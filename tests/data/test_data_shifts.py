@@ -170,7 +170,8 @@ def test_results_table_names_each_shift_and_effective_robustness(shift_run, cli,
     testbed.write_text("model,ImageNet-val,ImageNet-V2,ObjectNet\nA,60,48,30\nB,70,58,38\nC,80,69,47\n")
     result = cli("results", shift_run, "--no-save", "--shift-fit", testbed)
     assert result.exit_code == 0, result.output
-    assert "ER ImageNet-V2" in result.output and "ER ObjectNet" in result.output and "ER ImageNet-R" not in result.output
+    out = result.output
+    assert "ER ImageNet-V2" in out and "ER ObjectNet" in out and "ER ImageNet-R" not in out  # the testbed's shifts
     fit = LogitFit.fit([0.6, 0.7, 0.8], [0.48, 0.58, 0.69], "x")
     assert f"ImageNet-V2: slope {fit.slope:.4f}, intercept {fit.intercept:.4f} (testbed.csv, 3 models)" in result.output
     row = next(line for line in result.output.splitlines() if line.startswith("| ERM"))
