@@ -71,7 +71,7 @@ class SoupOptions(Settings):
                                     metavar="RUN_DIR")
     alphas: tuple[float, ...] = setting(WISE_FT_ALPHAS, "With --method wise-ft: the mixing coefficients, a comma "
                                                         "list in [0, 1] (0: the zero-shot run, 1: the fine-tuned run).",
-                                        parser=comma_floats, flags=("--alpha",), shown="0,0.1,...,1")
+                                        parser=comma_floats, flags=("--alpha",))
 
     def __post_init__(self) -> None:
         super().__post_init__()
