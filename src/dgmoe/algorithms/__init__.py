@@ -19,6 +19,7 @@ from dgmoe.algorithms import (  # noqa: F401
     ib,  # IB_ERM and IB_IRM
     iga,
     irm,
+    lp_ft,  # LPFT
     miro,
     mixup,
     mldg,
