@@ -97,7 +97,7 @@ TRAIN_CASES = [
                        "--test-envs", "4", "--test-envs", "5"], "leave no training domain", 2),
     ("one-training-domain", ["--algorithm", "IRM", "--test-envs", "0", "--test-envs", "1", "--test-envs", "2",
                              "--test-envs", "3", "--test-envs", "4"], "IRM needs at least 2 training domains", 2),
-    ("steps-zero", ["--steps", "0"], "--steps must be >= 1", 2),
+    ("steps-negative", ["--steps", "-1"], "--steps must be >= 0", 2),
     ("steps-float", ["--steps", "2.5"], "'2.5' is not a valid integer", 2),
     ("checkpoint-freq-zero", ["--checkpoint-freq", "0"], "--checkpoint-freq must be >= 1", 2),
     ("holdout-zero", ["--holdout-fraction", "0"], "--holdout-fraction must be > 0", 2),
@@ -241,7 +241,7 @@ def test_help_and_print_config_are_truthful_about_the_required_output_dir(capsys
 
 def test_corrected_commands_are_accepted_after_refusals(tmp_path, capsys):
     out = tmp_path / "run"
-    for bad in (["--steps", "0"], ["--hparams", '{"lr": -1}'], ["--test-envs", "9"], ["--patch-size", "5"]):
+    for bad in (["--steps", "-1"], ["--hparams", '{"lr": -1}'], ["--test-envs", "9"], ["--patch-size", "5"]):
         assert run([*TRAIN, "--output-dir", str(out), *bad]) == 2
     capsys.readouterr()
     assert run([*TRAIN, "--output-dir", str(out), "--hparams", '{"lr": 0.001}']) == 0
@@ -249,7 +249,7 @@ def test_corrected_commands_are_accepted_after_refusals(tmp_path, capsys):
 
 
 def test_debug_shows_the_traceback(tmp_path, capsys):
-    assert run(["--debug", *TRAIN, "--output-dir", str(tmp_path / "r"), "--steps", "0"]) == 2
+    assert run(["--debug", *TRAIN, "--output-dir", str(tmp_path / "r"), "--steps", "-1"]) == 2
     assert "Traceback" in capsys.readouterr().err
 
 

@@ -20,6 +20,7 @@ from typing import Callable
 import numpy as np
 
 from dgmoe.data import cache as cache_mod
+from dgmoe.data import class_names as cn
 from dgmoe.data import dataset_hparams as hp
 from dgmoe.data import mnist, synthetic
 from dgmoe.data import versions as known
@@ -81,6 +82,8 @@ class DatasetSpec:
     class_maps: tuple[tuple[str, ClassMap], ...] = ()
     #: a distribution-shift suite's in-distribution test domain and shifts (`dgmoe.report.shifts` tabulates it)
     shifts: ShiftSuite | None = None
+    #: each label's name, in label order, as prompts say it (`dgmoe.data.class_names`); () -> the data's own
+    class_names: tuple[str, ...] = ()
 
 
 DATASETS: Registry[DatasetSpec] = Registry("dataset")
@@ -100,17 +103,21 @@ def register_folder_dataset(name: str, dir_name: str, domains: tuple[str, ...], 
 
 for _spec in (
     DatasetSpec("VLCS", "folder", ("Caltech101", "LabelMe", "SUN09", "VOC2007"), 5, "VLCS", ("C", "L", "S", "V"),
-                reference="Fang et al., ICCV 2013", hparams=hp.VLCS),
+                reference="Fang et al., ICCV 2013", hparams=hp.VLCS, class_names=cn.VLCS),
     DatasetSpec("PACS", "folder", ("art_painting", "cartoon", "photo", "sketch"), 7, "PACS", ("A", "C", "P", "S"),
-                reference="Li et al., ICCV 2017", hparams=hp.PACS, versions=known.PACS),
+                reference="Li et al., ICCV 2017", hparams=hp.PACS, versions=known.PACS,
+                class_names=cn.PACS),
     DatasetSpec("OfficeHome", "folder", ("Art", "Clipart", "Product", "Real World"), 65, "office_home",
-                ("A", "C", "P", "R"), reference="Venkateswara et al., CVPR 2017", hparams=hp.OFFICE_HOME),
+                ("A", "C", "P", "R"), reference="Venkateswara et al., CVPR 2017", hparams=hp.OFFICE_HOME,
+                class_names=cn.OFFICE_HOME),
     DatasetSpec("TerraIncognita", "folder", ("location_100", "location_38", "location_43", "location_46"), 10,
                 "terra_incognita", ("L100", "L38", "L43", "L46"), reference="Beery et al., ECCV 2018",
-                hparams=hp.TERRA_INCOGNITA, versions=known.TERRA_INCOGNITA),
+                hparams=hp.TERRA_INCOGNITA, versions=known.TERRA_INCOGNITA,
+                class_names=cn.TERRA_INCOGNITA),
     DatasetSpec("DomainNet", "folder", ("clipart", "infograph", "painting", "quickdraw", "real", "sketch"), 345,
                 "domain_net", ("clip", "info", "paint", "quick", "real", "sketch"), n_steps=15001,
-                checkpoint_freq=1000, reference="Peng et al., ICCV 2019", hparams=hp.DOMAIN_NET),
+                checkpoint_freq=1000, reference="Peng et al., ICCV 2019", hparams=hp.DOMAIN_NET,
+                class_names=cn.DOMAIN_NET),
     DatasetSpec("SVIRO", "folder", ("aclass", "escape", "hilux", "i3", "lexus", "tesla", "tiguan", "tucson", "x5",
                                     "zoe"), None, "sviro", reference="Dias Da Cruz et al., WACV 2020"),
     DatasetSpec("CUBDG", "folder", ("Candy", "Mosaic", "Natural", "Udnie"), 200, "CUB_DG",

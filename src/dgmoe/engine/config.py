@@ -84,6 +84,17 @@ class ModelConfig(_Section):
     peft_top_k: int = setting(1, "Adapter experts per token (k).", minimum=1)
     peft_router: str = setting("cosine", "Router of the adapter experts (GMoE's cosine, or linear).",
                                choices=("cosine", "linear"))
+    head: str = setting("linear", "The classifier (docs/design.md, CLIP's text tower): linear = a new linear head "
+                                  "(timm's); zeroshot = CLIP's zero-shot classifier from the class names and "
+                                  "--prompt-templates on the normalised image feature: with --steps 0 a zero-shot "
+                                  "evaluation, trained a text-initialised head. CLIP image towers only.",
+                        choices=("linear", "zeroshot"))
+    prompt_templates: str = setting("openai_imagenet", "The prompts of --head zeroshot: openai_imagenet (CLIP's 80 "
+                                                       "ImageNet templates), domainbed (\"a photo of a {}.\") or a "
+                                                       "file, one template with one {} per line.")
+    text_pretrained: str | None = setting(None, "The file holding CLIP's text tower for --head zeroshot "
+                                                "[--pretrained]: an OpenAI/OpenCLIP state dict, a Hugging Face "
+                                                "CLIPModel or CLIPTextModelWithProjection.")
 
     def __post_init__(self) -> None:
         if self.pretrained is True or self.pretrained == "True":  # timm's habit: download the weights
@@ -126,7 +137,8 @@ class SeedConfig(_Section):
 class TrainingConfig(_Section):
     """How long, how often evaluated, in which arithmetic."""
 
-    steps: int | None = setting(None, "Training steps [dataset default: 5001, DomainNet 15001].", minimum=1)
+    steps: int | None = setting(None, "Training steps [dataset default: 5001, DomainNet 15001]; 0 evaluates the "
+                                      "initial network once (e.g. a zero-shot head).", minimum=0)
     checkpoint_freq: int | None = setting(None, "Steps between evaluations [dataset default].", minimum=1)
     precision: str = setting("fp32", "Arithmetic of the training step (bf16: autocast).", choices=("fp32", "bf16"))
     fused_optimizer: bool = setting(

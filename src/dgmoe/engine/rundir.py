@@ -43,28 +43,33 @@ def expected_steps(n_steps: int, checkpoint_freq: int) -> list[int]:
 
 @dataclass(frozen=True)
 class Schedule:
-    """`expected_steps` without listing them: membership and counts in constant time, whatever `n_steps`."""
+    """`expected_steps` without listing them: membership and counts in constant time, whatever `n_steps`. A run
+    of 0 steps (`--steps 0`) evaluates its initial network once, as step 0, like a run of 1 step."""
 
     n_steps: int
     checkpoint_freq: int
 
+    @property
+    def _steps(self) -> int:
+        return max(self.n_steps, 1)
+
     def __contains__(self, step: object) -> bool:
-        return isinstance(step, int) and 0 <= step < self.n_steps and (
-            step % self.checkpoint_freq == 0 or step == self.n_steps - 1)
+        return isinstance(step, int) and 0 <= step < self._steps and (
+            step % self.checkpoint_freq == 0 or step == self._steps - 1)
 
     def count_from(self, step: int) -> int:
         """How many checkpoints are at `step` or later."""
-        step = max(step, 0)
-        if step >= self.n_steps:
+        step, n = max(step, 0), self._steps
+        if step >= n:
             return 0
-        regular = (self.n_steps - 1) // self.checkpoint_freq - (step - 1) // self.checkpoint_freq if step else \
-            (self.n_steps - 1) // self.checkpoint_freq + 1
-        return regular + (0 if (self.n_steps - 1) % self.checkpoint_freq == 0 else 1)
+        regular = (n - 1) // self.checkpoint_freq - (step - 1) // self.checkpoint_freq if step else \
+            (n - 1) // self.checkpoint_freq + 1
+        return regular + (0 if (n - 1) % self.checkpoint_freq == 0 else 1)
 
     def __iter__(self):
-        yield from range(0, self.n_steps, self.checkpoint_freq)
-        if (self.n_steps - 1) % self.checkpoint_freq:
-            yield self.n_steps - 1
+        yield from range(0, self._steps, self.checkpoint_freq)
+        if (self._steps - 1) % self.checkpoint_freq:
+            yield self._steps - 1
 
 
 def tidy_finished(out: Path, keep_resume: bool) -> list[Path]:

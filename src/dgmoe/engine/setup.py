@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -14,12 +14,13 @@ from dgmoe.algorithms.base import Algorithm
 from dgmoe.data import check_test_envs, domain_splits, get_dataset, get_spec, get_transforms, uda_splits
 from dgmoe.data.base import MultiDomainDataset
 from dgmoe.data.loaders import EvalBatches, TrainBatches
+from dgmoe.data.prompts import prompt_class_names, templates
 from dgmoe.engine.config import RunConfig
 from dgmoe.engine.hparams import run_hparams
 from dgmoe.errors import UsageError
 from dgmoe.models import MODELS, create_model
 from dgmoe.models.compiled import compile_blocks
-from dgmoe.models.info import describe_model, model_info
+from dgmoe.models.info import ModelInfo, describe_model, model_info
 from dgmoe.seeding import seed_everything, seed_hash
 
 
@@ -138,6 +139,34 @@ def check_device(device: str) -> None:
         raise UsageError(f"--device {device}: MPS is not available on this machine; use --device cpu")
 
 
+def text_head_source(cfg: RunConfig, info: ModelInfo, dataset: MultiDomainDataset) -> Callable[[nn.Module], None]:
+    """For `--head zeroshot`: everything checked (a CLIP tower, the text tower's file, the templates, the class
+    names) before the network is built; returns what writes CLIP's zero-shot classifier into it. The text tower
+    is read from --text-pretrained or --pretrained; a stand-in tower without weights uses its seeded random text
+    tower (tests, smoke runs)."""
+    from dgmoe.models.text_formats import load_text_tower
+    from dgmoe.models.text_tower import STAND_INS, TextTransformer, text_config
+    from dgmoe.models.zeroshot import init_text_head
+
+    model = cfg.model
+    base = text_config(info.tower, model.name)
+    names = prompt_class_names(dataset.name, dataset.classes)
+    prompts = templates(model.prompt_templates)
+    source = model.text_pretrained or model.pretrained
+    if source is None and (info.tower is None or info.tower[0] not in STAND_INS):
+        raise UsageError(f"--head zeroshot needs CLIP's text tower: give --pretrained (a full CLIP file) or "
+                         f"--text-pretrained for --model {model.name}")
+    if source is not None:
+        tower = load_text_tower(base, source)
+    else:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed_hash(cfg.seeds.seed, "text tower"))
+            tower = TextTransformer(base)
+    def write(network: nn.Module) -> None:
+        init_text_head(network, tower, names, prompts)
+    return write
+
+
 def prepare_run(cfg: RunConfig) -> RunSetup:
     """Resolve names, hyperparameters, data and splits; raise a specific error on any bad input."""
     data, model, alg, seeds = cfg.data, cfg.model, cfg.algorithm, cfg.seeds
@@ -177,8 +206,13 @@ def prepare_run(cfg: RunConfig) -> RunSetup:
     model_kwargs.update({kw: hparams[name] for name, kw in info.hparam_kwargs.items() if name in hparams})
     if model.pretrained:
         model_kwargs.update(pretrained=model.pretrained, pretrained_antialias=model.pretrained_antialias)
+    text = text_head_source(cfg, info, dataset) if model.head == "zeroshot" else None
+    if text is not None:
+        model_kwargs["text_head"] = True
     seed_everything(seeds.seed)
     network = built(lambda: create_model(model.name, **model_kwargs))
+    if text is not None:
+        text(network)
     try:
         algorithm = algorithm_cls(network, dataset.num_classes, len(train_envs), hparams)
     except UsageError:
@@ -187,7 +221,8 @@ def prepare_run(cfg: RunConfig) -> RunSetup:
         raise UsageError(f"--algorithm {alg.name} rejects its hyperparameters {alg.hparams or ''}: {e}") from e
     splits, uda = uda_splits(domain_splits(dataset, data.holdout_fraction, seeds.trial_seed), test_envs,
                              data.uda_holdout_fraction, seeds.trial_seed)
+    n_steps = spec.n_steps if cfg.training.steps is None else cfg.training.steps  # 0: evaluate once
     return RunSetup(cfg, dataset, hparams, splits,
                     test_envs, train_envs, img_size, train_tf, eval_tf,
-                    cfg.training.steps or spec.n_steps, cfg.training.checkpoint_freq or spec.checkpoint_freq,
+                    n_steps, cfg.training.checkpoint_freq or spec.checkpoint_freq,
                     model_kwargs, network, algorithm, uda)

@@ -280,6 +280,12 @@ def _run_loop(cfg: RunConfig, setup: RunSetup, writer: RunWriter, run_log: RunLo
                     stopped_early = True
                     break
             tic = time.perf_counter()
+        if n_steps == 0 and start == 0:  # --steps 0: the initial network evaluated once, as step 0 (zero-shot)
+            with autocast:
+                record = _checkpoint(0, cfg, setup, writer, progress, sums, info, eval_batches)
+            for sink in sinks:
+                if record is not None:
+                    sink.checkpoint(record)
     except (KeyboardInterrupt, Interrupted) as e:
         how = str(e) if isinstance(e, Interrupted) else "stopped by SIGINT (Ctrl-C)"
         kept = (f"checkpoints up to step {writer.last_saved_step} are kept; re-run the same command to resume "
@@ -349,7 +355,7 @@ def _eval_splits(step: int, cfg: RunConfig, setup: RunSetup) -> tuple[Any, Any, 
     """(splits, uda splits, sample size or None) a checkpoint evaluates: every image, or with --eval-sample
     the fixed seeded sample at an intermediate checkpoint (the last, or one an algorithm ends on, sees all)."""
     n = cfg.training.eval_sample
-    if n is None or step == setup.n_steps - 1 or setup.algorithm.stop_requested:
+    if n is None or step >= setup.n_steps - 1 or setup.algorithm.stop_requested:
         return setup.splits, setup.uda, None
     splits, uda = sampled_splits(setup.splits, setup.uda, n, cfg.seeds.trial_seed)
     return splits, uda, n

@@ -47,7 +47,8 @@ def check_model_name(name: str) -> None:
 def create_model(name: str, num_classes: int | None = None, img_size: int | None = None,
                  pretrained: str | Path | None = None, pretrained_antialias: bool = True,
                  checkpoint_path: str | Path | None = None, features_only: bool = False,
-                 out_indices: int | Sequence[int] | None = None, peft: Any = None, **overrides: Any) -> nn.Module:
+                 out_indices: int | Sequence[int] | None = None, peft: Any = None, text_head: bool = False,
+                 **overrides: Any) -> nn.Module:
     """Build a registered model; `None` values mean "the model's default" (as timm's factory).
 
     `pretrained` is a local checkpoint path (timm/DeiT names, `.safetensors` or `.pth`) adapted to the
@@ -64,6 +65,9 @@ def create_model(name: str, num_classes: int | None = None, img_size: int | None
     `peft` (a `dgmoe.models.peft.PeftConfig`, its dict or a mode name) makes it a parameter-efficient model
     after the pretrained weights are loaded: its modules added, every other weight frozen, and the model
     carries `peft` and `peft_base` (the base weights a PEFT checkpoint needs: name, file and sha256).
+
+    `text_head=True` replaces the linear classifier by a `dgmoe.models.zeroshot.TextHead` of the same shape, a
+    linear layer on the normalised feature (CLIP's zero-shot classifier once `init_text_head` fills it).
 
     `features_only=True` returns a feature extractor whose forward gives a list of `[B, C, H, W]` maps and
     whose `feature_info` describes them, as timm (`dgmoe.models.features`); `out_indices` picks the levels.
@@ -94,6 +98,10 @@ def create_model(name: str, num_classes: int | None = None, img_size: int | None
     model = MODELS.get(name)(**kwargs)
     if pretrained:
         setattr(model, "load_report", load_pretrained(model, pretrained, antialias=pretrained_antialias))
+    if text_head:
+        from dgmoe.models.zeroshot import use_text_head
+
+        use_text_head(model)
     config = as_peft(peft)
     if config is not None:
         apply_peft(model, config)

@@ -76,7 +76,7 @@ def model_info(model: nn.Module) -> ModelInfo:
 
 
 #: `create_model` arguments about weights and wrappers, not about the architecture a description reads.
-FACTORY_ONLY = ("pretrained", "pretrained_antialias", "checkpoint_path", "features_only", "out_indices")
+FACTORY_ONLY = ("pretrained", "pretrained_antialias", "checkpoint_path", "features_only", "out_indices", "text_head")
 
 
 class _SkipRandomInit(TorchFunctionMode):

@@ -28,6 +28,8 @@ OPTIONAL_ARGS: tuple[str, ...] = ("model", "seed", "output_dir", "steps", "domai
 #: `--peft` and its knobs as `args` carries them, with their defaults: a run that does not train every weight is
 #: named with its mode and the knobs it changed (`model_label`)
 PEFT_DEFAULTS: dict[str, Any] = {k: v for k, v in RunConfig().flat().items() if k.startswith("peft")}
+#: the classifier settings (`--head`, its prompts): a zero-shot or text-initialised head is named in tables
+HEAD_DEFAULTS: dict[str, Any] = {k: v for k, v in RunConfig().flat().items() if k in ("head", "prompt_templates")}
 #: columns that describe where a record came from rather than what it measured.
 SOURCE_COLUMNS: tuple[str, ...] = ("model_name", "run_dir", "file", "line", "done", "n_envs", "record")
 
@@ -47,7 +49,8 @@ def count_envs(record: dict) -> int:
 def model_label(name: str, args: dict) -> str:
     """The backbone as tables name it: `args.model` plus the overrides it was built with
     (`args.model_kwargs`, and `args.patch_size` / `args.img_size` when set) and, for a parameter-efficient run,
-    its `--peft` mode and the PEFT knobs it changed, e.g. `gmoe_tiny_patch16_224(num_experts=4)` or
+    its `--peft` mode and the PEFT knobs it changed, and a `--head` other than linear with its prompts, e.g.
+    `gmoe_tiny_patch16_224(num_experts=4)` or
     `vit_base_patch16_clip_224(peft='adapter_experts', peft_top_k=2)`, so that ablations of one backbone stay
     apart."""
     overrides = dict(args.get("model_kwargs") or {})
@@ -55,6 +58,8 @@ def model_label(name: str, args: dict) -> str:
     if args.get("peft", PEFT_DEFAULTS["peft"]) != PEFT_DEFAULTS["peft"]:
         overrides.update({k: v for k, v in args.items()
                           if k in PEFT_DEFAULTS and (k == "peft" or v != PEFT_DEFAULTS[k])})
+    if args.get("head", HEAD_DEFAULTS["head"]) != HEAD_DEFAULTS["head"]:
+        overrides.update({k: args[k] for k in HEAD_DEFAULTS if k in args})
     if not overrides:
         return name
     return f"{name}({', '.join(f'{k}={overrides[k]!r}' for k in sorted(overrides))})"

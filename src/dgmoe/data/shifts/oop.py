@@ -70,5 +70,6 @@ SPECS = tuple(register_dataset(DatasetSpec(
     f"{name}-OOP", "files", get_spec(name).domains, get_spec(name).num_classes, get_spec(name).dir_name,
     short_names=get_spec(name).short_names, n_steps=get_spec(name).n_steps,
     checkpoint_freq=get_spec(name).checkpoint_freq, builder=builder(name), hparams=get_spec(name).hparams,
-    evaluation=GroupEvaluation(FIELD, GROUPS), reference=f"{get_spec(name).reference}; {REFERENCE}"))
+    evaluation=GroupEvaluation(FIELD, GROUPS), class_names=get_spec(name).class_names,
+    reference=f"{get_spec(name).reference}; {REFERENCE}"))
     for name in BASES)

@@ -111,16 +111,16 @@ for _spec in (
                 checkpoint_freq=WILDS_CHECKPOINT_FREQ, builder=_fmow_builder("official"),
                 evaluation=_fmow_evaluation("val"), eval_domains=_eval_domains("official"),
                 reference=f"Christie et al., CVPR 2018; {REFERENCE}; MoGE Table 1a",
-                data_check=_fmow_files, hparams=FMOW_REGION_HEADS),
+                data_check=_fmow_files, hparams=FMOW_REGION_HEADS, class_names=fmow.FMOW_CATEGORIES),
     DatasetSpec("FMoW-LAO", "wilds", fmow.FMOW_LAYOUTS["leave_asia_out"], len(fmow.FMOW_CATEGORIES), fmow.FMOW_DIR,
                 checkpoint_freq=WILDS_CHECKPOINT_FREQ, builder=_fmow_builder("leave_asia_out"),
                 evaluation=_fmow_evaluation("val_asia"), eval_domains=_eval_domains("leave_asia_out"),
                 reference="dgmoe's FMoW leave-Asia-out split (MoGE Table 1b), dgmoe.data.wilds",
-                data_check=_fmow_files, hparams=FMOW_REGION_HEADS),
+                data_check=_fmow_files, hparams=FMOW_REGION_HEADS, class_names=fmow.FMOW_CATEGORIES),
     DatasetSpec("WILDSFMoW", "wilds", fmow.FMOW_LAYOUTS["regions"], len(fmow.FMOW_CATEGORIES), fmow.FMOW_DIR,
                 checkpoint_freq=WILDS_CHECKPOINT_FREQ, builder=_fmow_builder("regions"),
                 reference=f"DomainBed's WILDSFMoW, regions as domains; {REFERENCE}; GMoE Table 1",
-                data_check=_fmow_files),
+                data_check=_fmow_files, class_names=fmow.FMOW_CATEGORIES),
     DatasetSpec("iWildCam", "wilds", iwildcam.IWILDCAM_DOMAINS, iwildcam.IWILDCAM_NUM_CLASSES, iwildcam.IWILDCAM_DIR,
                 checkpoint_freq=WILDS_CHECKPOINT_FREQ, native_size=448, builder=_iwildcam_builder,
                 evaluation=GroupEvaluation("location_id", f1_macro=True, val_domain="val"),
@@ -132,7 +132,7 @@ for _spec in (
                 evaluation=GroupEvaluation("slide", val_domain=camelyon.CAMELYON_DOMAINS[camelyon.VAL_HOSPITAL],
                                            trial_seeds=10),
                 reference=f"Bandi et al., IEEE TMI 2018; {REFERENCE}; DomainBed's WILDSCamelyon; GMoE Table 1",
-                data_check=_camelyon_files),
+                data_check=_camelyon_files, class_names=camelyon.CAMELYON_CLASSES),
 ):
     register_dataset(_spec)
 
