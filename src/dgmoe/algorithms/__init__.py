@@ -16,6 +16,7 @@ from dgmoe.algorithms import (  # noqa: F401
     erm_plus_plus,  # ERMPlusPlus
     fish,
     fishr,
+    flyp,  # FLYP (needs --head zeroshot)
     group_dro,
     ib,  # IB_ERM and IB_IRM
     iga,

@@ -64,6 +64,8 @@ class Algorithm(nn.Module):
     NEEDS_VAL_LOSS: ClassVar[bool] = False
     #: the network's head must be a text head (`--head zeroshot`; CLIPood reads the class-name embeddings)
     NEEDS_TEXT_HEAD: ClassVar[bool] = False
+    #: trains CLIP's text tower: the run calls `attach_text(tower, class names, templates)` after building it
+    NEEDS_TEXT_TOWER: ClassVar[bool] = False
     DESCRIPTION: ClassVar[str] = ""
     REFERENCE: ClassVar[str] = ""
 

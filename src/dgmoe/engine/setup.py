@@ -139,7 +139,7 @@ def check_device(device: str) -> None:
         raise UsageError(f"--device {device}: MPS is not available on this machine; use --device cpu")
 
 
-def text_head_source(cfg: RunConfig, info: ModelInfo, dataset: MultiDomainDataset) -> Callable[[nn.Module], None]:
+def text_head_source(cfg: RunConfig, info: ModelInfo, dataset: MultiDomainDataset) -> "TextSource":
     """For `--head zeroshot`: everything checked (a CLIP tower, the text tower's file, the templates, the class
     names) before the network is built; returns what writes CLIP's zero-shot classifier into it. The text tower
     is read from --text-pretrained or --pretrained; a stand-in tower without weights uses its seeded random text
@@ -162,9 +162,22 @@ def text_head_source(cfg: RunConfig, info: ModelInfo, dataset: MultiDomainDatase
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed_hash(cfg.seeds.seed, "text tower"))
             tower = TextTransformer(base)
-    def write(network: nn.Module) -> None:
-        init_text_head(network, tower, names, prompts)
-    return write
+    return TextSource(tower, names, prompts, init_text_head)
+
+
+@dataclass(frozen=True)
+class TextSource:
+    """What `--head zeroshot` read: the text tower, the class names and templates; calling it writes CLIP's
+    zero-shot classifier into a network. Algorithms that train the text tower (`NEEDS_TEXT_TOWER`: FLYP) take
+    all three (`attach_text`)."""
+
+    tower: nn.Module
+    names: tuple[str, ...]
+    prompts: tuple[str, ...]
+    write: Callable[..., Any]
+
+    def __call__(self, network: nn.Module) -> None:
+        self.write(network, self.tower, self.names, self.prompts)
 
 
 def prepare_run(cfg: RunConfig) -> RunSetup:
@@ -219,6 +232,9 @@ def prepare_run(cfg: RunConfig) -> RunSetup:
         raise
     except (TypeError, ValueError, KeyError) as e:
         raise UsageError(f"--algorithm {alg.name} rejects its hyperparameters {alg.hparams or ''}: {e}") from e
+    if algorithm_cls.NEEDS_TEXT_TOWER:  # FLYP: the text tower trains too (its classifier head is checked above)
+        assert text is not None  # a text head was built, or the algorithm refused the network
+        algorithm.attach_text(text.tower, text.names, text.prompts)  # type: ignore[attr-defined]
     splits, uda = uda_splits(domain_splits(dataset, data.holdout_fraction, seeds.trial_seed), test_envs,
                              data.uda_holdout_fraction, seeds.trial_seed)
     n_steps = spec.n_steps if cfg.training.steps is None else cfg.training.steps  # 0: evaluate once
