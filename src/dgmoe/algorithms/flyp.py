@@ -81,6 +81,9 @@ class FLYP(Algorithm):
         if not hasattr(self, "text_tower"):
             raise RuntimeError("FLYP.update before attach_text: the run hands it the text tower (--head zeroshot)")
         batch = concat_batches(minibatches)
+        if batch.shard is not None:
+            raise UsageError("FLYP's contrastive loss takes its negatives from the whole batch; dgmoe runs it in "
+                             "one process (multi-process training would use each process's share only)")
         task = clip_loss(self.features(batch), self.text_tower(self._captions(batch.y)),
                          self.text_tower.logit_scale.exp())
         aux = self.moe_aux_loss()
