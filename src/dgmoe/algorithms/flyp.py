@@ -9,8 +9,8 @@ fine-tune both CLIP towers with CLIP's own contrastive loss against class-name c
   (FLYP writes a caption file per dataset from such templates).
 - **Trained**: the image tower (or its `--peft` parameters) and the whole text tower, with the run's optimiser
   (dgmoe's Adam, `lr`, `weight_decay`; FLYP uses AdamW with a cosine schedule). The run's head is not trained:
-  whenever the algorithm is switched to evaluation, the head is rewritten as the zero-shot classifier of the
-  current text tower (the class names in every template, `dgmoe.models.zeroshot.init_text_head`), which is how
+  when the algorithm is switched to evaluation after updates, the head is rewritten as the zero-shot classifier
+  of the current text tower (the class names in every template, `dgmoe.models.zeroshot.init_text_head`), which is how
   FLYP evaluates; saved weights therefore hold the image tower and that head.
 - **Needs** `--head zeroshot` on a CLIP tower: the run hands the algorithm the text tower and the prompts
   (`attach_text`). WiSE-FT (`dgmoe soup --method wise-ft`) on FLYP runs interpolates the image towers and the
@@ -59,6 +59,7 @@ class FLYP(Algorithm):
                              "CLIP image tower")
         network.get_classifier().requires_grad_(False)  # rewritten from the text tower, never trained
         super().__init__(network, num_classes, num_domains, hparams)
+        self.head_stale = False  # updates since the head was last written from the text tower
         self.names: Sequence[str] = ()
         self.templates: Sequence[str] = ()
 
@@ -88,12 +89,14 @@ class FLYP(Algorithm):
                          self.text_tower.logit_scale.exp())
         aux = self.moe_aux_loss()
         self.step(task + aux)
+        self.head_stale = True
         return detached(loss=task + aux, loss_task=task, loss_aux=aux)
 
     def train(self, mode: bool = True) -> "FLYP":
         super().train(mode)
-        if not mode and hasattr(self, "text_tower"):  # evaluation: the head is the current text tower's classifier
-            from dgmoe.models.zeroshot import init_text_head
+        if not mode and getattr(self, "head_stale", False):  # evaluation after updates: the head is the current
+            from dgmoe.models.zeroshot import init_text_head  # text tower's classifier (loaded weights are kept)
 
             init_text_head(self.network, self.text_tower, self.names, self.templates)
+            self.head_stale = False
         return self
