@@ -278,7 +278,7 @@ def make_soups(root: Path, out: Path | None = None, options: SoupOptions = SoupO
     for plan in plans:
         folder = out / plan.name
         folders.append(folder)
-        if _same_soup(folder, plan):
+        if _same_soup(folder, plan, options.alphas):
             echo(f"{folder} is made already (same members); kept")
             continue
         m = plan.members[0]
@@ -292,10 +292,16 @@ def make_soups(root: Path, out: Path | None = None, options: SoupOptions = SoupO
     return folders
 
 
-def _same_soup(folder: Path, plan: Plan) -> bool:
+def _same_soup(folder: Path, plan: Plan, alphas: Sequence[float] = ()) -> bool:
+    """Whether `folder` holds `plan`'s soup already: the same members (WiSE-FT: and the same alpha, or for the
+    alpha chosen on validation the same grid `alphas`)."""
     try:
         config = json.loads((folder / "config.json").read_text())
     except (OSError, json.JSONDecodeError):
         return False
-    return (folder / "done").exists() and config.get(SOUP_KEY, {}).get("members") == [
-        str(m.run_dir) for m in plan.members]
+    info = config.get(SOUP_KEY, {})
+    same = (folder / "done").exists() and info.get("members") == [str(m.run_dir) for m in plan.members]
+    if same and plan.method == "wise-ft":
+        same = (info.get("alpha") == plan.alpha if plan.alpha is not None
+                else [c["alpha"] for c in info.get("curve", [])] == list(alphas))
+    return same
