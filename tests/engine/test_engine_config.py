@@ -97,7 +97,7 @@ def test_identity_excludes_execution_by_construction():
 
 @pytest.mark.parametrize("settings, message", [
     ({"stepz": 3}, "unknown run setting --stepz; did you mean --steps?"),
-    ({"steps": 0}, "--steps must be >= 1"),
+    ({"steps": -1}, "--steps must be >= 0"),
     ({"holdout_fraction": 1.0}, "--holdout-fraction must be < 1"),
     ({"test_envs": (1, 1)}, "--test-envs names a domain twice"),
     ({"hparams": "{lr: 1}"}, "--hparams is not valid JSON"),

@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 from clip_fixtures import clip_fixture_file
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
 from dgmoe.cli import run
 from dgmoe.data.prompts import OPENAI_IMAGENET, templates
@@ -34,6 +34,7 @@ def test_a_zero_shot_evaluation_is_a_run_folder_that_results_and_report_read(tmp
     assert run(["report", str(out)]) == 0 and (out / "report" / "index.html").exists()
     # the run's weights load back into the network its config.json describes: a TextHead, CLIP's logits
     config = json.loads((out / "config.json").read_text())
+    assert "seeded random text tower" in config["model_build"]["text_load"]  # said: no CLIP weights made this head
     network = build_network(config)
     network.load_state_dict(load_file(str(out / "model.safetensors")))
     head = network.get_classifier()
@@ -108,8 +109,6 @@ def test_templates_from_a_file_and_their_errors(tmp_path):
 ])
 def test_bad_text_head_inputs_are_one_line_and_write_nothing(argv, expected, tmp_path, capsys):
     image_only = tmp_path.parent / "image_only.safetensors"
-    from safetensors.torch import save_file
-
     save_file({"vision_model.embeddings.class_embedding": torch.zeros(4)}, str(image_only))
     argv = [a.replace("{image_only}", str(image_only)) for a in argv]
     base = list(MICRO)
@@ -121,3 +120,26 @@ def test_bad_text_head_inputs_are_one_line_and_write_nothing(argv, expected, tmp
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("dgmoe: error: ") and expected in err[-1], err
     assert not out.exists()
+
+
+def test_one_hugging_face_clipmodel_file_gives_both_towers_of_a_zero_shot_run(tmp_path, capsys):
+    """The recorded transformers CLIPModel (QuickGELU), its vocabulary widened to CLIP's 49,408 ids."""
+    path = clip_fixture_file("hf_clip_model_b16", tmp_path)
+    state = load_file(str(path))
+    small = state["text_model.embeddings.token_embedding.weight"]
+    state["text_model.embeddings.token_embedding.weight"] = torch.cat(
+        [small, torch.randn(49408 - len(small), small.shape[1])])
+    save_file(state, str(path))
+    out = tmp_path / "run"
+    kwargs = json.dumps({"embed_dim": 32, "depth": 1, "num_heads": 2, "mlp_ratio": 2.0, "proj_dim": 128})
+    assert run(["train", *MICRO[:2], "--model", "vit_base_patch16_clip_quickgelu_224", "--patch-size", "7",
+                "--model-kwargs", kwargs, "--pretrained", str(path), *MICRO[4:], "--prompt-templates", "domainbed",
+                "--steps", "0", "--output-dir", str(out)]) == 0, capsys.readouterr().err
+    config = json.loads((out / "config.json").read_text())
+    assert "read as hf_clip" in config["model_build"]["text_load"] and "2 class names x 1 templates" in \
+        config["model_build"]["text_load"]
+    network = build_network(config)
+    network.load_state_dict(load_file(str(out / "model.safetensors")))
+    norms = network.get_classifier().weight.norm(dim=1)
+    expected = state["logit_scale"].exp().item()  # CLIPModel's own logit_scale
+    torch.testing.assert_close(norms, torch.full_like(norms, expected), atol=1e-4, rtol=0)

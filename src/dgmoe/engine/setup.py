@@ -77,7 +77,9 @@ class RunSetup:
                            "in": [len(s[0]) for s in self.splits], "out": [len(s[1]) for s in self.splits],
                            "uda": {str(i): len(idx) for i, idx in self.uda.items()}},
                 "model_build": {"name": self.cfg.model.name, "kwargs": self.model_kwargs,
-                                "pretrained_load": report.summary() if report is not None else None},
+                                "pretrained_load": report.summary() if report is not None else None,
+                                **({"text_load": self.network.text_load} if hasattr(self.network, "text_load")
+                                   else {})},
                 "model_info": model_info(self.network).to_dict(),
                 "n_steps": self.n_steps, "checkpoint_freq": self.checkpoint_freq}
 
@@ -139,45 +141,43 @@ def check_device(device: str) -> None:
         raise UsageError(f"--device {device}: MPS is not available on this machine; use --device cpu")
 
 
-def text_head_source(cfg: RunConfig, info: ModelInfo, dataset: MultiDomainDataset) -> "TextSource":
-    """For `--head zeroshot`: everything checked (a CLIP tower, the text tower's file, the templates, the class
-    names) before the network is built; returns what writes CLIP's zero-shot classifier into it. The text tower
-    is read from --text-pretrained or --pretrained; a stand-in tower without weights uses its seeded random text
-    tower (tests, smoke runs)."""
+def run_text_tower(cfg: RunConfig, info: ModelInfo) -> Any:
+    """The run's CLIP text tower (a `dgmoe.models.text_tower.TextTransformer`): the one that goes with the image
+    tower `info`, read from --text-pretrained or --pretrained; a stand-in image tower without weights gets its
+    text tower's seeded random initialisation (tests, smoke runs). One-line errors for a tower that is not CLIP's,
+    a missing file, a file without a text tower."""
     from dgmoe.models.text_formats import load_text_tower
     from dgmoe.models.text_tower import STAND_INS, TextTransformer, text_config
-    from dgmoe.models.zeroshot import init_text_head
 
     model = cfg.model
     base = text_config(info.tower, model.name)
-    names = prompt_class_names(dataset.name, dataset.classes)
-    prompts = templates(model.prompt_templates)
     source = model.text_pretrained or model.pretrained
-    if source is None and (info.tower is None or info.tower[0] not in STAND_INS):
+    if source is not None:
+        return load_text_tower(base, source)
+    if info.tower is None or info.tower[0] not in STAND_INS:
         raise UsageError(f"--head zeroshot needs CLIP's text tower: give --pretrained (a full CLIP file) or "
                          f"--text-pretrained for --model {model.name}")
-    if source is not None:
-        tower = load_text_tower(base, source)
-    else:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed_hash(cfg.seeds.seed, "text tower"))
-            tower = TextTransformer(base)
-    return TextSource(tower, names, prompts, init_text_head)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed_hash(cfg.seeds.seed, "text tower"))
+        return TextTransformer(base)
 
 
-@dataclass(frozen=True)
-class TextSource:
-    """What `--head zeroshot` read: the text tower, the class names and templates; calling it writes CLIP's
-    zero-shot classifier into a network. Algorithms that train the text tower (`NEEDS_TEXT_TOWER`: FLYP) take
-    all three (`attach_text`)."""
+def text_head_source(cfg: RunConfig, info: ModelInfo, dataset: MultiDomainDataset) -> Callable[[nn.Module], None]:
+    """For `--head zeroshot`: everything checked (a CLIP tower, the text tower's file, the templates, the class
+    names) before the network is built; returns what writes CLIP's zero-shot classifier into it."""
+    from dgmoe.models.zeroshot import init_text_head
 
-    tower: nn.Module
-    names: tuple[str, ...]
-    prompts: tuple[str, ...]
-    write: Callable[..., Any]
+    names = prompt_class_names(dataset.name, dataset.classes)
+    prompts = templates(cfg.model.prompt_templates)
+    tower = run_text_tower(cfg, info)
 
-    def __call__(self, network: nn.Module) -> None:
-        self.write(network, self.tower, self.names, self.prompts)
+    report = getattr(tower, "load_report", None)
+    said = report.summary() if report is not None else "the stand-in's seeded random text tower (no weights exist)"
+
+    def write(network: nn.Module) -> None:  # the prompts encoded on the run's device; the tower is not kept
+        init_text_head(network, tower.to(cfg.execution.device).eval(), names, prompts)
+        setattr(network, "text_load", f"{said}; {len(names)} class names x {len(prompts)} templates")
+    return write
 
 
 def prepare_run(cfg: RunConfig) -> RunSetup:
@@ -232,9 +232,9 @@ def prepare_run(cfg: RunConfig) -> RunSetup:
         raise
     except (TypeError, ValueError, KeyError) as e:
         raise UsageError(f"--algorithm {alg.name} rejects its hyperparameters {alg.hparams or ''}: {e}") from e
-    if algorithm_cls.NEEDS_TEXT_TOWER:  # FLYP: the text tower trains too (its classifier head is checked above)
-        assert text is not None  # a text head was built, or the algorithm refused the network
-        algorithm.attach_text(text.tower, text.names, text.prompts)  # type: ignore[attr-defined]
+    if algorithm_cls.NEEDS_TEXT_TOWER:  # FLYP: the text tower trains too (the algorithm checked the text head)
+        names = prompt_class_names(dataset.name, dataset.classes)
+        algorithm.attach_text(run_text_tower(cfg, info), names, templates(model.prompt_templates))  # type: ignore[attr-defined]
     splits, uda = uda_splits(domain_splits(dataset, data.holdout_fraction, seeds.trial_seed), test_envs,
                              data.uda_holdout_fraction, seeds.trial_seed)
     n_steps = spec.n_steps if cfg.training.steps is None else cfg.training.steps  # 0: evaluate once

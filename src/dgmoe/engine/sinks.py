@@ -97,7 +97,8 @@ class ConsoleSink(Sink):
         self.evals_done += 1
         domains = record["args"]["domains"]
         tests = "  ".join(f"test {domains[i]} {record[f'env{i}_in_acc']:.4f}" for i in self.test_envs)
-        self.run_log.say(f"checkpoint step {step}  loss {record.get('loss', float('nan')):.4f}  "
+        loss = f"loss {record['loss']:.4f}  " if "loss" in record else "untrained  "  # (--steps 0)
+        self.run_log.say(f"checkpoint step {step}  {loss}"
                          f"val (training domains, out) {train_domain_val_acc(record, self.test_envs):.4f}  {tests}  "
                          f"eval {record.get('eval_time', 0.0):.1f} s  eta {duration(self.seconds_left(step))}")
         self.progress.mark()

@@ -112,12 +112,12 @@ def _kind(char: str) -> str:
 
 def _pieces(text: str) -> list[str]:
     """CLIP's pattern `<start_of_text>|<end_of_text>|'s|'t|'re|'ve|'m|'ll|'d|\\p{L}+|\\p{N}|[^\\s\\p{L}\\p{N}]+`
-    (case-insensitive), tried in that order at each position; whitespace between pieces is dropped."""
+    (case-insensitive; `text` is lower-cased already), tried in that order at each position; whitespace between
+    pieces is dropped."""
     out, i, n = [], 0, len(text)
     while i < n:
-        rest = text[i:]
-        special = next((s for s in (SOT, EOT) if rest.lower().startswith(s)), None)
-        contraction = next((c for c in CONTRACTIONS if rest[:len(c)].lower() == c), None)
+        special = next((s for s in (SOT, EOT) if text.startswith(s, i)), None)
+        contraction = next((c for c in CONTRACTIONS if text.startswith(c, i)), None)
         kind = _kind(text[i])
         if special or contraction:
             end = i + len(special or contraction or "")

@@ -67,7 +67,10 @@ def class_embeddings(tower: TextTransformer, class_names: Sequence[str], templat
     for start in range(0, len(class_names), batch_classes):
         names = class_names[start:start + batch_classes]
         texts = [template.format(name) for name in names for template in templates]
-        emb = F.normalize(tower(tokenize(texts).to(device)), dim=-1)
+        ids = tokenize(texts)
+        # the end token's feature sees only the tokens up to it (causal mask): the context can stop at the last one
+        ids = ids[:, :int(ids.argmax(dim=-1).max()) + 1]
+        emb = F.normalize(tower(ids.to(device)), dim=-1)
         out.append(F.normalize(emb.reshape(len(names), len(templates), -1).mean(dim=1), dim=-1))
     return torch.cat(out)
 
