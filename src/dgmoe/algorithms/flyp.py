@@ -10,11 +10,12 @@ fine-tune both CLIP towers with CLIP's own contrastive loss against class-name c
 - **Trained**: the image tower (or its `--peft` parameters) and the whole text tower, with the run's optimiser
   (dgmoe's Adam, `lr`, `weight_decay`; FLYP uses AdamW with a cosine schedule). The run's head is not trained:
   when the algorithm is switched to evaluation after updates, the head is rewritten as the zero-shot classifier
-  of the current text tower (the class names in every template, `dgmoe.models.zeroshot.init_text_head`), which is how
-  FLYP evaluates; saved weights therefore hold the image tower and that head.
+  of the current text tower (the class names in every template, `dgmoe.models.zeroshot.init_text_head`), which
+  is how FLYP evaluates; saved weights therefore hold the image tower and that head.
 - **Needs** `--head zeroshot` on a CLIP tower: the run hands the algorithm its text tower
-  (`dgmoe.engine.setup.run_text_tower`) and the prompts (`attach_text`). WiSE-FT (`dgmoe soup --method wise-ft`) on FLYP runs interpolates the image towers and the
-  heads, not the text towers (FLYP's WiSE-FT interpolates both towers).
+  (`dgmoe.engine.setup.run_text_tower`) and the prompts (`attach_text`). WiSE-FT (`dgmoe soup --method
+  wise-ft`) of FLYP runs interpolates the image towers and the heads, not the text towers (FLYP's WiSE-FT
+  interpolates both towers).
 
 Checked against the authors' code: the loss by a fixture recorded from their `ClipLoss` (tests/parity).
 """

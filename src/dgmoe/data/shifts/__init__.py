@@ -7,6 +7,8 @@ from dgmoe.data.catalogue import DatasetSpec, register_dataset
 from dgmoe.data.shifts import imagenet, oop
 from dgmoe.metrics import ShiftSuite
 
+#: the schedule is dgmoe's default, not a paper's (the papers fine-tune for epochs of ImageNet: pass --steps);
+#: every evaluation reads the six held-out sets whole (over 160,000 images), hence a checkpoint every 1,000 steps
 IMAGENET_SHIFTS = register_dataset(DatasetSpec(
     "ImageNetShifts", "files", tuple(s.domain for s in imagenet.IMAGENET_SHIFTS), len(imagenet.class_facts()["wnids"]),
     None, n_steps=10001, checkpoint_freq=1000, builder=imagenet.builder(imagenet.IMAGENET_SHIFTS, "ImageNetShifts"),
