@@ -204,3 +204,11 @@ def test_domainbed_oop_marks_and_table(tmp_path, cli):
     (data / "DomainBed_OOP/hard/PACS/photo/dog/extra.png").write_bytes((data / "PACS/photo/dog/0.png").read_bytes())
     with pytest.raises(LayoutError, match="photo/dog/extra.png is not in"):
         get_dataset("PACS-OOP", data, img_size=8)
+
+
+def test_report_shows_the_shift_table(shift_run, cli):
+    result = cli("report", shift_run, "--no-params", "--pages", "none")
+    assert result.exit_code == 0, result.output
+    page = (shift_run / "report" / "index.html").read_text()
+    assert "ImageNetShifts: accuracy on ImageNet-val and each shift" in page and "ObjectNet" in page
+    assert "hold out several test domains" not in page  # not left out as runs without a table
