@@ -106,6 +106,8 @@ def test_templates_from_a_file_and_their_errors(tmp_path):
     (["--model", "vit_base_patch16_clip_224", "--patch-size", "7"], "needs CLIP's text tower"),
     (["--text-pretrained", "{image_only}"], "has no CLIP text tower"),
     (["--prompt-templates", "nonesuch"], "neither a template set"),
+    (["--head", "linear", "--prompt-templates", "domainbed"], "--prompt-templates is read by --head zeroshot only"),
+    (["--head", "linear", "--text-pretrained", "{image_only}"], "--text-pretrained is read by --head zeroshot only"),
 ])
 def test_bad_text_head_inputs_are_one_line_and_write_nothing(argv, expected, tmp_path, capsys):
     image_only = tmp_path.parent / "image_only.safetensors"

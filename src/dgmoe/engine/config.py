@@ -104,6 +104,15 @@ class ModelConfig(_Section):
                               f"{OFFLINE_HELP}")
         super().__post_init__()
 
+    def check_head(self) -> None:
+        """A `ConfigError` for text-head settings given without `--head zeroshot` (they would be ignored);
+        checked when the run is prepared (each setting alone stays a valid config)."""
+        defaults = ModelConfig()
+        unread = [name for name in ("prompt_templates", "text_pretrained")
+                  if getattr(self, name) != getattr(defaults, name)]
+        if self.head == defaults.head and unread:
+            raise ConfigError(f"{flag(unread[0])} is read by --head zeroshot only; add --head zeroshot or leave it out")
+
     def peft_config(self) -> PeftConfig:
         """The `PeftConfig` of these settings (a `ConfigError` naming the flag when they do not fit together,
         e.g. --peft-top-k above --peft-experts: checked when the run is prepared, before anything is written)."""

@@ -185,6 +185,7 @@ def prepare_run(cfg: RunConfig) -> RunSetup:
     data, model, alg, seeds = cfg.data, cfg.model, cfg.algorithm, cfg.seeds
     check_device(cfg.execution.device)
     MODELS.get(model.name)                  # unknown names fail before data is read
+    model.check_head()
     algorithm_cls = get_algorithm(alg.name)
     spec = get_spec(data.dataset)
     dataset = get_dataset(data.dataset, cfg.execution.data_dir, data.img_size, n_per_domain=data.n_per_domain)

@@ -89,7 +89,8 @@ def _fix_segment(text: str, entities: bool) -> str:
 def fix_text(text: str) -> str:
     """ftfy's `fix_text` for text that is not mojibake: line by line, entities decoded until a line with '<'."""
     out, entities = [], True
-    for line in text.splitlines(keepends=True) if "\n" in text else [text]:
+    parts = text.split("\n")  # ftfy's segments end at "\n" only
+    for line in [p + "\n" for p in parts[:-1]] + parts[-1:]:
         entities = entities and "<" not in line
         out.append(_fix_segment(line, entities))
     return "".join(out)
