@@ -12,6 +12,11 @@
   it writes (`env{i}_acc_avg`, `env{i}_acc_worst_group`, `env{i}_f1_macro`, ...; see `record`).
 
 Model selection by validation worst-group accuracy is `dgmoe.selection.WorstGroupSelection`.
+
+Distribution-shift suites (ImageNet -> V2, R, Sketch, A, ObjectNet): `ShiftSuite` declares a dataset's
+in-distribution test domain and its shifts; `LogitFit` is Taori et al.'s baseline (NeurIPS 2020, Sec. 3: OOD
+accuracy of standard models is linear in ID accuracy after the logit transform) and `effective_robustness` the
+OOD accuracy above it.
 """
 from __future__ import annotations
 
@@ -154,3 +159,59 @@ class GroupEvaluation:
                 if acc is not None:
                     out[f"{prefix}acc_{self.field}:{name}"] = acc
         return out
+
+
+@dataclass(frozen=True)
+class ShiftSuite:
+    """A dataset evaluated under distribution shift from one run: `id_domain` is its in-distribution test
+    domain (ImageNet-val), `shifts` the shifted test domains (ImageNet-V2, -R, -Sketch, -A, ObjectNet)."""
+
+    id_domain: str
+    shifts: tuple[str, ...]
+
+
+def _logit(p: float) -> float:
+    return math.log(p / (1.0 - p))
+
+
+@dataclass(frozen=True)
+class LogitFit:
+    """Taori et al.'s baseline (NeurIPS 2020, Sec. 3, "effective robustness"): the OOD accuracy a standard
+    model of ID accuracy `a` reaches, `sigmoid(slope * logit(a) + intercept)`, fitted on a testbed of
+    models trained on the ID data alone; `source` says which testbed and who fitted it. Accuracies are
+    fractions."""
+
+    slope: float
+    intercept: float
+    source: str
+
+    def baseline(self, id_acc: float) -> float:
+        """The line's OOD accuracy at `id_acc`; at 0 and 1 (no logit) its limit there."""
+        if not 0.0 < id_acc < 1.0:
+            z = math.copysign(math.inf, (id_acc - 0.5) * self.slope) if self.slope else self.intercept
+        else:
+            z = self.slope * _logit(id_acc) + self.intercept
+        return 1.0 / (1.0 + math.exp(-z)) if math.isfinite(z) else float(z > 0)
+
+    @classmethod
+    def fit(cls, id_accs: Sequence[float], ood_accs: Sequence[float], source: str) -> "LogitFit":
+        """Least squares in logit space over the testbed's (ID, OOD) accuracies (fractions in (0, 1))."""
+        if len(id_accs) != len(ood_accs) or len(id_accs) < 2:
+            raise ValueError(f"a logit fit needs at least two (ID, OOD) accuracy pairs, got {len(id_accs)} "
+                             f"and {len(ood_accs)} ({source})")
+        bad = [a for a in (*id_accs, *ood_accs) if not 0.0 < a < 1.0]
+        if bad:
+            raise ValueError(f"{source}: accuracies must lie strictly between 0 and 1 (fractions), got {bad[0]}")
+        x = [_logit(a) for a in id_accs]
+        y = [_logit(a) for a in ood_accs]
+        mx, my = sum(x) / len(x), sum(y) / len(y)
+        sxx = sum((v - mx) ** 2 for v in x)
+        if sxx == 0.0:
+            raise ValueError(f"{source}: every testbed model has the same ID accuracy; no line fits")
+        slope = sum((a - mx) * (b - my) for a, b in zip(x, y)) / sxx
+        return cls(slope, my - slope * mx, source)
+
+
+def effective_robustness(id_acc: float, ood_acc: float, fit: LogitFit) -> float:
+    """Taori et al.'s effective robustness: OOD accuracy minus the baseline's at the same ID accuracy."""
+    return ood_acc - fit.baseline(id_acc)

@@ -39,8 +39,9 @@ def tiny(backbone, seed=0, peft=None):
 
 
 def compatible(name, backbone):
-    """MoGE's losses need a MoGE network; every other algorithm takes any backbone."""
-    return (name == "MoGE") == backbone.startswith("moge")
+    """MoGE's losses need a MoGE network; CLIPood a text head (tested in test_algorithms_clipood.py); every other
+    algorithm takes any backbone."""
+    return (name == "MoGE") == backbone.startswith("moge") and not get_algorithm(name).NEEDS_TEXT_HEAD
 
 
 MATRIX = [(n, b) for n in ALGORITHMS for b in BACKBONES if compatible(n, b)]

@@ -73,7 +73,8 @@ def absolute_budget(name: str, key: str, hparams: dict) -> float:
     return max(1e-5, {penalty: bound, "loss": hparams[weight] * bound}.get(key, 0.0))
 #: every algorithm: the DG penalties compute their batch statistics over the global batch; SWAD/SMA/MIRO/
 #: Mixup/Fish/MLDG/DANN only need the per-sample randomness and the MoE statistics to be global.
-ALGORITHMS = [a for a in list_algorithms() if a != "MoGE"]  # MoGE needs metadata batches (tested apart)
+#: MoGE needs metadata batches, CLIPood a text head (tested apart)
+ALGORITHMS = [a for a in list_algorithms() if a != "MoGE" and not get_algorithm(a).NEEDS_TEXT_HEAD]
 
 
 def tiny_gmoe():

@@ -46,7 +46,8 @@ def is_stateful(name: str) -> bool:
     return bool(own_state) or len(algorithm.optimizers()) > 1
 
 
-STATEFUL = [name for name in list_algorithms() if is_stateful(name)]
+#: CLIPood needs a text head: its resume is tested in tests/algorithms/test_algorithms_clipood.py
+STATEFUL = [name for name in list_algorithms() if not get_algorithm(name).NEEDS_TEXT_HEAD and is_stateful(name)]
 
 
 class Killed(BaseException):

@@ -11,7 +11,7 @@ from dgmoe.data.catalogue import evaluation_envs, get_spec
 from dgmoe.engine.config import RunConfig
 from dgmoe.recipes import get_recipe, list_recipes
 from dgmoe.recipes.base import AVG, OOD_AVG, SWEEP_KINDS
-from dgmoe.recipes.plan import SMOKE, available_rows, part_sweeps, parts_for
+from dgmoe.recipes.plan import SMOKE, available_rows, part_sweeps, parts_for, text_head
 from dgmoe.recipes.run import prepare
 from dgmoe.sweep.jobs import build_jobs, check_sweep
 
@@ -27,6 +27,7 @@ EXPECTED = {
     "moge-table1c": ("MoGE", "Table 1 (c)"), "moge-appA-supcon": ("MoGE", "App. A"),
     "moge-appA-experts": ("MoGE", "App. A"), "moge-appA-topk": ("MoGE", "App. A"), "moge-appA-cka": ("MoGE", "App. A"),
     "foundation-domainbed": ("Foundation backbones", "issue 25"),
+    "clip-robust-domainbed": ("Robust fine-tuning of CLIP", "issue 35"),
 }
 
 
@@ -162,7 +163,8 @@ def test_smoke_scale_needs_no_data_and_is_small(recipe, tmp_path):
     assert all(Path(p).parent == (tmp_path / "out" / SMOKE.weights_dir).absolute() for p in checkpoints)
     for name, part_jobs in plan.jobs.items():
         for c in (job.config for job in part_jobs):
-            assert c.model.pretrained in (checkpoints if recipe.part(name).pretrained else {None})
+            loads = recipe.part(name).pretrained and not text_head(recipe.part(name))  # text heads: seeded towers
+            assert c.model.pretrained in (checkpoints if loads else {None})
             assert c.training.steps <= 2 and c.execution.num_threads == 1
             assert c.data.dataset in ("Debug28", "RotatedMNIST", "GeoMNIST")
 

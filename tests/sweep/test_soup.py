@@ -16,7 +16,8 @@ from dgmoe.engine.io import read_jsonl
 from dgmoe.engine.trainer import train
 from dgmoe.report.collect import load_records
 from dgmoe.report.results import results_tables
-from dgmoe.sweep.soup import METHODS, SoupOptions, make_soups
+from dgmoe.sweep.options import DEFAULT_METHODS
+from dgmoe.sweep.soup import SoupOptions, make_soups
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +46,7 @@ def test_soups_per_held_out_domain_are_rows_of_their_own(sweep):
     assert len(runs) == 12
     made = sorted((f.name.split("_")[0], _record(f)["args"]["test_envs"][0], _record(f)["args"]["trial_seed"])
                   for f in soups)
-    expected = sorted((m, env, trial) for m in METHODS for env in (0, 1) for trial in (0, 1))
+    expected = sorted((m, env, trial) for m in DEFAULT_METHODS for env in (0, 1) for trial in (0, 1))
     assert made == expected
     text = results_tables(load_records(root), selection="iid")
     for row in ("ERM / vit_micro", "ERM (uniform soup) / vit_micro", "ERM (greedy soup) / vit_micro",

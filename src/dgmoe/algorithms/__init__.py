@@ -6,6 +6,7 @@ from dgmoe.algorithms import (  # noqa: F401
     arm,
     cad,  # CAD and CondCAD
     causirl,  # CausIRL_CORAL and CausIRL_MMD
+    clipood,  # CLIPood (needs --head zeroshot)
     coral,
     d3g,  # geographic baseline: domain-relation heads
     d3g_wrap,  # D3G with a WRAP location encoder
@@ -15,10 +16,12 @@ from dgmoe.algorithms import (  # noqa: F401
     erm_plus_plus,  # ERMPlusPlus
     fish,
     fishr,
+    flyp,  # FLYP (needs --head zeroshot)
     group_dro,
     ib,  # IB_ERM and IB_IRM
     iga,
     irm,
+    lp_ft,  # LPFT
     miro,
     mixup,
     mldg,

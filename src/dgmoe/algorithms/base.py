@@ -62,6 +62,10 @@ class Algorithm(nn.Module):
     OVERRIDES: ClassVar[tuple[str, ...]] = ()  # shared hyperparameters this algorithm redefines
     MIN_TRAIN_DOMAINS: ClassVar[int] = 1
     NEEDS_VAL_LOSS: ClassVar[bool] = False
+    #: the network's head must be a text head (`--head zeroshot`; CLIPood reads the class-name embeddings)
+    NEEDS_TEXT_HEAD: ClassVar[bool] = False
+    #: trains CLIP's text tower: the run calls `attach_text(tower, class names, templates)` after building it
+    NEEDS_TEXT_TOWER: ClassVar[bool] = False
     DESCRIPTION: ClassVar[str] = ""
     REFERENCE: ClassVar[str] = ""
 

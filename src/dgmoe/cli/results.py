@@ -69,7 +69,7 @@ def command(ctx: click.Context, **kw: Any) -> None:
                 return single_source_table(records, baseline=baseline, ood_split=ood_split,  # type: ignore[arg-type]
                                            improvement_kind="absolute" if absolute else "relative", latex=as_latex)
             return results_tables(records, selection=selection or "all", latex=as_latex,
-                                  complete_trials=complete_trials, hparams=show_hparams)
+                                  complete_trials=complete_trials, hparams=show_hparams, shift_fit=cfg.shift_fit)
 
         text = render(latex)
         markdown = render(False) if csv_export and latex else text

@@ -38,6 +38,7 @@ __all__ = [
 ]
 
 from dgmoe.data import (
+    shifts,  # noqa: E402,F401  (registers ImageNetShifts and the five DomainBed-OOP datasets)
     spawrious,  # noqa: E402,F401  (registers the six Spawrious challenges)
     wilds,  # noqa: E402,F401  (registers FMoW, FMoW-LAO, WILDSFMoW, iWildCam, Camelyon17)
 )

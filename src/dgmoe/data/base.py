@@ -8,12 +8,13 @@ dataset returns `(image, label)` or `(image, label, meta)` where `image` is a ui
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar, Sequence, Sized, cast
+from functools import cached_property
+from typing import ClassVar, Mapping, Sequence, Sized, cast
 
 import torch
 from torch.utils.data import Dataset
 
-from dgmoe.metrics import GroupEvaluation
+from dgmoe.metrics import GroupEvaluation, ShiftSuite
 from dgmoe.sharding import Shard
 
 
@@ -48,13 +49,47 @@ class Batch:
         return Batch(self.x[:n], self.y[:n], meta)
 
 
+@dataclass(frozen=True)
+class ClassMap:
+    """An evaluation domain labelled in classes of its own, each a group of the training classes: ImageNet-R's
+    and ImageNet-A's 200 classes are single ImageNet classes, ObjectNet's 113 classes cover 1 to 5 ImageNet
+    classes each. `groups[k]`: the training classes of the domain's class k.
+
+    `project` turns a network's training-class logits into the domain's: the largest logit of each group, as
+    the ImageNet-shift evaluations of WiSE-FT (Wortsman et al., CVPR 2022; mlfoundations/wise-ft
+    `project_logits`) and Taori et al. (NeurIPS 2020) do; for single-class groups that is the sub-list of the
+    logits, so accuracy and cross-entropy are those over the 200 classes alone.
+    """
+
+    groups: tuple[tuple[int, ...], ...]
+
+    def __post_init__(self) -> None:
+        if not self.groups or any(not g for g in self.groups):
+            raise ValueError("a ClassMap needs at least one class, and every class at least one training class")
+
+    @cached_property
+    def _index(self) -> torch.Tensor:
+        width = max(len(g) for g in self.groups)  # padded with the group's first class: max is unchanged
+        return torch.tensor([list(g) + [g[0]] * (width - len(g)) for g in self.groups], dtype=torch.long)
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.groups)
+
+    def project(self, logits: torch.Tensor) -> torch.Tensor:
+        """`[N, training classes]` -> `[N, len(groups)]`: each group's largest logit."""
+        return logits[:, self._index.to(logits.device)].amax(-1)
+
+
 @dataclass
 class MultiDomainDataset:
     """A dataset made of several domains that share one label space.
 
     `evaluation`: the WILDS-style group metrics recorded for its held-out domains (None: accuracy only);
     `eval_domains`: domains that are evaluation splits only (WILDS' id_val/id_test/val/test), which every
-    run must hold out; `source`: where the images were read from.
+    run must hold out; `class_maps`: evaluation domains labelled in their own classes (domain name ->
+    `ClassMap`: ImageNet-R, -A, ObjectNet), evaluated on the projected logits; `source`: where the images were
+    read from.
     """
 
     name: str
@@ -69,6 +104,8 @@ class MultiDomainDataset:
     eval_domains: tuple[str, ...] = ()
     source: str = ""  # where the images came from, in words
     version: str = ""  # the published version the folder holds (`dgmoe.data.versions`; "" when not known)
+    class_maps: Mapping[str, ClassMap] = field(default_factory=dict)
+    shifts: ShiftSuite | None = None  # a distribution-shift suite's ID test domain and shifts
 
     N_STEPS: ClassVar[int] = 5001
 

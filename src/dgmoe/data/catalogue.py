@@ -25,12 +25,12 @@ from dgmoe.data import dataset_hparams as hp
 from dgmoe.data import mnist, synthetic
 from dgmoe.data import versions as known
 from dgmoe.data.arrays import ArrayDomain
-from dgmoe.data.base import MultiDomainDataset
+from dgmoe.data.base import ClassMap, MultiDomainDataset
 from dgmoe.data.errors import LAYOUT, CacheError, DataDirNotFoundError, UnknownDatasetError
 from dgmoe.data.folder import FolderDomain, FolderListing, decode_files, scan_folder, subsample_indices
 from dgmoe.data.transforms import IMAGENET_MEAN, IMAGENET_STD, EvalTransform, ToFloat, TrainTransform
 from dgmoe.hparams import DatasetHParams
-from dgmoe.metrics import GroupEvaluation
+from dgmoe.metrics import GroupEvaluation, ShiftSuite
 from dgmoe.registry import Registry, UnknownNameError
 from dgmoe.seeding import seed_hash
 
@@ -78,6 +78,10 @@ class DatasetSpec:
     hparams: DatasetHParams = DatasetHParams()
     #: its known published versions (`dgmoe.data.versions`): which one a folder holds is recorded with each run
     versions: tuple[known.DataVersion, ...] = ()
+    #: evaluation domains labelled in classes of their own (domain, `ClassMap`): ImageNet-R, -A, ObjectNet
+    class_maps: tuple[tuple[str, ClassMap], ...] = ()
+    #: a distribution-shift suite's in-distribution test domain and shifts (`dgmoe.report.shifts` tabulates it)
+    shifts: ShiftSuite | None = None
     #: each label's name, in label order, as prompts say it (`dgmoe.data.class_names`); () -> the data's own
     class_names: tuple[str, ...] = ()
 
@@ -318,7 +322,8 @@ def get_dataset(
                               source=str(source), version=version,
                               input_shape=(channels, size, size), n_steps=spec.n_steps,
                               checkpoint_freq=spec.checkpoint_freq, evaluation=spec.evaluation,
-                              eval_domains=spec.eval_domains)
+                              eval_domains=spec.eval_domains, class_maps=dict(spec.class_maps),
+                              shifts=spec.shifts)
 
 
 def get_transforms(name: str, img_size: int, data_augmentation: bool = True,

@@ -5,7 +5,10 @@ For such a dataset (`MultiDomainDataset.evaluation`, e.g. FMoW's regions) every 
 gets the metrics of `GroupEvaluation.record` over its whole split, in and out parts together, under
 `env{i}_acc_avg`, `env{i}_acc_worst_group`, `env{i}_f1_macro`, ... (Koh et al., WILDS, ICML 2021), and
 the record names the group field, `wilds_groups` (e.g. 'region'), and the validation domain of
-worst-group selection, `wilds_val_env`, when it is held out.
+worst-group selection, `wilds_val_env`, when it is held out. A distribution-shift suite's held-out domains
+(`MultiDomainDataset.shifts`) also get their accuracy over the whole domain, `env{i}_acc_all`; domains labelled
+in classes of their own (`MultiDomainDataset.class_maps`: ImageNet-R, -A, ObjectNet) are scored on the
+network's logits projected onto those classes.
 These come from the predictions the accuracies are computed from: no extra forward pass.
 
 `sampled_splits` gives the fixed, seeded per-split samples a run with `--eval-sample N` evaluates at its
@@ -19,21 +22,25 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from dgmoe.data.base import Batch, MultiDomainDataset
+from dgmoe.data.base import Batch, ClassMap, MultiDomainDataset
 from dgmoe.data.loaders import EvalBatches
 from dgmoe.seeding import seed_hash
 
 #: record keys: the validation domain's index (`dgmoe.selection.WorstGroupSelection`), the group field
 VAL_ENV_KEY, GROUPS_KEY = "wilds_val_env", "wilds_groups"
+#: record key suffix of a shift suite's held-out domains: accuracy over the whole domain (in and out parts)
+SHIFT_ACC = "acc_all"
 
 
 @torch.no_grad()
 @torch.compiler.set_stance("force_eager")
 def _predict_parts(predict: Callable, batches: Iterator[tuple[int, Batch]], num_parts: int, device: str,
-                   group_parts: Mapping[int, str]) -> tuple[list[float], list[float], dict[int, list]]:
+                   group_parts: Mapping[int, str], class_maps: Mapping[int, ClassMap] | None = None,
+                   ) -> tuple[list[float], list[float], dict[int, list]]:
     """Accuracy and mean loss of every part, and [(y, predicted class, group) per batch] of the parts in
-    `group_parts` (part -> group field). Sums stay on the device and are read back once, at the end: on a
-    GPU an evaluation then never waits for a batch before queueing the next.
+    `group_parts` (part -> group field); the parts in `class_maps` are scored on `ClassMap.project`ed logits
+    (a domain labelled in classes of its own: ImageNet-R, -A, ObjectNet). Sums stay on the device and are read
+    back once, at the end: on a GPU an evaluation then never waits for a batch before queueing the next.
     A network compiled for training (`--compile`) runs eagerly here: evaluation's modes and batch sizes
     (the last batch of every split is shorter) would each compile new graphs, using up dynamo's recompile
     limit for the training step's blocks, for a pass that is a small part of a run's time."""
@@ -44,6 +51,8 @@ def _predict_parts(predict: Callable, batches: Iterator[tuple[int, Batch]], num_
     for part, batch in batches:
         batch = batch.to(device)
         logits = predict(batch.x, batch.meta).float()
+        if class_maps and part in class_maps:
+            logits = class_maps[part].project(logits)
         losses[part] += F.cross_entropy(logits, batch.y, reduction="sum").double()
         pred = logits.argmax(1)
         correct[part] += (pred == batch.y).sum().double()
@@ -73,10 +82,13 @@ def sampled_splits(splits: Sequence[tuple[np.ndarray, np.ndarray]], uda: Mapping
 
 
 def split_metrics(predict: Callable, dataset, indices, transform, device: str, batch_size: int = 64,
-                  num_workers: int = 0, batches: EvalBatches | None = None) -> tuple[float, float]:
-    """(accuracy, mean cross-entropy) of `predict` on `indices` of `dataset`."""
+                  num_workers: int = 0, batches: EvalBatches | None = None,
+                  class_map: ClassMap | None = None) -> tuple[float, float]:
+    """(accuracy, mean cross-entropy) of `predict` on `indices` of `dataset` (scored in the classes of
+    `class_map` when the domain has one)."""
     batches = batches or EvalBatches(transform, batch_size, num_workers)
-    accs, losses, _ = _predict_parts(predict, batches([(dataset, indices)]), 1, device, {})
+    maps = {0: class_map} if class_map is not None else None
+    accs, losses, _ = _predict_parts(predict, batches([(dataset, indices)]), 1, device, {}, maps)
     return accs[0], losses[0]
 
 
@@ -116,9 +128,14 @@ def evaluate_domains(algorithm, dataset: MultiDomainDataset, splits: Sequence[tu
     group_parts = {}
     if evaluation is not None:
         group_parts = {2 * i + j: evaluation.field for i in test_envs for j in (0, 1)}
+    class_maps = {p: dataset.class_maps[dataset.domains[i]] for p, i in
+                  [(2 * i + j, i) for i in range(len(splits)) for j in (0, 1)]
+                  + [(2 * len(splits) + k, i) for k, (i, _) in enumerate(uda_items)]
+                  if dataset.domains[i] in dataset.class_maps}
     batches = batches or EvalBatches(transform, batch_size, num_workers)
     try:
-        accs, losses, kept = _predict_parts(algorithm.predict, batches(parts), len(parts), device, group_parts)
+        accs, losses, kept = _predict_parts(algorithm.predict, batches(parts), len(parts), device, group_parts,
+                                            class_maps)
     finally:
         algorithm.train(was_training)
     results: dict[str, float | int | str] = {}
@@ -130,6 +147,11 @@ def evaluate_domains(algorithm, dataset: MultiDomainDataset, splits: Sequence[tu
             y, pred, groups = (torch.cat([k[j] for k in both]) if both else torch.zeros(0, dtype=torch.long)
                                for j in range(3))
             results.update(evaluation.record(f"env{i}_", y, pred, groups))
+    if dataset.shifts is not None:  # a shift suite's held-out domains are scored whole (`dgmoe.report.shifts`)
+        for i in test_envs:
+            sizes = [len(splits[i][0]), len(splits[i][1])]
+            correct = sum(accs[2 * i + j] * n for j, n in enumerate(sizes) if n)
+            results[f"env{i}_{SHIFT_ACC}"] = correct / sum(sizes) if sum(sizes) else float("nan")
     for k in range(len(uda_items)):
         part = 2 * len(splits) + k
         results[f"env{k}_uda_acc"], results[f"env{k}_uda_loss"] = accs[part], losses[part]

@@ -233,6 +233,9 @@ def prepare_run(cfg: RunConfig) -> RunSetup:
         raise
     except (TypeError, ValueError, KeyError) as e:
         raise UsageError(f"--algorithm {alg.name} rejects its hyperparameters {alg.hparams or ''}: {e}") from e
+    if algorithm_cls.NEEDS_TEXT_TOWER:  # FLYP: the text tower trains too (the algorithm checked the text head)
+        names = prompt_class_names(dataset.name, dataset.classes)
+        algorithm.attach_text(run_text_tower(cfg, info), names, templates(model.prompt_templates))  # type: ignore[attr-defined]
     splits, uda = uda_splits(domain_splits(dataset, data.holdout_fraction, seeds.trial_seed), test_envs,
                              data.uda_holdout_fraction, seeds.trial_seed)
     n_steps = spec.n_steps if cfg.training.steps is None else cfg.training.steps  # 0: evaluate once

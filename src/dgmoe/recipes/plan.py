@@ -15,6 +15,8 @@ the micro ViT; a CLIP or DINOv2 tower its test-sized stand-in, e.g. `vit_micro_p
 each backbone's dense twin, loaded with --pretrained as the paper's runs load DeiT: experts copied from the
 FFN, what a dense checkpoint cannot hold initialised, the head and embeddings adapted), a few steps, one
 hparams setting, one trial, one held-out set (the first domain; single-source: the first training domain).
+Parts with CLIP text heads (`--head zeroshot`) load no smoke checkpoint (their stand-in towers keep their seeded
+image and text weights), and a part of `steps` 0 (a zero-shot evaluation) stays at 0 steps.
 Without pair runs, the smoke summary selects by training-domain validation.
 """
 from __future__ import annotations
@@ -107,7 +109,7 @@ def smoke_checkpoints(recipe: Recipe, part: Part, models: Iterable[str],
     backbone's is its dense twin at the smoke width and the stand-in's channels, at the twin's own image and
     patch size (the load resamples them, as the paper's iWildCam runs resample 384 px weights to 448)."""
     models = tuple(dict.fromkeys(SMOKE.model(m) for m in models))
-    if not part.pretrained:
+    if not part.pretrained or text_head(part):
         return {None: models}
     from dgmoe.data.catalogue import get_spec  # (the catalogue and the models import torch)
     from dgmoe.models.twin import dense_twin
@@ -122,6 +124,12 @@ def smoke_checkpoints(recipe: Recipe, part: Part, models: Iterable[str],
         checkpoint = SmokeCheckpoint(str(path), twin, tuple(sorted(kwargs.items())))
         groups[checkpoint] = (*groups.get(checkpoint, ()), model)
     return groups
+
+
+def text_head(part: Part) -> bool:
+    """Whether the part's heads come from CLIP's text tower (`--head zeroshot`): at the smoke scale its stand-in
+    towers keep their seeded random image and text weights (a dense image checkpoint has no text tower)."""
+    return part.settings.get("head") == "zeroshot"
 
 
 def check_scale(scale: str) -> None:
@@ -203,7 +211,8 @@ def smoke_settings(part: Part) -> dict[str, Any]:
     kwargs = {k: v for k, v in flat.get("model_kwargs", {}).items() if k not in SMOKE.dropped_kwargs}
     flat["model_kwargs"] = {**kwargs, **SMOKE.model_kwargs}
     flat["hparams"] = {**flat.get("hparams", {}), **SMOKE.hparams}
-    return {**flat, "steps": SMOKE.steps, "checkpoint_freq": SMOKE.checkpoint_freq,
+    steps = 0 if part.settings.get("steps") == 0 else SMOKE.steps  # a zero-shot evaluation stays untrained
+    return {**flat, "steps": steps, "checkpoint_freq": SMOKE.checkpoint_freq,
             "n_per_domain": SMOKE.n_per_domain, "patch_size": SMOKE.patch_size, **SMOKE.execution}
 
 

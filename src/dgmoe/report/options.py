@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from dgmoe.settings import ConfigError, Settings, existing_folder, setting
+from dgmoe.settings import ConfigError, Settings, existing_file, existing_folder, setting
 
 SELECTIONS = ("iid", "loo", "oracle", "worst", "worst-id", "wilds", "all")
 _RUNS_DIR = "A folder of runs (searched recursively for results.jsonl)."
@@ -51,6 +51,10 @@ class ResultsConfig(Settings):
                                "its mean and SE, and the protocol lines, the same numbers as the tables.",
                         flags=("--csv",))
     no_save: bool = setting(False, "Only print; do not write results.md/.tex into RUNS_DIR.", flags=("--no-save",))
+    shift_fit: str | None = setting(None, "Distribution-shift tables (ImageNetShifts): a CSV of a baseline testbed "
+                                          "(a model column, then accuracies in % under the suite's domain names) to "
+                                          "fit each shift's logit-linear baseline and add effective robustness "
+                                          "(Taori et al., 2020).", parser=existing_file, metavar="FILE")
 
 
 @dataclass(frozen=True)

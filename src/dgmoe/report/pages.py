@@ -64,13 +64,15 @@ def status(run: RunInfo) -> str:
 def results_section(records, selection: str, multi: list[RunInfo]) -> tuple[str, list[tuple[str, str]]]:
     """The results tables as HTML with anchored headings, and (id, text) of each selection method's heading.
 
-    Only datasets with single-test-domain runs have DomainBed tables, and those with WILDS metrics WILDS tables;
-    `multi` are the runs of the others."""
+    Only datasets with single-test-domain runs have DomainBed tables, those with WILDS metrics WILDS tables and
+    the distribution-shift suites their shift table; `multi` are the runs of the others."""
     from dgmoe.report.results import results_tables
+    from dgmoe.report.shifts import shift_datasets
     from dgmoe.report.wilds import wilds_datasets
 
     if records is not None and len(records):
-        single = set(records.loc[records["test_envs"].map(len) == 1, "dataset"]) | set(wilds_datasets(records))
+        single = (set(records.loc[records["test_envs"].map(len) == 1, "dataset"]) | set(wilds_datasets(records))
+                  | set(shift_datasets(records)))
         records = records[records["dataset"].isin(single)]
     if records is None or not len(records):
         return "<p>No finished run yet: no results table (unfinished runs are in the run index).</p>", []
@@ -226,9 +228,10 @@ def index_body(root: Path, runs: Sequence[RunInfo], groups: Sequence[Group], has
     ok = [r for r in runs if not r.problem]
     single = {r.dataset for r in ok if len(r.test_envs) == 1}
     if records is not None and len(records):
+        from dgmoe.report.shifts import shift_datasets
         from dgmoe.report.wilds import wilds_datasets
 
-        single |= set(wilds_datasets(records))  # in the WILDS tables
+        single |= set(wilds_datasets(records)) | set(shift_datasets(records))  # in the WILDS and shift tables
     multi = [r for r in ok if r.dataset not in single]
     results, parts = results_section(records, selection, multi)
     if problem:

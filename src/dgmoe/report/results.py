@@ -21,7 +21,7 @@ from dgmoe.tables import heading
 
 def results_tables(
     records: pd.DataFrame, selection: MethodLike | Sequence[MethodLike] = "all", latex: bool = False,
-    complete_trials: bool = False, hparams: bool = False, bootstrap_seed: int = 0,
+    complete_trials: bool = False, hparams: bool = False, bootstrap_seed: int = 0, shift_fit: str | None = None,
 ) -> str:
     """Markdown (or LaTeX) tables: per selection method, one table per dataset and an Averages table.
 
@@ -31,9 +31,12 @@ def results_tables(
     WILDS tables instead. `complete_trials` leaves trial seeds that lack a test domain out of the Averages;
     `hparams` adds, after each dataset's table, the runs its cells selected (`dgmoe.report.selected`);
     `bootstrap_seed` seeds the intervals of the worst-group tables (`dgmoe.report.wilds_groups`).
+    Distribution-shift suites (ImageNetShifts) get their shift table (`dgmoe.report.shifts`), with effective
+    robustness against the baseline testbed `shift_fit` (a CSV) when given.
     """
     from dgmoe.report.protocol import protocol_block
     from dgmoe.report.selected import selected_table
+    from dgmoe.report.shifts import OOP_TITLE, oop_key, read_fits, shift_datasets, shift_table, suite_of
     from dgmoe.report.wilds import has_worst_group, wilds_datasets, wilds_runs, wilds_tables, worst_group_table
 
     if records.empty:
@@ -68,12 +71,22 @@ def results_tables(
                 tables.append(dataset_table(records, sweep, d, latex, names))
                 if hparams:
                     tables.append(selected_table(records, sweep, d, latex, names))
-                if has_worst_group(records, d):
+                if (oop := oop_key(d)) is not None:  # DomainBed-OOP: the test domain's out-of-pretraining images
+                    tables.append(worst_group_table(records, sweep, d, latex, names, oop, OOP_TITLE.format(d)))
+                elif has_worst_group(records, d):
                     tables.append(worst_group_table(records, sweep, d, latex, names))
             tables.append(averages_table(records, sweep, datasets, latex, complete_trials, names))
         if tables:
             parts.append(heading(f"Model selection: {method.name}", 2, latex))
             parts.extend(tables)
+    suites = shift_datasets(records)
+    if shift_fit is not None and not suites:
+        raise ValueError(f"--shift-fit {shift_fit}: no run of a distribution-shift suite (ImageNetShifts) to compare")
+    if suites:
+        parts.append(heading("Distribution shift", 2, latex))
+        for d in suites:
+            fits = read_fits(shift_fit, suite_of(d)) if shift_fit is not None else None  # type: ignore[arg-type]
+            parts.append(shift_table(records, d, latex, names, fits))
     if len(parts) == 2:
         raise ValueError("no run fits a results table: DomainBed's tables need runs that hold out one domain "
                          "(--test-envs t), WILDS tables runs that hold out the validation split")

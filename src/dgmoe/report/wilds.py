@@ -154,9 +154,11 @@ def has_worst_group(records: pd.DataFrame, dataset: str) -> bool:
 
 
 def worst_group_table(records: pd.DataFrame, sweep: pd.DataFrame, dataset: str, latex: bool = False,
-                      names: Mapping[RowKey, str] | None = None) -> str:
-    """The held-out domain's worst-group accuracy (`env{t}_acc_worst_group`) at the checkpoints that `sweep`
-    (one DomainBed selection method's `sweep_accs`) picks: per test domain, mean +/- SE over trial seeds."""
+                      names: Mapping[RowKey, str] | None = None, metric: str = "acc_worst_group",
+                      title: str | None = None) -> str:
+    """The held-out domain's worst-group accuracy (`env{t}_acc_worst_group`; another record key suffix with
+    `metric`, e.g. one named group's `acc_pretraining:OOP`, under `title`) at the checkpoints that `sweep` (one
+    DomainBed selection method's `sweep_accs`) picks: per test domain, mean +/- SE over trial seeds."""
     mine = records[records["dataset"] == dataset]
     domains = dataset_domains(records, dataset)
     groups = next((str(g) for g in mine.get(GROUPS, pd.Series(dtype=object)).dropna()), "group")
@@ -168,11 +170,11 @@ def worst_group_table(records: pd.DataFrame, sweep: pd.DataFrame, dataset: str, 
     for key in keys:
         cells, means = [], []
         for env in range(len(domains)):
-            values = [_value(chosen[(p["run_dir"], int(p["step"]))], f"env{env}_acc_worst_group") for p in picks
+            values = [_value(chosen[(p["run_dir"], int(p["step"]))], f"env{env}_{metric}") for p in picks
                       if (p["algorithm"], p["model"]) == key and int(p["test_env"]) == env]
             mean, text = format_mean([v for v in values if v is not None], latex)
             cells.append(text)
             means.append(mean)
         rows.append([labels[key], *cells, format_avg(means)])
-    return table_block(f"{dataset}: worst-{groups} accuracy of the test domain", ["Algorithm", *domains, "Avg"],
-                       rows, latex)
+    return table_block(title or f"{dataset}: worst-{groups} accuracy of the test domain",
+                       ["Algorithm", *domains, "Avg"], rows, latex)

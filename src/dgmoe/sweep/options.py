@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dgmoe.settings import Settings, existing_folder, setting
+from dgmoe.settings import ConfigError, Settings, comma_floats, existing_folder, setting
 
 
 @dataclass(frozen=True)
@@ -44,23 +44,43 @@ class EstimateConfig(Settings):
 
 
 #: the soups `dgmoe soup` makes (`dgmoe.sweep.soup`)
-METHODS = ("uniform", "greedy", "ratatouille", "ensemble")
+METHODS = ("uniform", "greedy", "ratatouille", "ensemble", "wise-ft")
+#: what `dgmoe soup` makes by default (WiSE-FT needs --zero-shot)
+DEFAULT_METHODS = METHODS[:4]
+#: WiSE-FT's alpha grid (mlfoundations/wise-ft README: --alpha 0 0.1 ... 1.0)
+WISE_FT_ALPHAS = tuple(round(0.1 * k, 1) for k in range(11))
 
 
 @dataclass(frozen=True)
 class SoupOptions(Settings):
     """How `make_soups` reads, evaluates and writes (`dgmoe soup`)."""
 
-    methods: tuple[str, ...] = setting(METHODS, "Soups to make (repeat the flag; default: all four). uniform/greedy/"
-                                       "ensemble average the hparams draws of one (dataset, held-out domains, trial "
-                                       "seed, algorithm, model); ratatouille the runs of any algorithm that share an "
-                                       "initialisation.", choices=METHODS, flags=("--method",))
+    methods: tuple[str, ...] = setting(DEFAULT_METHODS, "Soups to make (repeat the flag; default: the first four). "
+                                       "uniform/greedy/ensemble average the hparams draws of one (dataset, held-out "
+                                       "domains, trial seed, algorithm, model); ratatouille the runs of any algorithm "
+                                       "that share an initialisation; wise-ft interpolates --zero-shot's weights and "
+                                       "each fine-tuned run's over --alpha.", choices=METHODS, flags=("--method",))
     which: str = setting("best", "Each run's weights: best (training-domain validation within the run) or last.",
                          choices=("best", "last"), flags=("--weights",))
     device: str = setting("cpu", "torch device of the evaluations.")
     data_dir: str | None = setting(None, "Dataset root (default: each run's own --data-dir).")
     eval_batch_size: int = setting(64, "Batch size of the evaluations.", minimum=1)
     num_workers: int = setting(0, "Data-loading worker processes of the evaluations.", minimum=0)
+    zero_shot: str | None = setting(None, "With --method wise-ft: the zero-shot run folder (e.g. `dgmoe train --head "
+                                          "zeroshot --steps 0`), theta_0 of WiSE-FT.", parser=existing_folder,
+                                    metavar="RUN_DIR")
+    alphas: tuple[float, ...] = setting(WISE_FT_ALPHAS, "With --method wise-ft: the mixing coefficients, a comma "
+                                                        "list in [0, 1] (0: the zero-shot run, 1: the fine-tuned run).",
+                                        parser=comma_floats, flags=("--alpha",))
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        bad = [a for a in self.alphas if not 0.0 <= a <= 1.0]
+        if bad or not self.alphas:
+            raise ConfigError(f"--alpha: WiSE-FT's mixing coefficients lie in [0, 1], got {bad[0] if bad else 'none'}")
+        if ("wise-ft" in self.methods) != (self.zero_shot is not None):
+            raise ConfigError("--method wise-ft and --zero-shot RUN_DIR go together: WiSE-FT interpolates the "
+                              "zero-shot run's weights and each fine-tuned run's")
 
 
 @dataclass(frozen=True)

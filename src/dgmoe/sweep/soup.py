@@ -11,6 +11,8 @@ averages and the output ensemble, each written as a run folder of its own with D
   its initialisation, whatever its algorithm (Rame et al., Model Ratatouille, ICML 2023, Eq. 2: averaging
   fine-tunings that differ in their objective, from one initialisation).
 - `ensemble`: the mean of the members' logits (DiWA's ENS baseline, Eq. 4), for comparison.
+- `wise-ft`: the zero-shot run's and a fine-tuned run's weights interpolated over an alpha grid, and the alpha
+  training-domain validation picks (Wortsman et al., WiSE-FT, CVPR 2022; `dgmoe.sweep.wise_ft`).
 
 Each run contributes its `best` weights (training-domain validation within the run, what `dgmoe train`
 keeps; `--weights last` for the last step). The data splits are those of the members' trial seed, so that a
@@ -40,6 +42,8 @@ from dgmoe.engine.io import read_jsonl, write_json_atomic, write_jsonl_atomic
 from dgmoe.engine.provenance import provenance
 from dgmoe.engine.setup import RunSetup, prepare_run
 from dgmoe.errors import UsageError
+from dgmoe.selection import python_argmax
+from dgmoe.sweep import wise_ft
 from dgmoe.sweep.options import METHODS, SoupOptions
 from dgmoe.sweep.soup_members import SOUP_KEY, Member, check_shared, find_members
 
@@ -50,6 +54,7 @@ class Plan:
 
     method: str
     members: tuple[Member, ...]
+    alpha: float | None = None  # wise-ft: the mixing coefficient (None: chosen on validation); members (ft, zs)
 
     @property
     def name(self) -> str:
@@ -57,26 +62,38 @@ class Plan:
         envs = "-".join(map(str, m.test_envs))
         alg = m.algorithm if self.method != "ratatouille" else "+".join(sorted({x.algorithm for x in self.members}))
         tag = hashlib.md5("\n".join(str(x.run_dir) for x in self.members).encode()).hexdigest()[:6]
-        return f"{self.method}_{alg}_{m.model}_{m.dataset}_env{envs}_trial{m.trial_seed}_{tag}"
+        method = self.method if self.method != "wise-ft" else f"wise-ft{'' if self.alpha is None else self.alpha:}"
+        return f"{method}_{alg}_{m.model}_{m.dataset}_env{envs}_trial{m.trial_seed}_{tag}"
 
     @property
     def algorithm(self) -> str:
         """The row name of the soup in results tables."""
         if self.method == "ratatouille":
             return f"ratatouille ({', '.join(sorted({m.algorithm for m in self.members}))})"
+        if self.method == "wise-ft":
+            return f"{self.members[0].algorithm} (WiSE-FT{'' if self.alpha is None else f' alpha={self.alpha:g}'})"
         return f"{self.members[0].algorithm} ({self.method}{'' if self.method == 'ensemble' else ' soup'})"
 
 
-def plan_soups(members: Sequence[Member], methods: Sequence[str]) -> list[Plan]:
+def plan_soups(members: Sequence[Member], methods: Sequence[str], zero_shot: Member | None = None,
+               alphas: Sequence[float] = ()) -> list[Plan]:
     """Every soup of `methods` over `members` (groups of one run are left out); refuses, in one line, a group
-    whose runs do not share an architecture or an initialisation (before anything is written)."""
+    whose runs do not share an architecture or an initialisation (before anything is written). WiSE-FT pairs
+    `zero_shot` with each fine-tuned run: one plan per alpha of `alphas`, and one choosing alpha."""
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise UsageError(f"--method {unknown[0]!r} is not one of {', '.join(METHODS)}")
+    plans: list[Plan] = []
+    if "wise-ft" in methods:
+        if zero_shot is None:
+            raise UsageError("--method wise-ft needs --zero-shot RUN_DIR")
+        for ft, zs in wise_ft.pairs(members, zero_shot):
+            plans += [Plan("wise-ft", (ft, zs), a) for a in alphas] + [Plan("wise-ft", (ft, zs))]
+    if zero_shot is not None:  # the zero-shot run is no hparams draw of a cell
+        members = [m for m in members if m.run_dir.resolve() != zero_shot.run_dir.resolve()]
     cells: dict[tuple, list[Member]] = defaultdict(list)
     for m in members:
         cells[m.group].append(m)
-    plans = []
     per_cell = [m for m in methods if m in ("uniform", "greedy", "ensemble")]
     for key in sorted(cells, key=str):
         group = cells[key]
@@ -160,6 +177,8 @@ def cook(plan: Plan, evaluator: _Evaluator) -> tuple[Any, dict[str, torch.Tensor
     states = _states(plan)
     names = [str(m.run_dir) for m in plan.members]
     info: dict[str, Any] = {"method": plan.method, "members": names}
+    if plan.method == "wise-ft":
+        return _cook_wise_ft(plan, evaluator, states, info)
     if plan.method == "ensemble":
         algorithms = []
         for state in states:
@@ -180,6 +199,24 @@ def cook(plan: Plan, evaluator: _Evaluator) -> tuple[Any, dict[str, torch.Tensor
             chosen, best = chosen + [k], candidate
     state = average_states([states[j] for j in chosen])
     info.update(selected=[names[j] for j in chosen], trace=trace, val_acc=best)
+    return evaluator.holding(state), state, info
+
+
+def _cook_wise_ft(plan: Plan, evaluator: _Evaluator, states: list[dict[str, torch.Tensor]],
+                  info: dict[str, Any]) -> tuple[Any, dict[str, torch.Tensor], dict[str, Any]]:
+    """WiSE-FT at the plan's alpha, or at the alpha of `evaluator.options.alphas` with the best training-domain
+    validation accuracy (the first of equal ones); states are (fine-tuned, zero-shot)."""
+    theta_1, theta_0 = states
+    info.update(zero_shot=str(plan.members[1].run_dir), fine_tuned=str(plan.members[0].run_dir))
+    alpha = plan.alpha
+    if alpha is None:
+        curve = [{"alpha": a, "val_acc": evaluator.val_acc(evaluator.holding(wise_ft.interpolate(theta_0, theta_1, a)))}
+                 for a in evaluator.options.alphas]
+        best = python_argmax([c["val_acc"] for c in curve])
+        alpha = curve[best if best is not None else 0]["alpha"]
+        info.update(curve=curve, chosen_by="training-domain validation accuracy")
+    state = wise_ft.interpolate(theta_0, theta_1, alpha)
+    info.update(alpha=alpha)
     return evaluator.holding(state), state, info
 
 
@@ -224,7 +261,14 @@ def make_soups(root: Path, out: Path | None = None, options: SoupOptions = SoupO
     members = find_members(root, options.which)
     if not members:
         raise UsageError(f"{root} holds no finished run with {options.which} weights (a soup averages run folders)")
-    plans = plan_soups(members, options.methods)
+    zero_shot = None
+    if options.zero_shot is not None:
+        zero_shot = next((m for m in find_members(Path(options.zero_shot), options.which)
+                          if m.run_dir.resolve() == Path(options.zero_shot).resolve()), None)
+        if zero_shot is None:
+            raise UsageError(f"--zero-shot {options.zero_shot} is not a finished run folder with {options.which} "
+                             "weights")
+    plans = plan_soups(members, options.methods, zero_shot, options.alphas)
     if not plans:
         raise UsageError(f"{root}: no two runs share a dataset, held-out domains, trial seed and model; nothing to "
                          "average")
@@ -234,7 +278,7 @@ def make_soups(root: Path, out: Path | None = None, options: SoupOptions = SoupO
     for plan in plans:
         folder = out / plan.name
         folders.append(folder)
-        if _same_soup(folder, plan):
+        if _same_soup(folder, plan, options.alphas):
             echo(f"{folder} is made already (same members); kept")
             continue
         m = plan.members[0]
@@ -248,10 +292,16 @@ def make_soups(root: Path, out: Path | None = None, options: SoupOptions = SoupO
     return folders
 
 
-def _same_soup(folder: Path, plan: Plan) -> bool:
+def _same_soup(folder: Path, plan: Plan, alphas: Sequence[float] = ()) -> bool:
+    """Whether `folder` holds `plan`'s soup already: the same members (WiSE-FT: and the same alpha, or for the
+    alpha chosen on validation the same grid `alphas`)."""
     try:
         config = json.loads((folder / "config.json").read_text())
     except (OSError, json.JSONDecodeError):
         return False
-    return (folder / "done").exists() and config.get(SOUP_KEY, {}).get("members") == [
-        str(m.run_dir) for m in plan.members]
+    info = config.get(SOUP_KEY, {})
+    same = (folder / "done").exists() and info.get("members") == [str(m.run_dir) for m in plan.members]
+    if same and plan.method == "wise-ft":
+        same = (info.get("alpha") == plan.alpha if plan.alpha is not None
+                else [c["alpha"] for c in info.get("curve", [])] == list(alphas))
+    return same
