@@ -24,6 +24,7 @@ import pandas as pd
 
 from dgmoe.engine.provenance import pretrained_identity
 from dgmoe.report.text import count
+from dgmoe.tables import one_line
 
 
 def _run_configs(records: pd.DataFrame) -> list[dict[str, Any]]:
@@ -88,7 +89,7 @@ def protocol_items(records: pd.DataFrame, selection: str) -> list[tuple[str, str
 
 def protocol_block(records: pd.DataFrame, selection: str, latex: bool = False) -> str:
     """The protocol lines: a Markdown list under **Protocol.**, or LaTeX comment lines."""
-    items = protocol_items(records, selection)
+    items = [(name, one_line(value)) for name, value in protocol_items(records, selection)]
     if latex:
         return "\n".join(f"% Protocol: {name}: {value}" for name, value in items)
     return "**Protocol.**\n\n" + "\n".join(f"- {name}: {value}" for name, value in items)
