@@ -96,9 +96,13 @@ def restore(state: Mapping[str, Any], algorithm) -> RunState:
     """Load a resume state (`load_checked`'s) into `algorithm` and the RNGs; return where the run stands. The
     frozen base weights a parameter-efficient run's state leaves out must be those the algorithm was built with."""
     frozen, bases = base_weight_keys(algorithm)
-    if frozen and [b.get("base_sha256") for b in state.get("peft_bases", [])] != [b["base_sha256"] for b in bases]:
-        raise UsageError(f"the resume state's frozen base weights are not those of {bases[0]['base_pretrained']} "
-                         "(sha256 differs); restore the file the run was started with, or delete resume.pt")
+    expected = [b.get("base_sha256") for b in state.get("peft_bases", [])]
+    if frozen and expected != [b["base_sha256"] for b in bases]:
+        k = next((i for i, b in enumerate(bases) if i >= len(expected) or expected[i] != b["base_sha256"]), 0)
+        want = expected[k] if k < len(expected) else "none recorded"
+        raise UsageError(f"the resume state was trained from base weights with sha256 {want}, but "
+                         f"{bases[k]['base_pretrained']} has sha256 {bases[k]['base_sha256']}; put the file with "
+                         "sha256 " + f"{want} back at that path, or delete resume.pt to train the run from its start")
     missing, unexpected = algorithm.load_state_dict(state["algorithm"], strict=not frozen)
     if set(missing) != (frozen if "peft_bases" in state else set()) or unexpected:
         odd = sorted(set(missing) ^ frozen) + sorted(unexpected)

@@ -51,12 +51,16 @@ METHODS = ("uniform", "greedy", "ratatouille", "ensemble")
 class SoupOptions(Settings):
     """How `make_soups` reads, evaluates and writes (`dgmoe soup`)."""
 
-    methods: tuple[str, ...] = setting(METHODS, "Soups to make (repeat the flag; default: all four). uniform/greedy/"
-                                       "ensemble average the hparams draws of one (dataset, held-out domains, trial "
-                                       "seed, algorithm, model); ratatouille the runs of any algorithm that share an "
+    methods: tuple[str, ...] = setting(METHODS, "Soups to make (default: all four). uniform/greedy/ensemble average "
+                                       "the hparams draws of one (dataset, held-out domains, trial seed, algorithm, "
+                                       "model); ratatouille the runs of any algorithm that share an "
                                        "initialisation.", choices=METHODS, flags=("--method",))
     which: str = setting("best", "Each run's weights: best (training-domain validation within the run) or last.",
                          choices=("best", "last"), flags=("--weights",))
+    partial: bool = setting(False, "Make the soups even when run folders under RUNS_DIR cannot be members (still "
+                                   "training, unfinished, unreadable): each soup of their group names them in its "
+                                   "record and reads 'partial' in tables. Without it such folders stop the command.",
+                            flags=("--partial",))
     device: str = setting("cpu", "torch device of the evaluations.")
     data_dir: str | None = setting(None, "Dataset root (default: each run's own --data-dir).")
     eval_batch_size: int = setting(64, "Batch size of the evaluations.", minimum=1)
