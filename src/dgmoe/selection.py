@@ -49,8 +49,11 @@ SWEEP_COLUMNS: tuple[str, ...] = (*GROUP_KEYS, "hparams_seed", "step", "val_acc"
 VAL_ENV = "wilds_val_env"
 GROUPS_FIELD = "wilds_groups"  # the records' group field (`WildsOfficialSelection`)
 OFFICIAL_VAL_METRIC = {"region": "acc_worst_group", "location_id": "f1_macro", "slide": "acc_avg"}
+#: records' column of the hparams a run was given explicitly (`--hparams`, as canonical JSON; "" for none): two runs
+#: of one hparams_seed with other explicit hparams are two runs (two draws for selection, never duplicates)
+EXPLICIT_HPARAMS = "explicit_hparams"
 _NEEDED = frozenset((*GROUP_KEYS, "test_envs", "hparams_seed", "step", "n_envs", "run_dir", "file", "line", VAL_ENV,
-                     "domains", GROUPS_FIELD))
+                     "domains", GROUPS_FIELD, EXPLICIT_HPARAMS))
 
 
 @dataclass(frozen=True)
@@ -123,10 +126,12 @@ class SelectionMethod(ABC):
         """One row per scorable hparams_seed, best first, in DomainBed's order.
 
         Rows in ascending hparams_seed are stably sorted by val_acc (NaN as -inf) and then reversed, so
-        among equal val_acc the largest hparams_seed comes first.
+        among equal val_acc the largest hparams_seed comes first. Runs of one hparams_seed given other explicit
+        hparams (`EXPLICIT_HPARAMS`) are rows of their own, in the order of their hparams' JSON.
         """
         rows = []
-        for hseed, run in group.groupby("hparams_seed", sort=True):
+        keys = ["hparams_seed", EXPLICIT_HPARAMS] if EXPLICIT_HPARAMS in group.columns else ["hparams_seed"]
+        for (hseed, *_), run in group.groupby(keys, sort=True):
             acc = cls.run_acc(run, test_env)
             if acc is not None:
                 rows.append({"hparams_seed": hseed, **acc.__dict__})
@@ -331,11 +336,16 @@ def resolve_selections(selection: MethodLike | Iterable[MethodLike]) -> list[typ
 RUN_KEYS = ["dataset", "algorithm", "model", "test_envs", "hparams_seed", "trial_seed"]
 
 
+def _run_keys(records: pd.DataFrame) -> list[str]:
+    return RUN_KEYS + ([EXPLICIT_HPARAMS] if EXPLICIT_HPARAMS in records.columns else [])
+
+
 def duplicate_runs(records: pd.DataFrame) -> dict[tuple, list[str]]:
-    """{run configuration: its run dirs, sorted} for every configuration found in several run dirs."""
+    """{run configuration: its run dirs, sorted} for every configuration found in several run dirs (with its
+    explicit hparams, when the records name them)."""
     if records.empty:
         return {}
-    dirs = records.groupby(RUN_KEYS, sort=True)["run_dir"].unique()
+    dirs = records.groupby(_run_keys(records), sort=True)["run_dir"].unique()
     return {key: sorted(found) for key, found in dirs.items() if len(found) > 1}
 
 
@@ -345,7 +355,7 @@ def check_unique_runs(records: pd.DataFrame) -> None:
     if dup:
         key, found = next(iter(dup.items()))
         raise ValueError(
-            f"{len(dup)} run configuration(s) appear in several run dirs, e.g. {dict(zip(RUN_KEYS, key))} in "
+            f"{len(dup)} run configuration(s) appear in several run dirs, e.g. {dict(zip(_run_keys(records), key))} in "
             f"{found}; remove the extra runs or report them from separate roots"
         )
 
@@ -359,9 +369,10 @@ def drop_duplicate_runs(records: pd.DataFrame) -> tuple[pd.DataFrame, str | None
     extra = {d for found in dup.values() for d in found[1:]}
     key, found = next(iter(dup.items()))
     n = len(dup)
-    dataset, algorithm, model, test_envs, hparams_seed, trial_seed = key
+    dataset, algorithm, model, test_envs, hparams_seed, trial_seed, *explicit = key
     what = (f"{dataset} / {algorithm} / {model} / test envs {', '.join(map(str, test_envs))} / hparams seed "
-            f"{hparams_seed} / trial seed {trial_seed}")
+            f"{hparams_seed} / trial seed {trial_seed}" + (f" / --hparams {explicit[0]}" if explicit and explicit[0]
+                                                           else ""))
     message = (f"{n} run configuration{'' if n == 1 else 's'} appear{'s' if n == 1 else ''} in several run dirs "
                f"(e.g. {what} in {', '.join(found)}); the tables use the first dir of each and leave out "
                f"{len(extra)} duplicate run dir{'' if len(extra) == 1 else 's'}")
