@@ -276,8 +276,10 @@ def make_soups(root: Path, out: Path | None = None, options: SoupOptions = SoupO
         raise UsageError(f"{root}: no two runs share a dataset, held-out domains, trial seed and model; nothing to "
                          "average")
     out = out or Path(root) / "soups"
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out} is a file; give a folder for the soups' run folders")
+    existing = next(p for p in (out, *out.absolute().parents) if p.exists())
+    if not existing.is_dir():
+        raise UsageError(f"--out {out} is not a folder ({existing} is a file); give a folder for the soups' run "
+                         "folders")
     if out.is_dir():
         for stale in remove_stale_folders(out):
             echo(f"removed {stale}, left by a soup that was stopped while writing")
