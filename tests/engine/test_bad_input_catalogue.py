@@ -307,8 +307,6 @@ def test_python_api_raises_usage_errors(case, call, expected):
 
 def test_no_message_names_a_python_exception_class(capsys, monkeypatch, tmp_path):
     """A path the system refuses is reported as the system says it, of which path, never as Python's class name."""
-
-
     for error in (FileExistsError(17, "File exists", str(tmp_path / "x")), NotADirectoryError(20, "Not a directory",
                   str(tmp_path / "y")), FileNotFoundError(f"runs directory {tmp_path / 'z'} does not exist")):
         def fail(*args, error=error, **kw):
