@@ -14,11 +14,11 @@ from typing import Any
 
 import pandas as pd
 
+from dgmoe.duplicates import EXPLICIT_HPARAMS, drop_duplicate_runs
 from dgmoe.engine.config import RunConfig
 from dgmoe.engine.io import FOLDER_SUFFIX
 from dgmoe.engine.rundir import expected_steps, read_done
 from dgmoe.errors import UsageError
-from dgmoe.selection import EXPLICIT_HPARAMS, drop_duplicate_runs
 
 #: `args` fields every record must carry; selection groups on them.
 REQUIRED_ARGS: tuple[str, ...] = ("dataset", "algorithm", "test_envs", "hparams_seed", "trial_seed")
@@ -218,7 +218,7 @@ def load_records(root: str | os.PathLike, include_unfinished: bool = False,
     `explicit_hparams`) and `run_dir`, `file`, `line`, `done`, `n_envs` and `record` (the raw dict).
 
     A run configuration found in several run dirs keeps its first dir, with a `DuplicateRunsWarning`
-    (`dgmoe.selection.drop_duplicate_runs`). Runs without a `done` file are still training (or crashed):
+    (`dgmoe.duplicates.drop_duplicate_runs`). Runs without a `done` file are still training (or crashed):
     their last checkpoint is not the final one, so they are left out, with a warning, unless
     `include_unfinished`. A file with a record that cannot be used raises `RecordError`; with `skip_broken`
     (the HTML report, which lists such runs) the whole file is left out with a warning instead.
