@@ -1,0 +1,90 @@
+"""Kill/resume under `--compile` and `--fused-optimizer`: exact, or refused in one line.
+
+A run killed after its second checkpoint's resume state (an exception nothing handles, raised before the next
+write, as SIGKILL would stop it) and run again with the same command ends with the records and weights of the
+uninterrupted run: under `--compile` (dynamo's aot_eager backend on the CPU, as test_engine_gpu_paths.py) and on
+the fused optimiser kernel. The fused kernel rounds differently from torch's default, so it is part of what a run
+computes: a killed default run continued with `--fused-optimizer`, or the reverse, is refused in one line that
+names the setting, and the folder is left as it was.
+"""
+from __future__ import annotations
+
+import hashlib
+from functools import partial
+
+import pytest
+import torch
+from run_records import comparable_records
+from safetensors.torch import load_file
+
+from dgmoe.cli import run
+from dgmoe.engine import setup as run_setup
+from dgmoe.engine.rundir import RunWriter
+from dgmoe.engine.trainer import train
+from dgmoe.models.compiled import compile_blocks
+
+TINY = dict(dataset="RotatedMNIST", model="vit_micro_patch7_28", model_kwargs={"depth": 1}, n_per_domain=20,
+            checkpoint_freq=2, steps=6, num_threads=1, progress="none", seed=2)
+ARGV = ["train", "--dataset", "RotatedMNIST", "--model", "vit_micro_patch7_28", "--model-kwargs", '{"depth": 1}',
+        "--n-per-domain", "20", "--checkpoint-freq", "2", "--steps", "6", "--num-threads", "1", "--progress", "none",
+        "--seed", "2"]
+
+
+class Killed(BaseException):
+    """Stands for SIGKILL: nothing in the engine handles it."""
+
+
+def _killed(out, monkeypatch, **kw):
+    """Train until the second checkpoint's resume state is written, then stop before the next write."""
+    original, resumes = RunWriter._write, []
+
+    def killing(self, write):
+        if len(resumes) == 2:
+            raise Killed
+        original(self, write)
+        if (self.out / "resume.pt").exists() and (self.out / "resume.pt").stat().st_mtime_ns not in resumes:
+            resumes.append((self.out / "resume.pt").stat().st_mtime_ns)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(RunWriter, "_write", killing)
+        with pytest.raises(Killed):
+            train(output_dir=str(out), **TINY, **kw)
+    assert (out / "resume.pt").exists() and not (out / "done").exists()
+
+
+def _same(a, b):
+    assert comparable_records(a) == comparable_records(b)
+    for name in ("model.safetensors", "best.safetensors"):
+        x, y = load_file(str(a / name)), load_file(str(b / name))
+        assert x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x), name
+
+
+def _files(folder):
+    return {p.name: hashlib.md5(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["default", "fused"])
+def test_a_killed_run_resumes_exactly_and_the_other_kernel_is_refused(tmp_path, monkeypatch, capsys, fused):
+    reference, out = tmp_path / "reference", tmp_path / "killed"
+    train(output_dir=str(reference), fused_optimizer=fused, **TINY)
+    _killed(out, monkeypatch, fused_optimizer=fused)
+    before = _files(out)
+    capsys.readouterr()
+    other = [] if fused else ["--fused-optimizer"]  # the reverse of the killed run's setting
+    assert run([*ARGV, "--output-dir", str(out), *other]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "differs in: fused_optimizer" in err and "Traceback" not in err, err
+    assert _files(out) == before  # nothing written before the refusal
+    assert run([*ARGV, "--output-dir", str(out), *([] if other else ["--fused-optimizer"])]) == 0
+    _same(out, reference)
+
+
+def test_a_killed_compiled_run_resumes_exactly(tmp_path, monkeypatch):
+    monkeypatch.setattr(run_setup, "compile_blocks", partial(compile_blocks, backend="aot_eager"))
+    torch._dynamo.reset()
+    reference, out = tmp_path / "reference", tmp_path / "killed"
+    train(output_dir=str(reference), compile=True, **TINY)
+    _killed(out, monkeypatch, compile=True)
+    resumed = train(output_dir=str(out), compile=True, **TINY)
+    assert resumed.records[-1]["args"]["compile"] is True
+    _same(out, reference)
