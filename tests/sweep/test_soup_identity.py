@@ -148,6 +148,7 @@ def test_members_are_judged_by_the_initialisation_they_recorded(runs, tmp_path, 
     assert _soup(root, "--method", "uniform") == 0
     (folder,) = _folders(root / "soups")
     assert _record(folder)["args"]["soup"]["initialisation"] == recorded
+    assert f"- Pretrained weights: {recorded}\n" in results_tables(load_records(root), selection="iid")
     shutil.rmtree(root / "soups")
     train(output_dir=str(root / "p2"), hparams_seed=2, pretrained=str(pretrained), **TINY)  # from the new file
     err = _refusal(capsys, root)
