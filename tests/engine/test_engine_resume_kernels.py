@@ -60,7 +60,8 @@ def _same(a, b):
 
 
 def _files(folder):
-    return {p.name: hashlib.md5(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir()) if p.is_file()}
+    return {p.name: hashlib.md5(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())
+            if p.is_file() and p.name != ".dgmoe.lock"}  # (the lock a refused command took)
 
 
 @pytest.mark.parametrize("fused", [False, True], ids=["default", "fused"])
@@ -88,3 +89,29 @@ def test_a_killed_compiled_run_resumes_exactly(tmp_path, monkeypatch):
     resumed = train(output_dir=str(out), compile=True, **TINY)
     assert resumed.records[-1]["args"]["compile"] is True
     _same(out, reference)
+
+
+def test_a_peft_resume_from_a_replaced_base_file_names_the_digest_and_path_it_needs(tmp_path, capsys):
+    """A PEFT run's resume state leaves its frozen base out: resumed from a replaced base file it is refused in one
+    line giving the path and the SHA-256 it needs (and the file's), with the folder unchanged."""
+    from safetensors.torch import save_file
+
+    from dgmoe.models import create_model
+    from dgmoe.models.peft import file_sha256
+
+    base = tmp_path / "base.safetensors"
+    torch.manual_seed(0)
+    dense = create_model("vit_micro_patch7_28", depth=1, in_chans=1, img_size=28)
+    save_file({k: v.contiguous() for k, v in dense.state_dict().items()}, str(base))
+    out = tmp_path / "run"
+    argv = [*ARGV, "--pretrained", str(base), "--peft", "lora", "--keep-resume", "--output-dir", str(out)]
+    assert run([*argv[:argv.index("--steps") + 1], "4", *argv[argv.index("--steps") + 2:]]) == 0
+    needed = file_sha256(base)
+    save_file({k: v.contiguous() * 2 for k, v in dense.state_dict().items()}, str(base))
+    before = _files(out)
+    capsys.readouterr()
+    assert run([*argv, "--extend"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert f"sha256 {needed}" in err and str(base) in err and f"sha256 {file_sha256(base)}" in err, err
+    assert _files(out) == before

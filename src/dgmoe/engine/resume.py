@@ -81,6 +81,7 @@ def load_checked(path: Path, identity: Mapping[str, Any], schedules: Collection[
         if theirs.training.steps not in schedules:
             raise _foreign(path, f"a schedule of {theirs.training.steps} steps, this run's are "
                                  f"{', '.join(map(str, sorted(schedules)))}")
+        check_bases(state, algorithm)
         return state
     mine = algorithm.state_dict()
     theirs_shapes = {k: tuple(v.shape) for k, v in state["algorithm"].items() if isinstance(v, torch.Tensor)}
@@ -89,12 +90,13 @@ def load_checked(path: Path, identity: Mapping[str, Any], schedules: Collection[
     if mismatch:
         raise _foreign(path, f"its weights do not fit this model: {mismatch[0]}"
                              + (f" and {len(mismatch) - 1} more" if len(mismatch) > 1 else ""))
+    check_bases(state, algorithm)
     return state
 
 
-def restore(state: Mapping[str, Any], algorithm) -> RunState:
-    """Load a resume state (`load_checked`'s) into `algorithm` and the RNGs; return where the run stands. The
-    frozen base weights a parameter-efficient run's state leaves out must be those the algorithm was built with."""
+def check_bases(state: Mapping[str, Any], algorithm) -> None:
+    """Refuse a resume state whose frozen base weights (left out of it) are not those the algorithm was built
+    with: it names the path and the SHA-256 the state needs, and the file's."""
     frozen, bases = base_weight_keys(algorithm)
     expected = [b.get("base_sha256") for b in state.get("peft_bases", [])]
     if frozen and expected != [b["base_sha256"] for b in bases]:
@@ -102,7 +104,14 @@ def restore(state: Mapping[str, Any], algorithm) -> RunState:
         want = expected[k] if k < len(expected) else "none recorded"
         raise UsageError(f"the resume state was trained from base weights with sha256 {want}, but "
                          f"{bases[k]['base_pretrained']} has sha256 {bases[k]['base_sha256']}; put the file with "
-                         "sha256 " + f"{want} back at that path, or delete resume.pt to train the run from its start")
+                         f"sha256 {want} back at that path, or delete resume.pt to train the run from its start")
+
+
+def restore(state: Mapping[str, Any], algorithm) -> RunState:
+    """Load a resume state (`load_checked`'s) into `algorithm` and the RNGs; return where the run stands. The
+    frozen base weights a parameter-efficient run's state leaves out must be those the algorithm was built with."""
+    check_bases(state, algorithm)
+    frozen, _ = base_weight_keys(algorithm)
     missing, unexpected = algorithm.load_state_dict(state["algorithm"], strict=not frozen)
     if set(missing) != (frozen if "peft_bases" in state else set()) or unexpected:
         odd = sorted(set(missing) ^ frozen) + sorted(unexpected)
