@@ -167,3 +167,21 @@ def test_method_takes_the_comma_list_its_help_offers(runs, tmp_path):
     root = _copy(runs, tmp_path / "sweep", ("r0", "r1"))
     assert _soup(root, "--method", "uniform,ensemble") == 0
     assert sorted(f.name.split("_")[0] for f in _folders(root / "soups")) == ["ensemble", "uniform"]
+
+
+def test_an_older_soup_of_the_same_runs_under_another_name_is_named(runs, tmp_path, capsys):
+    """A soup an earlier dgmoe made (named by its members, no weight hashes) beside the one made now: `soup` says
+    that `results` would list both."""
+    root = _copy(runs, tmp_path / "sweep", ("r0", "r1"))
+    assert _soup(root, "--method", "uniform") == 0
+    (folder,) = _folders(root / "soups")
+    older = folder.with_name("uniform_ERM_vit_micro_patch7_28_RotatedMNIST_env0_trial0_abc123")
+    folder.rename(older)
+    config = json.loads((older / "config.json").read_text())
+    config["soup"] = {k: v for k, v in config["soup"].items() if k not in ("member_sha256", "left_out")}
+    config["soup"]["weights"] = "best.safetensors"  # as the earlier dgmoe wrote it
+    (older / "config.json").write_text(json.dumps(config))
+    capsys.readouterr()
+    assert _soup(root, "--method", "uniform") == 0
+    err = capsys.readouterr().err
+    assert f"warning: {older} is an older soup of the same runs" in err and _folders(root / "soups") == [folder, older]

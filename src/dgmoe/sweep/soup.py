@@ -61,9 +61,7 @@ class Plan:
         m = self.members[0]
         envs = "-".join(map(str, m.test_envs))
         alg = m.algorithm if self.method != "ratatouille" else "pool"
-        slot = [self.method, self.which, m.dataset, list(m.test_envs), m.trial_seed, m.model,
-                m.initialisation if self.method == "ratatouille" else m.algorithm]
-        tag = hashlib.md5(json.dumps(slot).encode()).hexdigest()[:6]
+        tag = hashlib.md5(json.dumps(_slot(self.method, self.which, m)).encode()).hexdigest()[:6]
         last = "_last" if self.which == "last" else ""
         return f"{self.method}_{alg}_{m.model}_{m.dataset}_env{envs}_trial{m.trial_seed}{last}_{tag}"
 
@@ -83,6 +81,32 @@ class Plan:
         return {"method": self.method, "members": [str(m.run_dir) for m in self.members], "weights": self.which,
                 "member_sha256": [m.sha256 for m in self.members],
                 "left_out": [str(x.run_dir) for x in self.left_out]}
+
+
+def _slot(method: str, which: str, member: Member) -> list:
+    """What one soup folder stands for: a method and weights kind over one group (ratatouille: one pool)."""
+    m = member
+    return [method, which, m.dataset, list(m.test_envs), m.trial_seed, m.model,
+            m.initialisation if method == "ratatouille" else m.algorithm]
+
+
+def _older_soups(out: Path, plans: Sequence[Plan]) -> list[Path]:
+    """Soup folders in `out` that stand for the same soup as a plan under another name (made by an earlier
+    dgmoe, which named a soup by its members): `results` would list both."""
+    names = {p.name for p in plans}
+    slots = [_slot(p.method, p.which, p.members[0]) for p in plans]
+    older = []
+    for folder in sorted(f for f in out.iterdir() if f.is_dir() and not f.name.startswith(".") and f.name not in names):
+        try:
+            config = json.loads((folder / "config.json").read_text())
+            info = config[SOUP_KEY]
+            which = "last" if str(info.get("weights")) in ("last", "model.safetensors") else "best"
+            slot = _slot(info["method"], which, Member(folder, config, folder))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, UsageError):
+            continue
+        if slot in slots:
+            older.append(folder)
+    return older
 
 
 def _left_out_of(method: str, group: tuple, left_out: Sequence[LeftOut]) -> tuple[LeftOut, ...]:
@@ -283,6 +307,9 @@ def make_soups(root: Path, out: Path | None = None, options: SoupOptions = SoupO
     if out.is_dir():
         for stale in remove_stale_folders(out):
             echo(f"removed {stale}, left by a soup that was stopped while writing")
+        for older in _older_soups(out, plans):
+            echo(f"warning: {older} is an older soup of the same runs under another name (an earlier dgmoe named "
+                 "soups by their members); `dgmoe results` would list it beside the current one: delete it")
     evaluators: dict[tuple, _Evaluator] = {}
     folders = []
     for plan in plans:
