@@ -271,14 +271,10 @@ def write_soup(plan: Plan, folder: Path, evaluator: _Evaluator) -> dict[str, Any
     return record
 
 
-def count(n: int, noun: str) -> str:
-    return f"{n} {noun}{'' if n == 1 else 's'}"
-
-
 def _refuse_left_out(root: Path, left_out: Sequence[LeftOut]) -> None:
     shown = "; ".join(f"{x.run_dir} ({x.reason})" for x in left_out[:3])
     more = f"; and {len(left_out) - 3} more" if len(left_out) > 3 else ""
-    raise UsageError(f"{root}: {count(len(left_out), 'run folder')} cannot be averaged: {shown}{more}. Wait for "
+    raise UsageError(f"{root}: {len(left_out)} run folder(s) cannot be averaged: {shown}{more}. Wait for "
                      "runs to finish and repair or remove the others, or pass --partial to make the soups without "
                      "them (each soup then says so in its record and its table row)")
 
@@ -325,9 +321,9 @@ def make_soups(root: Path, out: Path | None = None, options: SoupOptions = SoupO
             evaluators[key] = _Evaluator(m, options)
         record = write_soup(plan, folder, evaluators[key])
         test = [record[f"env{i}_in_acc"] for i in m.test_envs]
-        partial = f", partial: {count(len(plan.left_out), 'run')} left out" if plan.left_out else ""
+        partial = f", partial: {len(plan.left_out)} run(s) left out" if plan.left_out else ""
         again = " (made again: its members or their weights changed)" if made is not None else ""
-        echo(f"{plan.method}: {count(len(plan.members), 'run')}{partial} -> {folder}{again} (test accuracy "
+        echo(f"{plan.method}: {len(plan.members)} runs{partial} -> {folder}{again} (test accuracy "
              f"{sum(test) / len(test):.4f})")
     return folders
 
