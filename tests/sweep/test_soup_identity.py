@@ -6,6 +6,7 @@ recorded when they trained (a `--pretrained` file replaced since changes nothing
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import pytest
@@ -14,6 +15,7 @@ from safetensors.torch import load_file, save_file
 
 from dgmoe.cli import run as cli
 from dgmoe.engine.io import read_jsonl
+from dgmoe.engine.lock import RunLock
 from dgmoe.engine.trainer import train
 from dgmoe.report.collect import load_records
 from dgmoe.report.results import results_tables
@@ -123,6 +125,8 @@ def test_a_member_still_training_then_finished(runs, tmp_path, capsys):
     root = _copy(runs, tmp_path / "sweep")
     (root / "r2" / "done").rename(tmp_path / "done")
     assert "r2 (unfinished (no done file))" in _refusal(capsys, root)
+    with RunLock(root / "r2"):  # its trainer alive
+        assert f"r2 (still training (pid {os.getpid()}))" in _refusal(capsys, root)
     assert _soup(root, "--method", "uniform", "--partial") == 0
     (folder,) = _folders(root / "soups")
     assert len(_record(folder)["args"]["soup"]["members"]) == 2
