@@ -144,8 +144,8 @@ def find_members(root: Path, which: str = "best") -> tuple[list[Member], list[Le
             continue
         if done is None:
             holder = lock_holder(run_dir)
-            left_out.append(LeftOut(run_dir, "still training (pid " + f"{holder.get('pid', '?')})" if holder
-                                    else "unfinished (no done file)", group))
+            why = f"still training (pid {holder.get('pid', '?')})" if holder else "unfinished (no done file)"
+            left_out.append(LeftOut(run_dir, why, group))
             continue
         try:
             path, _ = weights_file(run_dir, which)
