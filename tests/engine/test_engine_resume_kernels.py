@@ -3,9 +3,9 @@
 A run killed after its second checkpoint's resume state (an exception nothing handles, raised before the next
 write, as SIGKILL would stop it) and run again with the same command ends with the records and weights of the
 uninterrupted run: under `--compile` (dynamo's aot_eager backend on the CPU, as test_engine_gpu_paths.py) and on
-the fused optimiser kernel. The fused kernel rounds differently from torch's default, so it is part of what a run
-computes: a killed default run continued with `--fused-optimizer`, or the reverse, is refused in one line that
-names the setting, and the folder is left as it was.
+the fused optimiser kernel. Both round differently from torch's eager default: a killed default run continued
+with `--fused-optimizer` (a setting of the run's identity), or the reverse, and a killed run continued with the
+other `--compile` setting (which its resume state records) are refused in one line, the folder left as it was.
 """
 from __future__ import annotations
 
@@ -80,12 +80,26 @@ def test_a_killed_run_resumes_exactly_and_the_other_kernel_is_refused(tmp_path, 
     _same(out, reference)
 
 
-def test_a_killed_compiled_run_resumes_exactly(tmp_path, monkeypatch):
+def _refused(capsys, argv, out, expected):
+    before = _files(out)
+    capsys.readouterr()
+    assert run([*argv, "--output-dir", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and expected in err and "Traceback" not in err, err
+    assert _files(out) == before
+
+
+def test_a_killed_compiled_run_resumes_exactly_and_only_compiled(tmp_path, monkeypatch, capsys):
+    """Compiled graphs round differently from eager kernels (an eager run resumed compiled does not end as
+    either uninterrupted run), so a resume state says whether it was compiled and the other setting is refused."""
     monkeypatch.setattr(run_setup, "compile_blocks", partial(compile_blocks, backend="aot_eager"))
     torch._dynamo.reset()
-    reference, out = tmp_path / "reference", tmp_path / "killed"
+    reference, out, eager = tmp_path / "reference", tmp_path / "killed", tmp_path / "eager"
     train(output_dir=str(reference), compile=True, **TINY)
     _killed(out, monkeypatch, compile=True)
+    _refused(capsys, ARGV, out, "was trained with --compile")
+    _killed(eager, monkeypatch)
+    _refused(capsys, [*ARGV, "--compile"], eager, "was trained without --compile")
     resumed = train(output_dir=str(out), compile=True, **TINY)
     assert resumed.records[-1]["args"]["compile"] is True
     _same(out, reference)

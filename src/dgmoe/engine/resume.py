@@ -43,17 +43,19 @@ def base_weight_keys(algorithm: nn.Module) -> tuple[set[str], list[dict[str, str
     return keys, bases
 
 
-def capture(step: int, algorithm, progress: RunState, identity: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def capture(step: int, algorithm, progress: RunState, identity: Mapping[str, Any] | None = None,
+            compiled: bool = False) -> dict[str, Any]:
     """The resume state after `step` (tensors and plain types only: loaded with `weights_only=True`);
-    `identity` is the run's (`RunConfig.identity()` with its schedule resolved). A parameter-efficient run's
-    leaves its frozen base weights out and names them (`base_weight_keys`)."""
+    `identity` is the run's (`RunConfig.identity()` with its schedule resolved); `compiled` whether it trained
+    under `--compile` (which rounds differently: `load_checked` refuses the other setting). A parameter-efficient
+    run's leaves its frozen base weights out and names them (`base_weight_keys`)."""
     frozen, bases = base_weight_keys(algorithm)
     weights = {k: v for k, v in algorithm.state_dict().items() if k not in frozen}
     return {"step": step, "algorithm": weights, "peft_bases": bases, "records": progress.records,
             "best_val": progress.best_val,
             "optimizers": {k: o.state_dict() for k, o in dict(algorithm.optimizers()).items()},
             "extra": algorithm.extra_state(), "rng": torch.get_rng_state(), "numpy_rng": numpy_rng_state(),
-            "identity": dict(identity or {})}
+            "identity": dict(identity or {}), "compiled": compiled}
 
 
 def _foreign(path: Path, why: str) -> UsageError:
@@ -61,13 +63,21 @@ def _foreign(path: Path, why: str) -> UsageError:
                       "run folder, or delete it to train this run from its start")
 
 
-def load_checked(path: Path, identity: Mapping[str, Any], schedules: Collection[int], algorithm) -> dict[str, Any]:
+def load_checked(path: Path, identity: Mapping[str, Any], schedules: Collection[int], algorithm,
+                 compiled: bool | None = None) -> dict[str, Any]:
     """The resume state at `path`, refused (`UsageError`, nothing changed) unless it belongs to this run: the
-    same identity, with a step count among `schedules` (the run's, and those `--extend` lengthened). A state
-    written before states carried their identity must at least fit the algorithm's tensors."""
+    same identity, with a step count among `schedules` (the run's, and those `--extend` lengthened), and trained
+    with the same `--compile` (`compiled`; None: not checked), whose graphs round differently from eager
+    kernels, so that a resumed run ends exactly as the uninterrupted one. A state written before states carried
+    their identity must at least fit the algorithm's tensors."""
     state = load_resume_state(path)
     if not isinstance(state, dict) or "algorithm" not in state or "step" not in state:
         raise UsageError(f"{path} is not a dgmoe resume state; delete it to train this run from its start")
+    if compiled is not None and "compiled" in state and bool(state["compiled"]) != compiled:
+        was = "with" if state["compiled"] else "without"
+        raise UsageError(f"{path} was trained {was} --compile, whose rounding differs from this command's; run "
+                         f"the command {was} --compile to resume it exactly, or delete resume.pt to train the run "
+                         "from its start")
     saved = state.get("identity")
     if saved:
         try:
