@@ -39,6 +39,7 @@ from typing import Any, ClassVar, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from dgmoe.duplicates import EXPLICIT_HPARAMS, check_unique_runs
 from dgmoe.records import train_val_keys
 from dgmoe.registry import Registry
 
@@ -50,7 +51,7 @@ VAL_ENV = "wilds_val_env"
 GROUPS_FIELD = "wilds_groups"  # the records' group field (`WildsOfficialSelection`)
 OFFICIAL_VAL_METRIC = {"region": "acc_worst_group", "location_id": "f1_macro", "slide": "acc_avg"}
 _NEEDED = frozenset((*GROUP_KEYS, "test_envs", "hparams_seed", "step", "n_envs", "run_dir", "file", "line", VAL_ENV,
-                     "domains", GROUPS_FIELD))
+                     "domains", GROUPS_FIELD, EXPLICIT_HPARAMS))
 
 
 @dataclass(frozen=True)
@@ -123,10 +124,12 @@ class SelectionMethod(ABC):
         """One row per scorable hparams_seed, best first, in DomainBed's order.
 
         Rows in ascending hparams_seed are stably sorted by val_acc (NaN as -inf) and then reversed, so
-        among equal val_acc the largest hparams_seed comes first.
+        among equal val_acc the largest hparams_seed comes first. Runs of one hparams_seed given other explicit
+        hparams (`EXPLICIT_HPARAMS`) are rows of their own, in the order of their hparams' JSON.
         """
         rows = []
-        for hseed, run in group.groupby("hparams_seed", sort=True):
+        keys = ["hparams_seed", EXPLICIT_HPARAMS] if EXPLICIT_HPARAMS in group.columns else ["hparams_seed"]
+        for (hseed, *_), run in group.groupby(keys, sort=True):
             acc = cls.run_acc(run, test_env)
             if acc is not None:
                 rows.append({"hparams_seed": hseed, **acc.__dict__})
@@ -325,47 +328,6 @@ def resolve_selections(selection: MethodLike | Iterable[MethodLike]) -> list[typ
     if isinstance(selection, (str, type)):
         return [get_selection(selection)]
     return [get_selection(m) for m in selection]
-
-
-#: what makes two run dirs the same run configuration in a table
-RUN_KEYS = ["dataset", "algorithm", "model", "test_envs", "hparams_seed", "trial_seed"]
-
-
-def duplicate_runs(records: pd.DataFrame) -> dict[tuple, list[str]]:
-    """{run configuration: its run dirs, sorted} for every configuration found in several run dirs."""
-    if records.empty:
-        return {}
-    dirs = records.groupby(RUN_KEYS, sort=True)["run_dir"].unique()
-    return {key: sorted(found) for key, found in dirs.items() if len(found) > 1}
-
-
-def check_unique_runs(records: pd.DataFrame) -> None:
-    """Refuse two run dirs with the same configuration: their checkpoints would be mixed into one run."""
-    dup = duplicate_runs(records)
-    if dup:
-        key, found = next(iter(dup.items()))
-        raise ValueError(
-            f"{len(dup)} run configuration(s) appear in several run dirs, e.g. {dict(zip(RUN_KEYS, key))} in "
-            f"{found}; remove the extra runs or report them from separate roots"
-        )
-
-
-def drop_duplicate_runs(records: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
-    """Keep one run dir (the first, sorted) of every configuration found in several, so that tables mix no two
-    runs' checkpoints; the message (None: no duplicate) names how many were left out and an example."""
-    dup = duplicate_runs(records)
-    if not dup:
-        return records, None
-    extra = {d for found in dup.values() for d in found[1:]}
-    key, found = next(iter(dup.items()))
-    n = len(dup)
-    dataset, algorithm, model, test_envs, hparams_seed, trial_seed = key
-    what = (f"{dataset} / {algorithm} / {model} / test envs {', '.join(map(str, test_envs))} / hparams seed "
-            f"{hparams_seed} / trial seed {trial_seed}")
-    message = (f"{n} run configuration{'' if n == 1 else 's'} appear{'s' if n == 1 else ''} in several run dirs "
-               f"(e.g. {what} in {', '.join(found)}); the tables use the first dir of each and leave out "
-               f"{len(extra)} duplicate run dir{'' if len(extra) == 1 else 's'}")
-    return records[~records["run_dir"].isin(extra)].reset_index(drop=True), message
 
 
 def iter_groups(records: pd.DataFrame) -> Iterator[tuple[tuple, pd.DataFrame]]:

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import pickle
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -77,6 +79,17 @@ def files(tmp_path_factory) -> dict[str, Path]:
     dense = root / "dense_run"  # a finished dense run: routing analysis does not apply to it
     assert run([*TRAIN, "--output-dir", str(dense)]) == 0
     out["dense_run"] = dense
+    soups = {name: root / f"soup_{name}" for name in ("ok", "unfinished", "bad_weights", "bad_config", "other_data")}
+    for name, sweep in soups.items():  # two copies of the finished run: one cell of two hparams draws, damaged
+        for k in range(2):
+            shutil.copytree(dense, sweep / f"r{k}")
+        out[f"soup_{name}"] = sweep
+    (soups["unfinished"] / "r1" / "done").unlink()
+    (soups["bad_weights"] / "r1" / "best.safetensors").write_bytes(b"\x00" * 64)
+    (soups["bad_config"] / "r1" / "config.json").write_text("{half")
+    other = json.loads((soups["other_data"] / "r1" / "config.json").read_text())
+    other["config"]["data"]["n_per_domain"] = 30
+    (soups["other_data"] / "r1" / "config.json").write_text(json.dumps(other))
     corrupt_config = root / "corrupt_config"
     corrupt_config.mkdir()
     (corrupt_config / "config.json").write_text("{half")
@@ -153,6 +166,8 @@ TRAIN_CASES = [
     ("data-corrupt-image", ["--dataset", "ImageFolder", "--data-dir", "{corrupt}/PACS", "--img-size", "28"],
      "cannot read image {corrupt}", 2),
     ("output-dir-is-a-file", ["--output-dir", "{not_a_dir}"], "{not_a_dir}", 2),
+    ("label-two-lines", ["--label", "ERM\nlr=1e-4"], "--label must be one line of text", 2),
+    ("label-control-character", ["--label", "ERM\x1b[31m"], "holds the control character '\\x1b'", 2),
     ("output-dir-corrupt-config", ["--output-dir", "{corrupt_config}"], "{corrupt_config}/config.json is corrupt", 2),
 ]
 OTHER_CASES = [
@@ -174,6 +189,16 @@ OTHER_CASES = [
     ("analyze-dense", ["analyze", "routing", "{dense_run}"], "{dense_run} holds a dense VisionTransformer (no MoE", 2),
     ("analyze-cub-dense", ["analyze", "cub", "{dense_run}", "--cub-dir", "{empty_pacs}"], "no MoE layer", 2),
     ("report-missing", ["report", "/nonexistent/runs"], "/nonexistent/runs", 2),
+    ("soup-unfinished-member", ["soup", "{soup_unfinished}"], "{soup_unfinished}/r1 (unfinished (no done file))", 2),
+    ("soup-unreadable-weights", ["soup", "{soup_bad_weights}"], "{soup_bad_weights}/r1 (unreadable weights", 2),
+    ("soup-unreadable-config", ["soup", "{soup_bad_config}"], "{soup_bad_config}/r1 (unreadable", 2),
+    ("soup-other-data", ["soup", "{soup_other_data}"], "not trained on the same data (--n-per-domain 20 vs 30)", 2),
+    ("soup-method", ["soup", "{soup_ok}", "--method", "uniform,soupy"], "'soupy' is not one of", 2),
+    ("soup-weights", ["soup", "{soup_ok}", "--weights", "middle"], "'middle' is not one of", 2),
+    ("soup-out-is-a-file", ["soup", "{soup_ok}", "--out", "{not_a_dir}"], "--out {not_a_dir} is not a folder", 2),
+    ("soup-out-under-a-file", ["soup", "{soup_ok}", "--out", "{not_a_dir}/soups"], "({not_a_dir} is a file)", 2),
+    ("report-out-is-a-file", ["report", "{dense_run}", "--out", "{not_a_dir}"], "{not_a_dir}: File exists", 2),
+    ("soup-missing", ["soup", "/nonexistent/runs"], "/nonexistent/runs", 2),
 ]
 
 
@@ -278,6 +303,18 @@ def test_python_api_raises_usage_errors(case, call, expected):
     with pytest.raises(UsageError, match=None) as info:
         call()
     assert expected in str(info.value) and "\n" not in str(info.value)
+
+
+def test_no_message_names_a_python_exception_class(capsys, monkeypatch, tmp_path):
+    """A path the system refuses is reported as the system says it, of which path, never as Python's class name."""
+    for error in (FileExistsError(17, "File exists", str(tmp_path / "x")), NotADirectoryError(20, "Not a directory",
+                  str(tmp_path / "y")), FileNotFoundError(f"runs directory {tmp_path / 'z'} does not exist")):
+        def fail(*args, error=error, **kw):
+            raise error
+
+        monkeypatch.setattr("dgmoe.report.collect.load_records", fail)
+        line = check_one_line(capsys, run(["results", str(tmp_path)]), 2, str(tmp_path))
+        assert type(error).__name__ not in line and "Errno" not in line, line
 
 
 def test_the_catalogue_has_at_least_sixty_cases():

@@ -57,3 +57,32 @@ def test_the_report_benchmark_command_runs(capsys):
     marks = module.main(["--runs", "16", "--pages", "none"])
     assert 0 < marks["index_cpu_s"] <= marks["total_cpu_s"]
     assert "16 fake runs" in capsys.readouterr().out
+
+
+def _with_hparams(folder, given):
+    import json
+
+    lines = [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines()]
+    for record in lines:
+        record["args"]["hparams"] = given
+    (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+
+
+def test_runs_given_other_explicit_hparams_are_two_runs_not_duplicates(cli, tmp_path):
+    """Two runs of one hparams seed given other `--hparams` are two draws: selection picks the better one by its
+    validation accuracy; the same `--hparams` (written either way: DomainBed's JSON text, dgmoe's object) is one
+    configuration twice, and the duplicate rule keeps one."""
+    root = tmp_path / "sweep"
+    _with_hparams(write_run(root / "low", "Debug28", DEBUG, "ERM", MICRO, [0], {0: 0.2, 1: 0.4, 2: 0.4}),
+                  {"lr": 1e-5})
+    _with_hparams(write_run(root / "high", "Debug28", DEBUG, "ERM", MICRO, [0], {0: 0.9, 1: 0.8, 2: 0.8}),
+                  '{"lr": 0.0001}')
+    result = cli("results", root, "--no-save", "--selection", "iid")
+    assert result.exit_code == 0 and "several run dirs" not in result.output, result.output
+    assert "| ERM " in result.output and "90.0 +/- 0.0" in result.output  # the better draw (validation 80 vs 40)
+    _with_hparams(write_run(root / "again", "Debug28", DEBUG, "ERM", MICRO, [0], {0: 0.5, 1: 0.5, 2: 0.5}),
+                  {"lr": 0.0001})
+    result = cli("results", root, "--no-save", "--selection", "iid")
+    assert result.exit_code == 0 and "1 run configuration appears in several run dirs" in result.output
+    assert '--hparams {"lr": 0.0001}' in result.output  # (the first dir, sorted, is kept: again/)
+    assert "50.0 +/- 0.0" in result.output and "90.0 +/- 0.0" not in result.output

@@ -124,3 +124,26 @@ def test_a_wilds_sweep_with_too_few_seeds_is_warned(runs, tmp_path, capsys):
                     "--launcher", "dummy", "--", "--data-dir", str(data)]) == 0
         err = capsys.readouterr().err
         assert ("WILDS asks for 3 seeds" in err) == warned, err
+
+
+def _exports_whole(out):
+    for folder in (p for p in out.glob("*/*") if not p.name.startswith(".")):
+        summary = json.loads((folder / "summary.json").read_text())
+        files = {info["file"] for e in summary["seeds"].values() for info in e["splits"].values()}
+        assert {p.name for p in folder.iterdir()} == files | {"summary.json", "summary.md"}, folder
+
+
+@pytest.mark.parametrize("datasets", [("FMoW",), pytest.param(("FMoW", "iWildCam"), marks=pytest.mark.slow)])
+def test_a_leaderboard_export_killed_at_any_write_point(runs, tmp_path, monkeypatch, datasets):
+    """Killed at any write (`kill_points`), an export leaves each method folder whole or as it was, and the
+    next export removes what it left and equals an uninterrupted one."""
+    from kill_points import kill_everywhere
+
+    from dgmoe.report.leaderboard import export
+
+    records = load_records(runs)
+    records = records[records["dataset"].isin(datasets)]
+    out = tmp_path / "lb"
+    points = kill_everywhere(monkeypatch, out, tmp_path, lambda: shutil.rmtree(out, ignore_errors=True),
+                             lambda: export(records, out), _exports_whole)
+    assert points >= 2 + 4 * 2 + 2  # a folder's temporary, 4 splits x 2 seeds of predictions, 2 summaries, ...

@@ -102,7 +102,8 @@ def test_runs_of_another_initialisation_are_refused(sweep, tmp_path, capsys):
     shutil.copytree(runs[0], tmp_path / "a")
     shutil.copytree(runs[0], tmp_path / "b")
     config = json.loads((tmp_path / "b" / "config.json").read_text())
-    config["config"]["seeds"]["seed"] = 12345  # another random initialisation of the same architecture
+    config["config"]["seeds"]["seed"] = 12345  # another random initialisation of the same architecture,
+    config["initialisation"] = "random init, seed 12345"  # as such a run records it
     (tmp_path / "b" / "config.json").write_text(json.dumps(config))
     assert "do not share an initialisation (random init, seed" in _one_line_refusal(tmp_path, capsys)
 
@@ -148,7 +149,7 @@ def test_ratatouille_pools_the_runs_of_one_initialisation(sweep, tmp_path):
     for name in ("a", "b", "other"):
         shutil.copytree(runs[0], tmp_path / name)
     config = json.loads((tmp_path / "other" / "config.json").read_text())
-    config["config"]["seeds"]["seed"] = 12345
+    config["config"]["seeds"]["seed"], config["initialisation"] = 12345, "random init, seed 12345"
     (tmp_path / "other" / "config.json").write_text(json.dumps(config))
     assert cli(["soup", str(tmp_path), "--method", "ratatouille"]) == 0  # (uniform would refuse this folder)
     (folder,) = (tmp_path / "soups").iterdir()

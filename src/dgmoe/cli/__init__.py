@@ -43,6 +43,19 @@ def main(debug: bool) -> None:
     """Domain generalization with sparse mixture-of-experts vision transformers."""
 
 
+#: the system's refusals of a path given: bad input (exit 2), said without Python's class name
+PATH_ERRORS = (FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError, PermissionError)
+
+
+def os_error_text(error: OSError) -> str:
+    """An OSError as a person reads it: "PATH: No such file or directory" (both paths of a rename), or its own
+    message when it was raised with one; never Python's class name."""
+    if error.strerror and error.filename is not None:
+        paths = f"{error.filename}" + (f" -> {error.filename2}" if error.filename2 is not None else "")
+        return f"{paths}: {error.strerror}"
+    return str(error) or error.strerror or "a file system error"
+
+
 def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
@@ -70,6 +83,11 @@ def run(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
         click.echo(f"dgmoe: error: {_one_line(str(e))}", err=True)
         return e.exit_code
+    except OSError as e:  # a path that is not what the command needs: what the system said, of which path
+        if debug:
+            traceback.print_exc()
+        click.echo(f"dgmoe: error: {_one_line(os_error_text(e))}", err=True)
+        return 2 if isinstance(e, PATH_ERRORS) else 1
     except Exception as e:  # not a user's mistake: one line still, and how to see more
         if debug:
             traceback.print_exc()

@@ -57,6 +57,12 @@ class NameList(click.ParamType):
 NAME_LIST = NameList()
 
 
+class ChoiceList(click.Choice):
+    """One of a list flag's choices, whose items may also be comma lists (`--method uniform,greedy`)."""
+
+    commas = True
+
+
 def spread_lists(params: Iterable[click.Parameter], args: list[str]) -> list[str]:
     """`--flag a b c` -> `--flag a --flag b --flag c` for every list option (`multiple=True`) in `params`, as
     DomainBed's `nargs='+'`: the values run to the next token that starts with '-'; integer lists also split
@@ -188,7 +194,7 @@ def setting_param(config: type, f: dataclasses.Field, hint: Any, click_required:
             item = NAME_LIST
         allowed = choices_of(f, hint)
         if allowed:
-            item = click.Choice(allowed)
+            item = ChoiceList(allowed)  # (the help offers comma lists: LIST_HINT)
         hint_text = common["help"].rstrip(".")
         common["help"] = f"{hint_text}: {LIST_HINT}." if hint_text else f"({LIST_HINT})"
         return option(multiple=True, type=item, default=default, **{"show_default": True, **common})

@@ -25,39 +25,12 @@ from torch.utils.data import Dataset
 
 from dgmoe.data.errors import LAYOUT, EmptyDomainError, LayoutError
 from dgmoe.data.images import read_rgb
+from dgmoe.data.tree import IMG_EXTENSIONS
+from dgmoe.data.tree import class_folders as tree_class_folders
+from dgmoe.data.tree import images_under as _images_under
+from dgmoe.data.tree import visible_dirs as _visible_dirs
 
-IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 DECODE_CHUNK = 128
-
-
-def _visible_dirs(path: Path) -> list[str]:
-    return sorted(e.name for e in os.scandir(path) if e.is_dir() and not e.name.startswith("."))
-
-
-def _images_under(path: Path, other_classes: dict[str, Path] | None = None) -> list[str]:
-    """Image files below `path` (recursive, following links), as sorted paths relative to `path`. A folder
-    reached twice (a symlink loop, or two links to one folder) is refused: its images would count twice; so is
-    a link into another class folder (`other_classes`: real path -> folder): its images would be relabelled."""
-    found: list[str] = []
-    seen: dict[str, str] = {}
-    own = os.path.realpath(path)
-    for dirpath, dirnames, filenames in os.walk(path, followlinks=True):
-        real = os.path.realpath(dirpath)
-        if real in seen:
-            raise LayoutError(f"{dirpath} is the folder {seen[real]} again (a symlink loop or a duplicate link); "
-                              "its images would be counted twice: remove the link")
-        inside = [f for r, f in (other_classes or {}).items()
-                  if (real == r or real.startswith(r + os.sep)) and not (real == own or real.startswith(own + os.sep))]
-        if inside:
-            raise LayoutError(f"{dirpath} leads into the class folder {inside[0]} (a symlink): its images would be "
-                              f"labelled {Path(path).name}: remove the link")
-        seen[real] = dirpath
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        rel = os.path.relpath(dirpath, path)
-        for f in filenames:
-            if not f.startswith(".") and f.lower().endswith(IMG_EXTENSIONS):
-                found.append(f if rel == "." else os.path.join(rel, f))
-    return sorted(found)
 
 
 @dataclass(frozen=True)
@@ -124,7 +97,7 @@ def scan_folder(
             )
         per_domain_classes[domain] = classes
     classes = sorted(set().union(*per_domain_classes.values()))
-    class_folders = {os.path.realpath(root / d / c): root / d / c for d, cs in per_domain_classes.items() for c in cs}
+    class_folders = tree_class_folders(root, per_domain_classes)
     if num_classes is not None and len(classes) != num_classes:
         raise LayoutError(
             f"{dataset}: expected {num_classes} class folders per domain in {root}, found {len(classes)} "

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from dgmoe.data.tree import class_folders, images_under
+
 #: a folder that matches no known version
 UNKNOWN = "unknown"
 
@@ -76,7 +78,9 @@ class VersionMatch:
 
 def files_hash(lines: Sequence[str]) -> str:
     """sha256 of the sorted `domain/class/file` lines, one per line."""
-    return hashlib.sha256("".join(f"{line}\n" for line in sorted(lines)).encode()).hexdigest()
+    # a name that is not UTF-8 is hashed as the bytes the file system holds (Python keeps them as surrogates)
+    return hashlib.sha256("".join(f"{line}\n" for line in sorted(lines)).encode("utf-8", "surrogateescape")
+                          ).hexdigest()
 
 
 def _visible(entries: Sequence[os.DirEntry]) -> list[os.DirEntry]:
@@ -84,7 +88,8 @@ def _visible(entries: Sequence[os.DirEntry]) -> list[os.DirEntry]:
 
 
 def count_folder(root: str | Path) -> FolderCounts:
-    """Count the files of every `<domain>/<class>/` folder under `root` (hidden names left out)."""
+    """Count the files of every `<domain>/<class>/` folder under `root` (hidden names left out); a layout
+    `dgmoe train` refuses (links that count images twice or relabel them) raises its `LayoutError`."""
     root = Path(root)
     classes: dict[str, dict[str, int]] = {}
     lines: list[str] = []
@@ -101,6 +106,9 @@ def count_folder(root: str | Path) -> FolderCounts:
                         names = [f.name for f in _visible(list(files)) if f.is_file()]
                     classes[domain.name][cls.name] = len(names)
                     lines += [f"{domain.name}/{cls.name}/{n}" for n in names]
+    folders = class_folders(root, classes)  # what `dgmoe train` refuses, refused here too: a class folder reached
+    for folder in folders.values():          # twice, a symlink loop or a link into another class folder
+        images_under(folder, folders)
     return FolderCounts(root, classes, files_hash(lines))
 
 

@@ -24,6 +24,7 @@ from typing import Any, ClassVar, Iterable, Mapping
 from dgmoe.errors import UsageError
 from dgmoe.peft_config import PEFT_MODES, TARGET_PRESETS, PeftConfig
 from dgmoe.settings import ConfigError, Settings, config_from_file, flag, key_of, plain, setting
+from dgmoe.tables import is_control
 
 
 class _Section(Settings):
@@ -166,8 +167,8 @@ class ExecutionConfig(_Section):
 
     output_dir: str | None = setting(None, "Run folder, required (re-running the same command resumes).")
     data_dir: str | None = setting(None, "Root holding <Name>/<domain>/<class>/<img>; optional for MNIST.")
-    label: str | None = setting(None, "Name of the run in results tables and reports; naming leaves the run's "
-                                      "identity unchanged.")
+    label: str | None = setting(None, "Name of the run in results tables and reports, one line of text (tables "
+                                      "escape |, &, %, < and the like); naming leaves the run's identity unchanged.")
     device: str = setting("cpu", "torch device, e.g. cpu, cuda, cuda:1.")
     num_workers: int = setting(0, "Data-loading worker processes, for data decoded per item (on a GPU the loader "
                                   "already runs in a background thread; cached data needs none).", minimum=0)
@@ -194,6 +195,10 @@ class ExecutionConfig(_Section):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        odd = [c for c in self.label or "" if is_control(c)]
+        if odd:  # a table row is one line: a newline in a name would cut the row
+            raise ConfigError(f"--label must be one line of text; {self.label!r} holds the control character "
+                              f"{odd[0]!r}")
         if self.skip_model_save and self.save_model_every_checkpoint:
             raise ConfigError("--skip-model-save keeps no weights and --save-model-every-checkpoint keeps them at "
                               "every checkpoint; give one of them")

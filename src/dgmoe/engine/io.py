@@ -5,6 +5,10 @@ renamed over the target (`os.replace` is atomic on POSIX). The file gets the mod
 give it (0666 minus the umask), so teammates on shared storage can read results. A full disk raises
 `DiskFullError` naming the file; a process killed mid-write leaves only a temporary file, which
 `remove_stale_temporaries` deletes (the run folder's lock makes that safe).
+
+A folder of files that belong together (a soup's run folder, a leaderboard method's predictions) is written the
+same way, whole: into a hidden temporary folder `.<name>.<pid>.partial` that then takes the folder's place
+(`atomic_folder`); a killed writer leaves only such folders, which `remove_stale_folders` deletes on the next run.
 """
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from typing import Any, Iterator
 from dgmoe.errors import DiskFullError, UsageError
 
 TEMP_GLOB = ".*.tmp"
+FOLDER_SUFFIX = ".partial"
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 
@@ -76,6 +81,54 @@ def remove_stale_temporaries(folder: str | Path) -> list[Path]:
         if tmp.is_file():
             tmp.unlink(missing_ok=True)
             removed.append(tmp)
+    return removed
+
+
+@contextmanager
+def atomic_folder(path: str | Path) -> Iterator[Path]:
+    """Yield an empty hidden folder next to `path`; once the block ends it takes `path`'s place (a folder there
+    before is moved aside, then deleted), on error it is deleted. Readers see the old folder or the new one whole;
+    a kill between the two renames leaves `path` absent and only hidden folders (`remove_stale_folders`)."""
+    path = Path(path)
+    tmp = path.parent / f".{path.name}.{os.getpid()}{FOLDER_SUFFIX}"
+    old = path.parent / f".{path.name}.{os.getpid()}.old{FOLDER_SUFFIX}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        yield tmp
+        if path.exists():
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(path, old)
+            os.replace(tmp, path)
+            shutil.rmtree(old)
+        else:
+            os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return False  # this process writes no folder yet when it cleans up: a kill of an earlier call left it
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # another user's live process
+    return True
+
+
+def remove_stale_folders(parent: str | Path) -> list[Path]:
+    """Delete the temporary folders `atomic_folder` left in `parent` when its writer was killed (those of a live
+    process on this machine are left alone)."""
+    removed = []
+    for folder in sorted(Path(parent).glob(f".*{FOLDER_SUFFIX}")):
+        pid = folder.name[: -len(FOLDER_SUFFIX)].removesuffix(".old").rsplit(".", 1)[-1]
+        if folder.is_dir() and pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
     return removed
 
 

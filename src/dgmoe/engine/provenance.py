@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 import platform
 import socket
 import subprocess
@@ -54,14 +55,25 @@ def as_metadata(info: dict[str, Any]) -> dict[str, str]:
     return {k: str(v) for k, v in info.items() if v is not None}
 
 
-@functools.lru_cache(maxsize=64)
-def file_hash(path: str) -> str:
-    """The first 12 hex digits of a file's SHA-256 (how tables name a pretrained checkpoint's content)."""
+@functools.lru_cache(maxsize=256)
+def _digest(path: str, size: int, mtime_ns: int, inode: int) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
-    return digest.hexdigest()[:12]
+    return digest.hexdigest()
+
+
+def file_sha256(path: str | Path) -> str:
+    """A file's SHA-256 (hex), computed once per version of the file: the cache is keyed on its size,
+    modification time and inode, so a file replaced at the same path is hashed again."""
+    st = os.stat(path)
+    return _digest(str(path), st.st_size, st.st_mtime_ns, st.st_ino)
+
+
+def file_hash(path: str) -> str:
+    """The first 12 hex digits of a file's SHA-256 (how tables name a pretrained checkpoint's content)."""
+    return file_sha256(path)[:12]
 
 
 def pretrained_identity(pretrained: str | None) -> str | None:
@@ -71,3 +83,11 @@ def pretrained_identity(pretrained: str | None) -> str | None:
         return None
     path = Path(pretrained)
     return f"{path.name} (sha256 {file_hash(str(path))})" if path.is_file() else f"{path.name} (file absent)"
+
+
+def initialisation(pretrained: str | None, seed: int) -> str:
+    """A run's step-0 weights: its pretrained checkpoint's identity (`pretrained_identity`), or 'random init,
+    seed N' for a backbone trained from scratch (its initialisation is a function of that seed). A run records
+    it in config.json when it starts, so that what it was fine-tuned from stays known after the file is
+    replaced."""
+    return pretrained_identity(pretrained) or f"random init, seed {seed}"

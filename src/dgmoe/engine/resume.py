@@ -43,17 +43,19 @@ def base_weight_keys(algorithm: nn.Module) -> tuple[set[str], list[dict[str, str
     return keys, bases
 
 
-def capture(step: int, algorithm, progress: RunState, identity: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def capture(step: int, algorithm, progress: RunState, identity: Mapping[str, Any] | None = None,
+            compiled: bool = False) -> dict[str, Any]:
     """The resume state after `step` (tensors and plain types only: loaded with `weights_only=True`);
-    `identity` is the run's (`RunConfig.identity()` with its schedule resolved). A parameter-efficient run's
-    leaves its frozen base weights out and names them (`base_weight_keys`)."""
+    `identity` is the run's (`RunConfig.identity()` with its schedule resolved); `compiled` whether it trained
+    under `--compile` (which rounds differently: `load_checked` refuses the other setting). A parameter-efficient
+    run's leaves its frozen base weights out and names them (`base_weight_keys`)."""
     frozen, bases = base_weight_keys(algorithm)
     weights = {k: v for k, v in algorithm.state_dict().items() if k not in frozen}
     return {"step": step, "algorithm": weights, "peft_bases": bases, "records": progress.records,
             "best_val": progress.best_val,
             "optimizers": {k: o.state_dict() for k, o in dict(algorithm.optimizers()).items()},
             "extra": algorithm.extra_state(), "rng": torch.get_rng_state(), "numpy_rng": numpy_rng_state(),
-            "identity": dict(identity or {})}
+            "identity": dict(identity or {}), "compiled": compiled}
 
 
 def _foreign(path: Path, why: str) -> UsageError:
@@ -61,13 +63,21 @@ def _foreign(path: Path, why: str) -> UsageError:
                       "run folder, or delete it to train this run from its start")
 
 
-def load_checked(path: Path, identity: Mapping[str, Any], schedules: Collection[int], algorithm) -> dict[str, Any]:
+def load_checked(path: Path, identity: Mapping[str, Any], schedules: Collection[int], algorithm,
+                 compiled: bool | None = None) -> dict[str, Any]:
     """The resume state at `path`, refused (`UsageError`, nothing changed) unless it belongs to this run: the
-    same identity, with a step count among `schedules` (the run's, and those `--extend` lengthened). A state
-    written before states carried their identity must at least fit the algorithm's tensors."""
+    same identity, with a step count among `schedules` (the run's, and those `--extend` lengthened), and trained
+    with the same `--compile` (`compiled`; None: not checked), whose graphs round differently from eager
+    kernels, so that a resumed run ends exactly as the uninterrupted one. A state written before states carried
+    their identity must at least fit the algorithm's tensors."""
     state = load_resume_state(path)
     if not isinstance(state, dict) or "algorithm" not in state or "step" not in state:
         raise UsageError(f"{path} is not a dgmoe resume state; delete it to train this run from its start")
+    if compiled is not None and "compiled" in state and bool(state["compiled"]) != compiled:
+        was = "with" if state["compiled"] else "without"
+        raise UsageError(f"{path} was trained {was} --compile, whose rounding differs from this command's; run "
+                         f"the command {was} --compile to resume it exactly, or delete resume.pt to train the run "
+                         "from its start")
     saved = state.get("identity")
     if saved:
         try:
@@ -81,6 +91,7 @@ def load_checked(path: Path, identity: Mapping[str, Any], schedules: Collection[
         if theirs.training.steps not in schedules:
             raise _foreign(path, f"a schedule of {theirs.training.steps} steps, this run's are "
                                  f"{', '.join(map(str, sorted(schedules)))}")
+        check_bases(state, algorithm)
         return state
     mine = algorithm.state_dict()
     theirs_shapes = {k: tuple(v.shape) for k, v in state["algorithm"].items() if isinstance(v, torch.Tensor)}
@@ -89,16 +100,28 @@ def load_checked(path: Path, identity: Mapping[str, Any], schedules: Collection[
     if mismatch:
         raise _foreign(path, f"its weights do not fit this model: {mismatch[0]}"
                              + (f" and {len(mismatch) - 1} more" if len(mismatch) > 1 else ""))
+    check_bases(state, algorithm)
     return state
+
+
+def check_bases(state: Mapping[str, Any], algorithm) -> None:
+    """Refuse a resume state whose frozen base weights (left out of it) are not those the algorithm was built
+    with: it names the path and the SHA-256 the state needs, and the file's."""
+    frozen, bases = base_weight_keys(algorithm)
+    expected = [b.get("base_sha256") for b in state.get("peft_bases", [])]
+    if frozen and expected != [b["base_sha256"] for b in bases]:
+        k = next((i for i, b in enumerate(bases) if i >= len(expected) or expected[i] != b["base_sha256"]), 0)
+        want = expected[k] if k < len(expected) else "none recorded"
+        raise UsageError(f"the resume state was trained from base weights with sha256 {want}, but "
+                         f"{bases[k]['base_pretrained']} has sha256 {bases[k]['base_sha256']}; put the file with "
+                         f"sha256 {want} back at that path, or delete resume.pt to train the run from its start")
 
 
 def restore(state: Mapping[str, Any], algorithm) -> RunState:
     """Load a resume state (`load_checked`'s) into `algorithm` and the RNGs; return where the run stands. The
     frozen base weights a parameter-efficient run's state leaves out must be those the algorithm was built with."""
-    frozen, bases = base_weight_keys(algorithm)
-    if frozen and [b.get("base_sha256") for b in state.get("peft_bases", [])] != [b["base_sha256"] for b in bases]:
-        raise UsageError(f"the resume state's frozen base weights are not those of {bases[0]['base_pretrained']} "
-                         "(sha256 differs); restore the file the run was started with, or delete resume.pt")
+    check_bases(state, algorithm)
+    frozen, _ = base_weight_keys(algorithm)
     missing, unexpected = algorithm.load_state_dict(state["algorithm"], strict=not frozen)
     if set(missing) != (frozen if "peft_bases" in state else set()) or unexpected:
         odd = sorted(set(missing) ^ frozen) + sorted(unexpected)

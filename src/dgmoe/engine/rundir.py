@@ -125,7 +125,8 @@ class RunWriter:
         before = {"n_steps": old["n_steps"], "checkpoint_freq": old["checkpoint_freq"]}
         history = [*old.get("extended_from", []), before]
         self._write(lambda: (self.out / DONE_NAME).unlink(missing_ok=True))
-        self._write(lambda: write_json_atomic(path, {**run_config, "extended_from": history}))
+        kept = {"initialisation": old["initialisation"]} if "initialisation" in old else {}  # what it started from
+        self._write(lambda: write_json_atomic(path, {**run_config, **kept, "extended_from": history}))
 
     def records(self) -> list[dict[str, Any]]:
         return read_jsonl(self.out / "results.jsonl")

@@ -17,6 +17,7 @@ from dgmoe.data.loaders import EvalBatches, TrainBatches
 from dgmoe.data.prompts import prompt_class_names, templates
 from dgmoe.engine.config import RunConfig
 from dgmoe.engine.hparams import run_hparams
+from dgmoe.engine.provenance import initialisation
 from dgmoe.errors import UsageError
 from dgmoe.models import MODELS, create_model
 from dgmoe.models.compiled import compile_blocks
@@ -67,7 +68,8 @@ class RunSetup:
 
     def run_config(self, made_by: dict[str, Any]) -> dict[str, Any]:
         """config.json: the run config, what produced it (`made_by`, see `dgmoe.engine.provenance`), the
-        resolved hparams, dataset facts, split sizes, the model build and the built model's `ModelInfo`."""
+        resolved hparams, dataset facts, split sizes, the step-0 weights it starts from (`initialisation`: the
+        pretrained file's name and hash as it is now), the model build and the built model's `ModelInfo`."""
         report = getattr(self.network, "load_report", None)  # what loading the checkpoint adapted, and how
         return {"config": self.cfg.to_dict(), "provenance": made_by, "hparams": self.hparams,
                 "dataset": {"name": self.dataset.name, "domains": list(self.dataset.domains),
@@ -76,6 +78,7 @@ class RunSetup:
                 "splits": {"train_envs": self.train_envs, "test_envs": self.test_envs,
                            "in": [len(s[0]) for s in self.splits], "out": [len(s[1]) for s in self.splits],
                            "uda": {str(i): len(idx) for i, idx in self.uda.items()}},
+                "initialisation": initialisation(self.cfg.model.pretrained, self.cfg.seeds.seed),
                 "model_build": {"name": self.cfg.model.name, "kwargs": self.model_kwargs,
                                 "pretrained_load": report.summary() if report is not None else None,
                                 **({"text_load": self.network.text_load} if hasattr(self.network, "text_load")

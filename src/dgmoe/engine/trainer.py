@@ -192,7 +192,7 @@ def _train_locked(cfg: RunConfig, setup: RunSetup, out: Path, info: DistInfo, ru
     resume: list[dict[str, Any]] = []  # the resume state, checked before anything is written; popped to restore
     if writer.resume_path.exists():
         resume.append(load_checked(writer.resume_path, setup.identity(), _schedules(out, setup.n_steps),
-                                   setup.algorithm))
+                                   setup.algorithm, ex.compile))
     if takeover:
         run_log.say(f"{out} holds no record yet (a run that failed before its first checkpoint): this run "
                     "replaces it")
@@ -346,7 +346,7 @@ def _checkpoint(step: int, cfg: RunConfig, setup: RunSetup, writer: RunWriter, p
         progress.best_val = max(val, progress.best_val)
         progress.next_step = step + 1
         writer.checkpoint(step, progress.records, algorithm.inference_network(), best,
-                          capture(step, algorithm, progress, setup.identity()))
+                          capture(step, algorithm, progress, setup.identity(), cfg.execution.compile))
     barrier(info)
     return record
 

@@ -14,10 +14,11 @@ from typing import Any
 
 import pandas as pd
 
+from dgmoe.duplicates import EXPLICIT_HPARAMS, drop_duplicate_runs
 from dgmoe.engine.config import RunConfig
+from dgmoe.engine.io import FOLDER_SUFFIX
 from dgmoe.engine.rundir import expected_steps, read_done
 from dgmoe.errors import UsageError
-from dgmoe.selection import drop_duplicate_runs
 
 #: `args` fields every record must carry; selection groups on them.
 REQUIRED_ARGS: tuple[str, ...] = ("dataset", "algorithm", "test_envs", "hparams_seed", "trial_seed")
@@ -63,6 +64,17 @@ def model_label(name: str, args: dict) -> str:
     if not overrides:
         return name
     return f"{name}({', '.join(f'{k}={overrides[k]!r}' for k in sorted(overrides))})"
+
+
+def explicit_hparams(given: Any) -> str:
+    """The hparams a run was given explicitly (`args.hparams`: dgmoe's object, DomainBed's JSON text) as
+    canonical JSON, "" for none: part of a run's identity in the duplicate rule and in selection."""
+    if isinstance(given, str):
+        try:
+            given = json.loads(given) if given.strip() else None
+        except json.JSONDecodeError:
+            return given.strip()
+    return json.dumps(given, sort_keys=True) if given else ""
 
 
 def _parse_lines(path: Path) -> list[tuple[int, dict]]:
@@ -132,6 +144,7 @@ def _row(record: dict, path: Path, lineno: int) -> dict:
         raise RecordError(f"{where}: args.label must be a string, got {args['label']!r}")
     if args.get("model_kwargs") is not None and not isinstance(args["model_kwargs"], dict):
         raise RecordError(f"{where}: args.model_kwargs must be an object, got {args['model_kwargs']!r}")
+    row[EXPLICIT_HPARAMS] = explicit_hparams(args.get("hparams"))
     row["model_name"] = row["model"] or ""
     row["model"] = model_label(row["model_name"], args)
     row["test_envs"] = tuple(test_envs)
@@ -184,7 +197,8 @@ def find_results_files(root: str | os.PathLike, unreadable: list[str] | None = N
     if not root.is_dir():
         raise FileNotFoundError(f"runs directory {root} does not exist or is not a directory")
     found, blocked = [], []
-    for dirpath, _, filenames in os.walk(root, onerror=lambda e: blocked.append(f"{e.filename} ({e.strerror})")):
+    for dirpath, dirnames, filenames in os.walk(root, onerror=lambda e: blocked.append(f"{e.filename} ({e.strerror})")):
+        dirnames[:] = [d for d in dirnames if not (d.startswith(".") and d.endswith(FOLDER_SUFFIX))]  # being written
         if "results.jsonl" in filenames:
             found.append(Path(dirpath) / "results.jsonl")
     if unreadable is not None:
@@ -205,11 +219,11 @@ def load_records(root: str | os.PathLike, include_unfinished: bool = False,
 
     Columns: the record's scalar keys (`step`, `loss`, `env{i}_in_acc`, ...), the `args` fields
     (`dataset`, `algorithm`, `model`, `test_envs` as a tuple, `hparams_seed`, `trial_seed`, `seed`,
-    `output_dir`, `steps`, `domains` as a tuple or None) and `run_dir`, `file`, `line`, `done`,
-    `n_envs` and `record` (the raw dict).
+    `output_dir`, `steps`, `domains` as a tuple or None), `explicit_hparams` (the given `--hparams`, see
+    `explicit_hparams`) and `run_dir`, `file`, `line`, `done`, `n_envs` and `record` (the raw dict).
 
     A run configuration found in several run dirs keeps its first dir, with a `DuplicateRunsWarning`
-    (`dgmoe.selection.drop_duplicate_runs`). Runs without a `done` file are still training (or crashed):
+    (`dgmoe.duplicates.drop_duplicate_runs`). Runs without a `done` file are still training (or crashed):
     their last checkpoint is not the final one, so they are left out, with a warning, unless
     `include_unfinished`. A file with a record that cannot be used raises `RecordError`; with `skip_broken`
     (the HTML report, which lists such runs) the whole file is left out with a warning instead.
@@ -247,7 +261,7 @@ def load_records(root: str | os.PathLike, include_unfinished: bool = False,
         )
     frame = pd.DataFrame(rows)
     if frame.empty:
-        return pd.DataFrame(columns=["step", *REQUIRED_ARGS, *OPTIONAL_ARGS, *SOURCE_COLUMNS])
+        return pd.DataFrame(columns=["step", *REQUIRED_ARGS, *OPTIONAL_ARGS, EXPLICIT_HPARAMS, *SOURCE_COLUMNS])
     frame = frame.sort_values(["file", "step", "line"], kind="stable").reset_index(drop=True)
     frame, duplicates = drop_duplicate_runs(frame)
     if duplicates:

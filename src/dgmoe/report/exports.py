@@ -12,6 +12,8 @@ import io
 import re
 from typing import Iterator
 
+from dgmoe.tables import table_cells
+
 CSV_COLUMNS = ("section", "table", "row", "column", "cell", "mean", "se")
 _NUMBER = re.compile(r"^\s*([+-]?\d+(?:\.\d+)?)%?(?:\s*(?:\+/-|\$\\pm\$)\s*(\d+(?:\.\d+)?))?")
 
@@ -23,10 +25,6 @@ def cell_numbers(cell: str) -> tuple[float | None, float | None]:
     if not found:
         return None, None
     return float(found.group(1)), float(found.group(2)) if found.group(2) else None
-
-
-def _pipe_cells(line: str) -> list[str]:
-    return [c.strip() for c in line.strip().strip("|").split("|")]
 
 
 def markdown_cells(text: str) -> Iterator[dict[str, str]]:
@@ -45,7 +43,7 @@ def markdown_cells(text: str) -> Iterator[dict[str, str]]:
             name, value = line[2:].split(": ", 1)
             yield {"section": "protocol", "table": "", "row": name, "column": "", "cell": value, "mean": "", "se": ""}
         elif line.startswith("|"):
-            cells = _pipe_cells(line)
+            cells = table_cells(line)
             if header is None:
                 header = cells
             elif not all(set(c) <= set(":-") for c in cells):

@@ -27,11 +27,12 @@ import pandas as pd
 import torch
 
 from dgmoe.engine.checkpoint import WEIGHT_FILES, checkpoint_step, load_state, read_run_config, saved_run
-from dgmoe.engine.io import write_json_atomic, write_text_atomic
+from dgmoe.engine.io import atomic_folder, remove_stale_folders, write_json_atomic, write_text_atomic
 from dgmoe.errors import UsageError
 from dgmoe.report.tables import row_labels, user_labels
 from dgmoe.report.wilds import required_seeds, wilds_datasets, wilds_runs
 from dgmoe.selection import WorstGroupSelection, sweep_accs
+from dgmoe.tables import heading, one_line
 
 OFFICIAL = {"acc_avg": "acc_avg", "acc_worst_group": "acc_worst_{field}", "f1_macro": "F1-macro_all"}
 
@@ -142,14 +143,24 @@ def _folder(label: str) -> str:
 def export(records: pd.DataFrame, out: Path, method: type[WorstGroupSelection] = WorstGroupSelection,
            device: str = "cpu", data_dir: str | None = None, echo: Callable[[str], None] = lambda s: None
            ) -> list[Path]:
-    """Write the prediction files and summaries of every method row under `out`; returns the summary paths."""
+    """Write the prediction files and summaries of every method row under `out`; returns the summary paths.
+
+    Each method's folder is written whole (`dgmoe.engine.io.atomic_folder`), after every prediction is made: a
+    kill leaves the folder as it was or complete, and the next export removes what a killed one left."""
     picks = selected_checkpoints(records, method)
     from dgmoe.data.catalogue import get_spec
 
+    folders: dict[Path, tuple[str, str]] = {}
+    for pick in picks:
+        taken = folders.setdefault(out / pick.dataset / _folder(pick.label), (pick.dataset, pick.label))
+        if taken != (pick.dataset, pick.label):
+            raise UsageError(f"the rows {taken[1]!r} and {pick.label!r} would share the folder "
+                             f"{out / pick.dataset / _folder(pick.label)}; give the runs --labels that differ in "
+                             "letters or digits")
     summaries: dict[tuple[str, str], dict[str, Any]] = {}
+    files: dict[tuple[str, str], dict[str, str]] = {}
     for pick in picks:
         folder = out / pick.dataset / _folder(pick.label)
-        folder.mkdir(parents=True, exist_ok=True)
         domains = list(pick.record["args"]["domains"])
         spec = get_spec(pick.dataset)
         field = spec.evaluation.field if spec.evaluation is not None else "group"
@@ -160,22 +171,28 @@ def export(records: pd.DataFrame, out: Path, method: type[WorstGroupSelection] =
         seed_entry: dict[str, Any] = {"run": str(pick.run_dir), "step": pick.step, "weights": pick.weights.name,
                                       "splits": {}}
         for split, (y, pred, groups) in predict_splits(pick, device, data_dir).items():
-            path = folder / pred_file_name(pick.dataset, split, pick.trial_seed)
-            write_text_atomic(path, "".join(f"{int(p)}\n" for p in pred))
+            name = pred_file_name(pick.dataset, split, pick.trial_seed)
+            files.setdefault((pick.dataset, pick.label), {})[name] = "".join(f"{int(p)}\n" for p in pred)
             env = domains.index(split)
             recorded = {OFFICIAL[k].format(field=field): pick.record.get(f"env{env}_{k}") for k in OFFICIAL
                         if f"env{env}_{k}" in pick.record}
-            seed_entry["splits"][split] = {"file": path.name, "n": int(len(pred)),
+            seed_entry["splits"][split] = {"file": name, "n": int(len(pred)),
                                            "metrics": _metrics(pick.dataset, y, pred, groups), "recorded": recorded}
         summary["seeds"][str(pick.trial_seed)] = seed_entry
-        echo(f"{pick.dataset} / {pick.label} / seed {pick.trial_seed}: {len(seed_entry['splits'])} prediction "
-             f"files -> {folder}")
+        echo(f"{pick.dataset} / {one_line(pick.label)} / seed {pick.trial_seed}: {len(seed_entry['splits'])} "
+             f"prediction files -> {folder}")
     paths = []
-    for summary in summaries.values():
+    for key, summary in summaries.items():
         summary["aggregate"] = _aggregate(summary["seeds"])
         folder = Path(summary["folder"])
-        write_json_atomic(folder / "summary.json", summary)
-        write_text_atomic(folder / "summary.md", summary_markdown(summary))
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        for stale in remove_stale_folders(folder.parent):
+            echo(f"removed {stale}, left by an export that was stopped while writing")
+        with atomic_folder(folder) as tmp:
+            for name, text in files.get(key, {}).items():
+                write_text_atomic(tmp / name, text)
+            write_json_atomic(tmp / "summary.json", summary)
+            write_text_atomic(tmp / "summary.md", summary_markdown(summary))
         paths.append(folder / "summary.json")
     return paths
 
@@ -193,7 +210,7 @@ def _aggregate(seeds: dict[str, Any]) -> dict[str, dict[str, dict[str, float]]]:
 
 def summary_markdown(summary: dict[str, Any]) -> str:
     n, need = len(summary["seeds"]), summary["seeds_required"]
-    lines = [f"# {summary['dataset']}: {summary['method']}", "",
+    lines = [heading(f"{summary['dataset']}: {summary['method']}", 1), "",
              f"Selection: {summary['selection']}. Seeds: {n} (WILDS asks for {need}"
              + ("; fewer here)." if n < need else ")."), "",
              "| split | metric | mean (%) | std (%) |", "|:--|:--|--:|--:|"]

@@ -9,14 +9,18 @@ from __future__ import annotations
 import html
 import re
 
+from dgmoe.tables import table_cells
+
 _HEADING = re.compile(r"^#{1,6} ")
 _BULLET = re.compile(r"^\s*[-*] ")
+#: [text](target): a relative path or an http(s) address; any other scheme (`javascript:`) stays text
+_LINK = re.compile(r"\[([^\]]+)\]\(((?:https?://|(?![A-Za-z][A-Za-z0-9+.-]*:))[^)\s\"]+)\)")
 
 
 def inline(text: str) -> str:
     """Escape `text` and render `code`, **bold**, *emphasis* and [links](relative/path)."""
     out = html.escape(text, quote=False)
-    out = re.sub(r"\[([^\]]+)\]\(([^)\s\"]+)\)", r'<a href="\2">\1</a>', out)
+    out = _LINK.sub(r'<a href="\2">\1</a>', out)
     out = re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
     out = re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>", out)
     return re.sub(r"(?<![\w*])\*([^*\s][^*]*)\*(?![\w*])", r"<em>\1</em>", out)
@@ -25,10 +29,6 @@ def inline(text: str) -> str:
 def slugify(text: str) -> str:
     """An anchor id from heading text: lower case, runs of other characters as '-'."""
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "section"
-
-
-def _cells(line: str) -> list[str]:
-    return [c.strip() for c in line.strip().strip("|").split("|")]
 
 
 def table_html(head: list[str], body: list[list[str]], escape: bool = True, left: int = 1) -> str:
@@ -76,7 +76,7 @@ def markdown_to_html(text: str, heading_offset: int = 0, id_prefix: str | None =
             j = i
             while j < len(lines) and lines[j].lstrip().startswith("|"):
                 j += 1
-            out.append(table_html(_cells(lines[i]), [_cells(row) for row in lines[i + 2:j]]))
+            out.append(table_html(table_cells(lines[i]), [table_cells(row) for row in lines[i + 2:j]]))
             i = j
         elif _BULLET.match(line):
             items = []

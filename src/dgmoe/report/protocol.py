@@ -24,18 +24,28 @@ import pandas as pd
 
 from dgmoe.engine.provenance import pretrained_identity
 from dgmoe.report.text import count
+from dgmoe.tables import one_line
 
 
-def _run_configs(records: pd.DataFrame) -> list[dict[str, Any]]:
-    out = []
+def _run_configs(records: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    out = {}
     for run_dir in sorted(set(records["run_dir"])) if "run_dir" in records else []:
         try:
             config = json.loads((Path(run_dir) / "config.json").read_text())
         except (OSError, json.JSONDecodeError, UnicodeDecodeError):
             continue
         if isinstance(config, dict):
-            out.append(config)
+            out[str(run_dir)] = config
     return out
+
+
+def _pretrained(args: dict[str, Any], config: dict[str, Any] | None) -> str:
+    """The pretrained weights of a run as it recorded them when it started (`initialisation`), else the file as it
+    is now (runs trained before dgmoe recorded it)."""
+    recorded = (config or {}).get("initialisation")
+    if isinstance(recorded, str):
+        return "none (trained from scratch)" if recorded.startswith("random init") else recorded
+    return pretrained_identity(args.get("pretrained")) or "none (trained from scratch)"
 
 
 def _ints(values: Any) -> list[int]:
@@ -50,7 +60,8 @@ def protocol_items(records: pd.DataFrame, selection: str) -> list[tuple[str, str
     """(name, value) of each protocol line for the runs of `records`, under the model selection `selection`."""
     from dgmoe import __version__
 
-    configs = _run_configs(records)
+    by_dir = _run_configs(records)
+    configs = list(by_dir.values())
     args = [r.get("args") or {} for r in records["record"]] if "record" in records else []
     steps = _ints(a.get("steps") for a in args)
     member_steps = _ints(s for a in args for s in (a.get("soup") or {}).get("member_steps", []))
@@ -61,7 +72,8 @@ def protocol_items(records: pd.DataFrame, selection: str) -> list[tuple[str, str
     runs = records[[not (a.get("soup")) for a in args]] if len(args) == len(records) and len(records) else records
     cells = runs.groupby(["dataset", "algorithm", "model", "test_envs", "trial_seed"])["hparams_seed"].nunique() \
         if len(runs) else pd.Series(dtype=int)
-    pretrained = sorted({pretrained_identity(a.get("pretrained")) or "none (trained from scratch)" for a in args})
+    dirs = records["run_dir"] if "run_dir" in records else [None] * len(args)
+    pretrained = sorted({_pretrained(a, by_dir.get(str(d))) for a, d in zip(args, dirs)})
     versions: dict[str, set[str]] = {}
     for config in configs:
         data = config.get("dataset") or {}
@@ -88,7 +100,7 @@ def protocol_items(records: pd.DataFrame, selection: str) -> list[tuple[str, str
 
 def protocol_block(records: pd.DataFrame, selection: str, latex: bool = False) -> str:
     """The protocol lines: a Markdown list under **Protocol.**, or LaTeX comment lines."""
-    items = protocol_items(records, selection)
+    items = [(name, one_line(value)) for name, value in protocol_items(records, selection)]
     if latex:
         return "\n".join(f"% Protocol: {name}: {value}" for name, value in items)
     return "**Protocol.**\n\n" + "\n".join(f"- {name}: {value}" for name, value in items)

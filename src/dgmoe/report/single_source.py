@@ -22,6 +22,7 @@ from typing import Literal, Mapping, Sequence
 
 import pandas as pd
 
+from dgmoe.duplicates import check_unique_runs
 from dgmoe.report.protocol import protocol_block
 from dgmoe.report.tables import (
     MISSING,
@@ -32,7 +33,6 @@ from dgmoe.report.tables import (
     row_labels,
     user_labels,
 )
-from dgmoe.selection import check_unique_runs
 from dgmoe.tables import heading, table_block
 
 Split = Literal["in", "out"]

@@ -38,48 +38,103 @@ from safetensors.torch import load_file
 from dgmoe.data.loaders import EvalBatches
 from dgmoe.engine.checkpoint import load_state, save_weights
 from dgmoe.engine.evaluate import evaluate_domains, split_metrics
-from dgmoe.engine.io import read_jsonl, write_json_atomic, write_jsonl_atomic
+from dgmoe.engine.io import atomic_folder, read_jsonl, remove_stale_folders, write_json_atomic, write_jsonl_atomic
 from dgmoe.engine.provenance import provenance
 from dgmoe.engine.setup import RunSetup, prepare_run
 from dgmoe.errors import UsageError
 from dgmoe.selection import python_argmax
 from dgmoe.sweep import wise_ft
 from dgmoe.sweep.options import METHODS, SoupOptions
-from dgmoe.sweep.soup_members import SOUP_KEY, Member, check_shared, find_members
+from dgmoe.sweep.soup_members import SOUP_KEY, LeftOut, Member, check_shared, find_members
 
 
 @dataclass(frozen=True)
 class Plan:
-    """One soup to make: its method and its members (sorted by folder)."""
+    """One soup to make: its method, its members (sorted by folder), the weights kind it averages and the run
+    folders of its group it had to leave out (`--partial`)."""
 
     method: str
     members: tuple[Member, ...]
+    which: str = "best"
+    left_out: tuple[LeftOut, ...] = ()
     alpha: float | None = None  # wise-ft: the mixing coefficient (None: chosen on validation); members (ft, zs)
+    alphas: tuple[float, ...] = ()  # wise-ft with alpha chosen on validation: the grid
 
     @property
     def name(self) -> str:
+        """The soup's folder: one per method, group (or ratatouille pool) and weights kind, so that a soup made
+        again over other members or weights replaces the one made before instead of standing beside it."""
         m = self.members[0]
         envs = "-".join(map(str, m.test_envs))
-        alg = m.algorithm if self.method != "ratatouille" else "+".join(sorted({x.algorithm for x in self.members}))
-        tag = hashlib.md5("\n".join(str(x.run_dir) for x in self.members).encode()).hexdigest()[:6]
+        alg = m.algorithm if self.method != "ratatouille" else "pool"
+        slot = _slot(self.method, self.which, m) + ([str(m.run_dir)] if self.method == "wise-ft" else [])
+        tag = hashlib.md5(json.dumps(slot).encode()).hexdigest()[:6]
+        last = "_last" if self.which == "last" else ""
         method = self.method if self.method != "wise-ft" else f"wise-ft{'' if self.alpha is None else self.alpha:}"
-        return f"{method}_{alg}_{m.model}_{m.dataset}_env{envs}_trial{m.trial_seed}_{tag}"
+        return f"{method}_{alg}_{m.model}_{m.dataset}_env{envs}_trial{m.trial_seed}{last}_{tag}"
 
     @property
     def algorithm(self) -> str:
-        """The row name of the soup in results tables."""
+        """The row name of the soup in results tables (with the weights kind unless `best`, and `partial`)."""
+        notes = (["last weights"] if self.which == "last" else []) + (["partial"] if self.left_out else [])
         if self.method == "ratatouille":
-            return f"ratatouille ({', '.join(sorted({m.algorithm for m in self.members}))})"
+            algorithms = ", ".join(sorted({m.algorithm for m in self.members}))
+            return f"ratatouille ({algorithms}{'; ' + ', '.join(notes) if notes else ''})"
         if self.method == "wise-ft":
-            return f"{self.members[0].algorithm} (WiSE-FT{'' if self.alpha is None else f' alpha={self.alpha:g}'})"
-        return f"{self.members[0].algorithm} ({self.method}{'' if self.method == 'ensemble' else ' soup'})"
+            alpha = "" if self.alpha is None else f" alpha={self.alpha:g}"
+            return f"{self.members[0].algorithm} ({', '.join(['WiSE-FT' + alpha, *notes])})"
+        kind = self.method + ("" if self.method == "ensemble" else " soup")
+        return f"{self.members[0].algorithm} ({', '.join([kind, *notes])})"
+
+    def identity(self) -> dict[str, Any]:
+        """What the soup is: its method, members, weights kind and the members' weights (SHA-256), and the run
+        folders it left out; a soup folder with another identity is made again."""
+        return {"method": self.method, "members": [str(m.run_dir) for m in self.members], "weights": self.which,
+                "member_sha256": [m.sha256 for m in self.members],
+                "left_out": [str(x.run_dir) for x in self.left_out],
+                "alphas": list(self.alphas) if self.alpha is None else [self.alpha]}
 
 
-def plan_soups(members: Sequence[Member], methods: Sequence[str], zero_shot: Member | None = None,
+def _slot(method: str, which: str, member: Member) -> list:
+    """What one soup folder stands for: a method and weights kind over one group (ratatouille: one pool)."""
+    m = member
+    return [method, which, m.dataset, list(m.test_envs), m.trial_seed, m.model,
+            m.initialisation if method == "ratatouille" else m.algorithm]
+
+
+def _older_soups(out: Path, plans: Sequence[Plan]) -> list[Path]:
+    """Soup folders in `out` that stand for the same soup as a plan under another name (made by an earlier
+    dgmoe, which named a soup by its members): `results` would list both."""
+    names = {p.name for p in plans}
+    slots = [_slot(p.method, p.which, p.members[0]) for p in plans]
+    older = []
+    for folder in sorted(f for f in out.iterdir() if f.is_dir() and not f.name.startswith(".") and f.name not in names):
+        try:
+            config = json.loads((folder / "config.json").read_text())
+            info = config[SOUP_KEY]
+            which = "last" if str(info.get("weights")) in ("last", "model.safetensors") else "best"
+            slot = _slot(info["method"], which, Member(folder, config, folder))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, UsageError):
+            continue
+        if slot in slots:
+            older.append(folder)
+    return older
+
+
+def _left_out_of(method: str, group: tuple, left_out: Sequence[LeftOut]) -> tuple[LeftOut, ...]:
+    """The left-out run folders that would have belonged to a soup of `group` (all those of unknown group)."""
+    if method == "ratatouille":
+        return tuple(x for x in left_out if x.pool is None or x.pool == group[:4])
+    return tuple(x for x in left_out if x.group is None or x.group == group)
+
+
+def plan_soups(members: Sequence[Member], methods: Sequence[str], which: str = "best",
+               left_out: Sequence[LeftOut] = (), zero_shot: Member | None = None,
                alphas: Sequence[float] = ()) -> list[Plan]:
     """Every soup of `methods` over `members` (groups of one run are left out); refuses, in one line, a group
-    whose runs do not share an architecture or an initialisation (before anything is written). WiSE-FT pairs
-    `zero_shot` with each fine-tuned run: one plan per alpha of `alphas`, and one choosing alpha."""
+    whose runs do not share an architecture, an initialisation or their data (before anything is written).
+    `left_out`: run folders that could not be members, named in the record of each soup of their group. WiSE-FT
+    pairs `zero_shot` with each fine-tuned run: one plan per alpha of `alphas`, and one choosing alpha."""
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise UsageError(f"--method {unknown[0]!r} is not one of {', '.join(METHODS)}")
@@ -88,7 +143,8 @@ def plan_soups(members: Sequence[Member], methods: Sequence[str], zero_shot: Mem
         if zero_shot is None:
             raise UsageError("--method wise-ft needs --zero-shot RUN_DIR")
         for ft, zs in wise_ft.pairs(members, zero_shot):
-            plans += [Plan("wise-ft", (ft, zs), a) for a in alphas] + [Plan("wise-ft", (ft, zs))]
+            plans += [Plan("wise-ft", (ft, zs), which, alpha=a) for a in alphas]
+            plans.append(Plan("wise-ft", (ft, zs), which, alphas=tuple(alphas)))
     if zero_shot is not None:  # the zero-shot run is no hparams draw of a cell
         members = [m for m in members if m.run_dir.resolve() != zero_shot.run_dir.resolve()]
     cells: dict[tuple, list[Member]] = defaultdict(list)
@@ -100,7 +156,7 @@ def plan_soups(members: Sequence[Member], methods: Sequence[str], zero_shot: Mem
         if len(group) < 2 or not per_cell:
             continue
         check_shared(group)
-        plans += [Plan(method, tuple(group)) for method in per_cell]
+        plans += [Plan(method, tuple(group), which, _left_out_of(method, key, left_out)) for method in per_cell]
     if "ratatouille" in methods:
         pools: dict[tuple, list[Member]] = defaultdict(list)
         for m in members:
@@ -108,7 +164,8 @@ def plan_soups(members: Sequence[Member], methods: Sequence[str], zero_shot: Mem
         for key in sorted(pools, key=str):
             if len(pools[key]) >= 2:
                 check_shared(pools[key])
-                plans.append(Plan("ratatouille", tuple(pools[key])))
+                plans.append(Plan("ratatouille", tuple(pools[key]), which,
+                                  _left_out_of("ratatouille", key, left_out)))
     return plans
 
 
@@ -230,56 +287,82 @@ def _member_args(member: Member) -> tuple[dict[str, Any], int]:
 
 
 def write_soup(plan: Plan, folder: Path, evaluator: _Evaluator) -> dict[str, Any]:
-    """Make one soup and write its run folder: config.json, results.jsonl (one record), its weights, done."""
+    """Make one soup and write its run folder whole (`dgmoe.engine.io.atomic_folder`: a kill leaves the folder
+    as it was, or the new one): config.json, results.jsonl (one record), its weights, done."""
     predictor, state, info = cook(plan, evaluator)
     results = evaluator.record(predictor)
     first_args, step = _member_args(plan.members[0])
     steps = [_member_args(m)[1] for m in plan.members]
-    info.update(weights=plan.members[0].weights.name, initialisation=plan.members[0].initialisation,
-                member_steps=steps)
+    info.update(plan.identity(), weights_files=[m.weights.name for m in plan.members],
+                initialisation=plan.members[0].initialisation, member_steps=steps,
+                partial=[{"run": str(x.run_dir), "reason": x.reason} for x in plan.left_out])
     args = {**first_args, "algorithm": plan.algorithm, "hparams_seed": 0, "output_dir": str(folder),
             "steps": None, "checkpoint_freq": None, "label": None, SOUP_KEY: info}
     record = {"step": max(steps), **results, "hparams": {"soup": plan.method, "members": len(plan.members)},
               "args": args}
-    folder.mkdir(parents=True, exist_ok=True)
     config = {**plan.members[0].config, SOUP_KEY: info, "provenance": provenance(evaluator.options.device)}
-    write_json_atomic(folder / "config.json", config)
-    if state is not None:
-        evaluator.holding(state)
-        save_weights(evaluator.setup.algorithm.inference_network(), folder / "model.safetensors",
-                     metadata={"step": str(max(steps)), "soup": plan.method})
-    write_jsonl_atomic(folder / "results.jsonl", [record])
-    write_json_atomic(folder / "done", {"status": "done", "records": 1, "last_step": record["step"],
-                                       "stopped_early": False, "keep_resume": False})
+    with atomic_folder(folder) as tmp:
+        write_json_atomic(tmp / "config.json", config)
+        if state is not None:
+            evaluator.holding(state)
+            save_weights(evaluator.setup.algorithm.inference_network(), tmp / "model.safetensors",
+                         metadata={"step": str(max(steps)), "soup": plan.method})
+        write_jsonl_atomic(tmp / "results.jsonl", [record])
+        write_json_atomic(tmp / "done", {"status": "done", "records": 1, "last_step": record["step"],
+                                        "stopped_early": False, "keep_resume": False})
     return record
+
+
+def _refuse_left_out(root: Path, left_out: Sequence[LeftOut]) -> None:
+    shown = "; ".join(f"{x.run_dir} ({x.reason})" for x in left_out[:3])
+    more = f"; and {len(left_out) - 3} more" if len(left_out) > 3 else ""
+    raise UsageError(f"{root}: {len(left_out)} run folder(s) cannot be averaged: {shown}{more}. Wait for "
+                     "runs to finish and repair or remove the others, or pass --partial to make the soups without "
+                     "them (each soup then says so in its record and its table row)")
 
 
 def make_soups(root: Path, out: Path | None = None, options: SoupOptions = SoupOptions(),
                echo: Callable[[str], None] = lambda s: None) -> list[Path]:
     """Every soup of `options.methods` over the finished runs under `root`, written under `out` (default
-    root/soups); returns their folders. A soup folder already holding the same members is kept as it is."""
-    members = find_members(root, options.which)
+    root/soups); returns their folders. A soup folder of the same identity (`Plan.identity`) is kept as it is;
+    one of another identity (other members, weights, or weights changed since) is made again in its place. Run
+    folders that cannot be members (unfinished, unreadable) are refused in one line, or, with
+    `options.partial`, left out and named in the record of every soup of their group."""
+    members, left_out = find_members(root, options.which)
+    if left_out and not options.partial:
+        _refuse_left_out(root, left_out)
     if not members:
         raise UsageError(f"{root} holds no finished run with {options.which} weights (a soup averages run folders)")
     zero_shot = None
     if options.zero_shot is not None:
-        zero_shot = next((m for m in find_members(Path(options.zero_shot), options.which)
+        zero_shot = next((m for m in find_members(Path(options.zero_shot), options.which)[0]
                           if m.run_dir.resolve() == Path(options.zero_shot).resolve()), None)
         if zero_shot is None:
             raise UsageError(f"--zero-shot {options.zero_shot} is not a finished run folder with {options.which} "
                              "weights")
-    plans = plan_soups(members, options.methods, zero_shot, options.alphas)
+    plans = plan_soups(members, options.methods, options.which, left_out, zero_shot, options.alphas)
     if not plans:
         raise UsageError(f"{root}: no two runs share a dataset, held-out domains, trial seed and model; nothing to "
                          "average")
     out = out or Path(root) / "soups"
+    existing = next(p for p in (out, *out.absolute().parents) if p.exists())
+    if not existing.is_dir():
+        raise UsageError(f"--out {out} is not a folder ({existing} is a file); give a folder for the soups' run "
+                         "folders")
+    if out.is_dir():
+        for stale in remove_stale_folders(out):
+            echo(f"removed {stale}, left by a soup that was stopped while writing")
+        for older in _older_soups(out, plans):
+            echo(f"warning: {older} is an older soup of the same runs under another name (an earlier dgmoe named "
+                 "soups by their members); `dgmoe results` would list it beside the current one: delete it")
     evaluators: dict[tuple, _Evaluator] = {}
     folders = []
     for plan in plans:
         folder = out / plan.name
         folders.append(folder)
-        if _same_soup(folder, plan, options.alphas):
-            echo(f"{folder} is made already (same members); kept")
+        made = _made_soup(folder)
+        if made == plan.identity():
+            echo(f"{folder} is made already (same members and weights); kept")
             continue
         m = plan.members[0]
         key = (m.dataset, m.test_envs, m.trial_seed, m.run_dir if plan.method == "ratatouille" else m.algorithm)
@@ -287,21 +370,21 @@ def make_soups(root: Path, out: Path | None = None, options: SoupOptions = SoupO
             evaluators[key] = _Evaluator(m, options)
         record = write_soup(plan, folder, evaluators[key])
         test = [record[f"env{i}_in_acc"] for i in m.test_envs]
-        echo(f"{plan.method}: {len(plan.members)} runs -> {folder} (test accuracy "
+        partial = f", partial: {len(plan.left_out)} run(s) left out" if plan.left_out else ""
+        again = " (made again: its members or their weights changed)" if made is not None else ""
+        echo(f"{plan.method}: {len(plan.members)} runs{partial} -> {folder}{again} (test accuracy "
              f"{sum(test) / len(test):.4f})")
     return folders
 
 
-def _same_soup(folder: Path, plan: Plan, alphas: Sequence[float] = ()) -> bool:
-    """Whether `folder` holds `plan`'s soup already: the same members (WiSE-FT: and the same alpha, or for the
-    alpha chosen on validation the same grid `alphas`)."""
+def _made_soup(folder: Path) -> dict[str, Any] | None:
+    """The identity (`Plan.identity`) of the finished soup in `folder`, {} for an older soup's, None for none."""
     try:
         config = json.loads((folder / "config.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        return False
-    info = config.get(SOUP_KEY, {})
-    same = (folder / "done").exists() and info.get("members") == [str(m.run_dir) for m in plan.members]
-    if same and plan.method == "wise-ft":
-        same = (info.get("alpha") == plan.alpha if plan.alpha is not None
-                else [c["alpha"] for c in info.get("curve", [])] == list(alphas))
-    return same
+    except (OSError, ValueError):
+        return None
+    info = config.get(SOUP_KEY) if isinstance(config, dict) else None
+    if not isinstance(info, dict) or not (folder / "done").exists():
+        return None
+    keys = ("method", "members", "weights", "member_sha256", "left_out", "alphas")
+    return {k: info[k] for k in keys} if all(k in info for k in keys) else {}

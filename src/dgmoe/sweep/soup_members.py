@@ -1,12 +1,18 @@
-"""The runs a weight average may combine: read from run folders, grouped, and checked to share an architecture
-and an initialisation.
+"""The runs a weight average may combine: read from run folders, grouped, and checked to share an architecture,
+an initialisation and their data.
 
-A member is a finished run folder (`done`, `config.json`, a weights file). Two runs share an *architecture* when
-they name the same model and their weights files hold the same tensor names and shapes; they share an
-*initialisation* when their step-0 weights are the same: the same pretrained checkpoint (file name and content
-hash) for a pretrained backbone, the same `seed` for one trained from scratch (its random initialisation is a
-function of that seed). Weight averaging is only meaningful between such runs (Rame et al., DiWA, NeurIPS 2022,
-Sec. 3: the linear mode connectivity of fine-tunings from one shared initialisation).
+A member is a finished run folder (`done`, `config.json`, a readable weights file). Two runs share an
+*architecture* when they name the same model and their weights files hold the same tensor names and shapes; they
+share an *initialisation* when their step-0 weights are the same: the same pretrained checkpoint (file name and
+content hash, as each run recorded it in config.json when it started: a file replaced since changes nothing) for
+a pretrained backbone, the same `seed` for one trained from scratch (its random initialisation is a function of
+that seed). Weight averaging is only meaningful between such runs (Rame et al., DiWA, NeurIPS 2022, Sec. 3: the
+linear mode connectivity of fine-tunings from one shared initialisation). They share their *data* when they
+subsampled, split and held out the same images: `--n-per-domain`, `--holdout-fraction`, `--uda-holdout-fraction`,
+the dataset's version and the split sizes they recorded.
+
+A run folder that cannot be a member (still training, unfinished, unreadable, without weights) is a `LeftOut`:
+`dgmoe soup` refuses to average beside it, unless told to make the soups without it (marked partial).
 """
 from __future__ import annotations
 
@@ -17,9 +23,10 @@ from typing import Any, Iterable
 
 from dgmoe.engine.checkpoint import read_run_config, saved_run, weights_file
 from dgmoe.engine.config import RunConfig
-from dgmoe.engine.provenance import pretrained_identity
+from dgmoe.engine.lock import lock_holder
+from dgmoe.engine.provenance import file_sha256, initialisation
 from dgmoe.engine.rundir import read_done
-from dgmoe.errors import UsageError
+from dgmoe.errors import DgmoeError, UsageError
 
 SOUP_KEY = "soup"  # config.json / args key of a soup's own run folder (never a member of another soup)
 
@@ -68,9 +75,25 @@ class Member:
 
     @property
     def initialisation(self) -> str:
-        """The pretrained checkpoint's identity, or 'random init, seed N' for a backbone trained from scratch."""
-        found = pretrained_identity(self.run.model.pretrained)
-        return found or f"random init, seed {self.run.seeds.seed}"
+        """The run's step-0 weights as it recorded them when it started (`dgmoe.engine.provenance.initialisation`);
+        for a run trained before dgmoe recorded them, the pretrained file as it is now."""
+        recorded = self.config.get("initialisation")
+        return recorded if isinstance(recorded, str) else initialisation(self.run.model.pretrained,
+                                                                         self.run.seeds.seed)
+
+    @property
+    def data(self) -> tuple[tuple[str, Any], ...]:
+        """(what, value) of everything that decides the images the run trained and validated on."""
+        d, splits, dataset = self.run.data, self.config.get("splits") or {}, self.config.get("dataset") or {}
+        return (("--n-per-domain", d.n_per_domain), ("--holdout-fraction", d.holdout_fraction),
+                ("--uda-holdout-fraction", d.uda_holdout_fraction), ("dataset version", dataset.get("version")),
+                ("images per domain", dataset.get("sizes")), ("'in' split sizes", splits.get("in")),
+                ("'out' split sizes", splits.get("out")))
+
+    @functools.cached_property
+    def sha256(self) -> str:
+        """The SHA-256 of the weights file (part of a soup's identity)."""
+        return file_sha256(self.weights)
 
     @property
     def group(self) -> tuple[str, tuple[int, ...], int, str, str]:
@@ -78,26 +101,69 @@ class Member:
         return self.dataset, self.test_envs, self.trial_seed, self.algorithm, self.model
 
 
-def find_members(root: Path, which: str = "best") -> list[Member]:
-    """Every finished run folder under `root` with weights, soups left out, in sorted order."""
-    members = []
+@dataclass(frozen=True)
+class LeftOut:
+    """A run folder that cannot be a soup member, why, and its group (None when its config cannot be read)."""
+
+    run_dir: Path
+    reason: str
+    group: tuple | None = None
+
+    @property
+    def pool(self) -> tuple | None:
+        """(dataset, held-out domains, trial seed, model): its ratatouille pool, whatever its algorithm."""
+        return None if self.group is None else self.group[:3] + self.group[4:]
+
+
+def find_members(root: Path, which: str = "best") -> tuple[list[Member], list[LeftOut]]:
+    """Every run folder under `root` (a `config.json` that is not a soup's), in sorted order: the finished ones
+    with readable weights as members, the others (still training, unfinished, unreadable, no weights) as
+    `LeftOut`. Hidden folders (temporaries of killed writers) are not looked into."""
+    members, left_out = [], []
     for config_path in sorted(Path(root).rglob("config.json")):
         run_dir = config_path.parent
-        if read_done(run_dir) is None:
+        if any(part.startswith(".") for part in run_dir.relative_to(root).parts):
             continue
-        config = read_run_config(run_dir)
+        try:
+            config = read_run_config(run_dir)
+        except DgmoeError as e:
+            left_out.append(LeftOut(run_dir, f"unreadable: {e}"))
+            continue
         if SOUP_KEY in config:
+            continue
+        member = Member(run_dir, config, run_dir / "none")
+        try:
+            group: tuple | None = member.group
+        except (DgmoeError, KeyError, TypeError, ValueError) as e:
+            left_out.append(LeftOut(run_dir, f"its config.json is not a run's: {e}"))
+            continue
+        try:
+            done = read_done(run_dir)
+        except OSError as e:
+            left_out.append(LeftOut(run_dir, f"unreadable done file ({e.strerror})", group))
+            continue
+        if done is None:
+            holder = lock_holder(run_dir)
+            why = f"still training (pid {holder.get('pid', '?')})" if holder else "unfinished (no done file)"
+            left_out.append(LeftOut(run_dir, why, group))
             continue
         try:
             path, _ = weights_file(run_dir, which)
-        except FileNotFoundError:
+        except (FileNotFoundError, DgmoeError):
+            left_out.append(LeftOut(run_dir, f"no {which} weights", group))
             continue
-        members.append(Member(run_dir, config, path))
-    return members
+        member = Member(run_dir, config, path)
+        try:
+            member.architecture, member.sha256
+        except Exception as e:  # safetensors' own error types: a truncated or foreign file
+            left_out.append(LeftOut(run_dir, f"unreadable weights {path.name} ({' '.join(str(e).split())})", group))
+            continue
+        members.append(member)
+    return members, left_out
 
 
 def check_shared(members: Iterable[Member]) -> None:
-    """Refuse, in one line, runs that do not share an architecture or an initialisation."""
+    """Refuse, in one line, runs that do not share an architecture, an initialisation or their data."""
     members = list(members)
     first = members[0]
     for other in members[1:]:
@@ -110,3 +176,8 @@ def check_shared(members: Iterable[Member]) -> None:
             raise UsageError(f"{first.run_dir} and {other.run_dir} do not share an initialisation "
                              f"({first.initialisation} vs {other.initialisation}); a weight average needs runs "
                              "fine-tuned from one initialisation (same --pretrained file, or same --seed)")
+        differs = [(what, a, b) for (what, a), (_, b) in zip(first.data, other.data) if a != b]
+        if differs:
+            what, a, b = differs[0]
+            raise UsageError(f"{first.run_dir} and {other.run_dir} were not trained on the same data ({what} {a} vs "
+                             f"{b}); a weight average needs runs of one dataset, subsample and splits")
