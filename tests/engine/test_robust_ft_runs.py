@@ -45,7 +45,8 @@ def test_wise_ft_ends_are_the_zero_shot_and_the_fine_tuned_runs(runs, name):
 def test_results_and_report_list_every_run_and_the_curve(runs, capsys):
     assert run(["results", str(runs), "--no-save", "--selection", "oracle"]) == 0
     out = capsys.readouterr().out
-    for row in ("LPFT", "FLYP", "CLIPood", "LPFT (WiSE-FT alpha=0.5)", "FLYP (WiSE-FT)", "CLIPood (WiSE-FT alpha=1)"):
+    for row in ("LPFT", "FLYP", "CLIPood", "LPFT (WiSE-FT alpha=0.5, last weights)", "FLYP (WiSE-FT, last weights)",
+                "CLIPood (WiSE-FT alpha=1, last weights)"):
         assert f"| {row}" in out, row
     assert run(["report", str(runs), "--no-params", "--pages", "none"]) == 0
     assert (runs / "report" / "index.html").exists()

@@ -55,8 +55,8 @@ WISE_FT_ALPHAS = tuple(round(0.1 * k, 1) for k in range(11))
 class SoupOptions(Settings):
     """How `make_soups` reads, evaluates and writes (`dgmoe soup`)."""
 
-    methods: tuple[str, ...] = setting(DEFAULT_METHODS, "Soups to make (repeat the flag or give a comma list; default: the first four). "
-                                       "uniform/greedy/ensemble average the hparams draws of one (dataset, held-out "
+    methods: tuple[str, ...] = setting(DEFAULT_METHODS, "Soups to make (repeat the flag or give a comma "
+                                       "list; default: the first four). uniform/greedy/ensemble average the hparams draws of one (dataset, held-out "
                                        "domains, trial seed, algorithm, model); ratatouille the runs of any algorithm "
                                        "that share an initialisation; wise-ft interpolates --zero-shot's weights and "
                                        "each fine-tuned run's over --alpha.", choices=METHODS, flags=("--method",))
