@@ -31,4 +31,9 @@ def train_domain_val_acc(record: Mapping[str, Any], test_envs: Collection[int] |
     args = record.get("args") or {}
     n = n_envs if n_envs is not None else len(args["domains"])
     keys = train_val_keys(n, args["test_envs"] if test_envs is None else test_envs)
-    return float(np.mean([float(record[k]) for k in keys])) if keys else math.nan
+    return float(np.mean([as_float(record.get(k)) for k in keys])) if keys else math.nan
+
+
+def as_float(value: Any) -> float:
+    """A record's number as a float; a missing one (None: JSON's null, how records write "no value") as NaN."""
+    return math.nan if value is None else float(value)

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import contextlib
+import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -138,6 +140,27 @@ def check_device(device: str) -> None:
         raise UsageError(f"--device {device}: MPS is not available on this machine; use --device cpu")
 
 
+def check_validation_splits(dataset: MultiDomainDataset, splits: list[tuple[np.ndarray, np.ndarray]],
+                            train_envs: list[int], holdout_fraction: float, n_per_domain: int | None) -> None:
+    """Refuse a run whose training domains' held-out (`out`) splits are empty, before anything is written:
+    training-domain validation, leave-one-domain-out's single runs, the closing line and best.safetensors read
+    them; with none, a "selected" accuracy would be a checkpoint chosen without validation data. (A held-out
+    domain's empty `out` split leaves only the oracle without data; WILDS' selection reads whole splits.)"""
+    counts = {dataset.domains[i]: len(splits[i][0]) + len(splits[i][1]) for i in train_envs if len(splits[i][1]) == 0}
+    if not counts:
+        return
+    need = max(1, math.ceil(1 / holdout_fraction))
+    while int(need * holdout_fraction) < 1:
+        need += 1
+    sizes = (f"{next(iter(counts.values()))} images each" if len(set(counts.values())) == 1 else
+             ", ".join(f"{d}: {n} images" for d, n in counts.items()))
+    fix = (f"use --n-per-domain >= {need}" if n_per_domain is not None else f"a domain needs >= {need} images") + \
+        " or a larger --holdout-fraction"
+    raise UsageError(f"--holdout-fraction {holdout_fraction} leaves no validation images (out split) in training "
+                     f"domain{'s' if len(counts) > 1 else ''} {', '.join(counts)} ({sizes}); model selection needs "
+                     f"them: {fix}")
+
+
 def prepare_run(cfg: RunConfig) -> RunSetup:
     """Resolve names, hyperparameters, data and splits; raise a specific error on any bad input."""
     data, model, alg, seeds = cfg.data, cfg.model, cfg.algorithm, cfg.seeds
@@ -151,6 +174,9 @@ def prepare_run(cfg: RunConfig) -> RunSetup:
     if len(train_envs) < algorithm_cls.MIN_TRAIN_DOMAINS:
         raise UsageError(f"{alg.name} needs at least {algorithm_cls.MIN_TRAIN_DOMAINS} training domains; "
                          f"--test-envs {test_envs} leaves {len(train_envs)} of {len(dataset)}")
+    splits, uda = uda_splits(domain_splits(dataset, data.holdout_fraction, seeds.trial_seed), test_envs,
+                             data.uda_holdout_fraction, seeds.trial_seed)  # (seeded locally: no global RNG drawn)
+    check_validation_splits(dataset, splits, train_envs, data.holdout_fraction, data.n_per_domain)
     img_size = dataset.input_shape[-1]
     model_kwargs = {"num_classes": dataset.num_classes, "img_size": img_size, "in_chans": dataset.input_shape[0],
                     "patch_size": model.patch_size, **model.kwargs}
@@ -184,9 +210,8 @@ def prepare_run(cfg: RunConfig) -> RunSetup:
     except UsageError:
         raise
     except (TypeError, ValueError, KeyError) as e:
-        raise UsageError(f"--algorithm {alg.name} rejects its hyperparameters {alg.hparams or ''}: {e}") from e
-    splits, uda = uda_splits(domain_splits(dataset, data.holdout_fraction, seeds.trial_seed), test_envs,
-                             data.uda_holdout_fraction, seeds.trial_seed)
+        given = f"--hparams {json.dumps(alg.hparams, sort_keys=True)}" if alg.hparams else "its default hyperparameters"
+        raise UsageError(f"--algorithm {alg.name} rejects {given}: {e}") from e
     return RunSetup(cfg, dataset, hparams, splits,
                     test_envs, train_envs, img_size, train_tf, eval_tf,
                     cfg.training.steps or spec.n_steps, cfg.training.checkpoint_freq or spec.checkpoint_freq,

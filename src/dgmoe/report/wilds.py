@@ -26,6 +26,7 @@ from dgmoe.report.tables import RowKey, dataset_domains, format_avg, format_mean
 from dgmoe.selection import (
     GROUPS_FIELD,
     VAL_ENV,
+    WILDS_METRIC_NAMES,
     IDWorstGroupSelection,
     WildsOfficialSelection,
     WorstGroupSelection,
@@ -36,8 +37,7 @@ from dgmoe.tables import table_block
 GROUPS = GROUPS_FIELD
 #: (record key suffix, column title: WILDS' official metric name); "{groups}" is the dataset's group field, e.g.
 #: region (FMoW's `acc_worst_region`); iWildCam's macro-F1 is WILDS' `F1-macro_all`
-METRICS: tuple[tuple[str, str], ...] = (("acc_avg", "acc_avg"), ("acc_worst_group", "acc_worst_{groups}"),
-                                        ("f1_macro", "F1-macro_all"))
+METRICS: tuple[tuple[str, str], ...] = tuple(WILDS_METRIC_NAMES.items())
 
 
 def required_seeds(dataset: str) -> int:
