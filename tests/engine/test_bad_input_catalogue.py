@@ -131,6 +131,9 @@ TRAIN_CASES = [
     ("patch-size-indivisible", ["--patch-size", "5"], "not divisible by patch_size", 2),
     ("img-size-zero", ["--img-size", "0"], "--img-size must be >= 1", 2),
     ("n-per-domain-zero", ["--n-per-domain", "0"], "--n-per-domain must be >= 1", 2),
+    ("no-validation-images", ["--n-per-domain", "3"],
+     "leaves no validation images (out split) in training domains 15, 30, 45, 60, 75 (3 images each)", 2),
+    ("no-validation-images-fix", ["--n-per-domain", "4"], "use --n-per-domain >= 5 or a larger --holdout-fraction", 2),
     ("precision", ["--precision", "fp16"], "'fp16' is not one of 'fp32', 'bf16'", 2),
     ("progress", ["--progress", "loud"], "'loud' is not one of", 2),
     ("num-workers", ["--num-workers", "-1"], "--num-workers must be >= 0", 2),
@@ -170,6 +173,12 @@ OTHER_CASES = [
     ("sweep-status-missing", ["sweep", "status", "--output-dir", "/nonexistent/sweep"], "/nonexistent/sweep", 2),
     ("data-prepare-missing", ["data", "prepare", "--dataset", "PACS", "--data-dir", "/nonexistent/d"],
      "/nonexistent/d", 2),
+    ("data-check-empty", ["data", "check", "{empty_pacs}/PACS"], "holds no image", 1),
+    ("data-check-other-dataset", ["data", "check", "{corrupt}/PACS", "--dataset", "VLCS"],
+     "its domains (art_painting, cartoon, photo, sketch) are not VLCS's (Caltech101, LabelMe, SUN09, VOC2007); "
+     "they are PACS's", 1),
+    ("data-check-unknown-version", ["data", "check", "{corrupt}/PACS"],
+     "matches no known version of PACS (closest official (9,991 images): art_painting: 1 images", 1),
     ("analyze-missing", ["analyze", "routing", "/nonexistent/run"], "/nonexistent/run", 2),
     ("analyze-dense", ["analyze", "routing", "{dense_run}"], "{dense_run} holds a dense VisionTransformer (no MoE", 2),
     ("analyze-cub-dense", ["analyze", "cub", "{dense_run}", "--cub-dir", "{empty_pacs}"], "no MoE layer", 2),
@@ -282,3 +291,24 @@ def test_python_api_raises_usage_errors(case, call, expected):
 
 def test_the_catalogue_has_at_least_sixty_cases():
     assert len(TRAIN_CASES) + len(OTHER_CASES) + len(PYTHON_API) >= 60
+
+
+def test_records_are_strict_json_and_no_sentinel_reaches_the_closing_line(files):
+    """Every line of a run's results.jsonl parses as strict JSON (no NaN or Infinity); a value that is not a
+    finite number is written as null; the closing line of records without validation accuracy prints none."""
+    import json
+    import math
+
+    from dgmoe.engine.closing import finished_line
+    from dgmoe.engine.io import strict_json
+
+    def no_constants(name):
+        raise AssertionError(f"{name} in a record")
+
+    lines = (files["dense_run"] / "results.jsonl").read_text().splitlines()
+    records = [json.loads(line, parse_constant=no_constants) for line in lines]
+    assert records and all(json.dumps(r, allow_nan=False) for r in records)
+    assert json.loads(strict_json({"a": math.nan, "b": [math.inf, 1.5]})) == {"a": None, "b": [None, 1.5]}
+    blind = [{**r, **{k: None for k in r if k.endswith("_out_acc")}} for r in records]
+    line = finished_line("run", blind)
+    assert "no checkpoint chosen by training-domain validation" in line and "-1" not in line and "nan" not in line
