@@ -11,7 +11,8 @@ It writes the tests' tiny FMoW and Camelyon17 fixtures (`wilds_fixtures.py`, WIL
 `RELEASE_v<version>.txt` marker a WILDS release folder holds), writes for every split but `train` and every
 replicate seed a prediction file named as the evaluator looks for it, with the predictions
 `prediction(i, y_i, seed, n_classes)` for the split's i-th example (its label y_i where `(i + seed) % 3`,
-else the next class: every split gets right and wrong predictions, and the seeds differ), and runs the evaluator's `evaluate_benchmark` on them.
+else the next class: every split gets right and wrong predictions, and the seeds differ), and runs the
+evaluator's `evaluate_benchmark` on them.
 The fixture (`tests/parity/fixtures/wilds_evaluate.json`) holds, per WILDS dataset name: the splits and replicates
 the evaluator reads, the file-name prefix of each (`{dataset}_split:{split}_seed:{seed}`, the file a `.csv`),
 its metrics, each replicate's metric values (`evaluate_replicate`) and the aggregate it writes (mean and std with
