@@ -101,4 +101,5 @@ def test_a_run_records_its_data_version_and_the_tables_print_it(shared_data, tmp
     assert json.loads((out / "config.json").read_text())["dataset"]["version"] == PACS[0].name
     records = load_records(tmp_path / "runs")
     assert set(records["data_version"]) == {PACS[0].name}
-    assert f"Data: PACS {PACS[0].name}." in results_tables(records, "iid")
+    assert f"Data: PACS {PACS[0].name}, of which the runs used --n-per-domain 8 images per domain." in \
+        results_tables(records, "iid")  # the folder's version, and what the runs took of it
