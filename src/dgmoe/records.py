@@ -13,6 +13,11 @@ from typing import Any, Collection, Mapping
 
 import numpy as np
 
+#: WILDS' own name of a record metric suffix ("{groups}": the group field, e.g. FMoW's `acc_worst_region`;
+#: iWildCam's macro-F1 is WILDS' `F1-macro_all`)
+WILDS_METRIC_NAMES: dict[str, str] = {"acc_avg": "acc_avg", "acc_worst_group": "acc_worst_{groups}",
+                                      "f1_macro": "F1-macro_all"}
+
 
 def train_envs(n_envs: int, test_envs: Collection[int]) -> list[int]:
     """The training domains of a run over `n_envs` domains that holds out `test_envs`, in env order."""

@@ -49,10 +49,6 @@ SWEEP_COLUMNS: tuple[str, ...] = (*GROUP_KEYS, "hparams_seed", "step", "val_acc"
 VAL_ENV = "wilds_val_env"
 GROUPS_FIELD = "wilds_groups"  # the records' group field (`WildsOfficialSelection`)
 OFFICIAL_VAL_METRIC = {"region": "acc_worst_group", "location_id": "f1_macro", "slide": "acc_avg"}
-#: WILDS' own name of a record metric suffix ("{groups}": the group field, e.g. FMoW's `acc_worst_region`;
-#: iWildCam's macro-F1 is WILDS' `F1-macro_all`)
-WILDS_METRIC_NAMES: dict[str, str] = {"acc_avg": "acc_avg", "acc_worst_group": "acc_worst_{groups}",
-                                      "f1_macro": "F1-macro_all"}
 _NEEDED = frozenset((*GROUP_KEYS, "test_envs", "hparams_seed", "step", "n_envs", "run_dir", "file", "line", VAL_ENV,
                      "domains", GROUPS_FIELD))
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Sequence
 
-from dgmoe.records import as_float, train_domain_val_acc
-from dgmoe.selection import GROUPS_FIELD, OFFICIAL_VAL_METRIC, VAL_ENV, WILDS_METRIC_NAMES, worst_group_checkpoint
+from dgmoe.records import WILDS_METRIC_NAMES, as_float, train_domain_val_acc
+from dgmoe.selection import GROUPS_FIELD, OFFICIAL_VAL_METRIC, VAL_ENV, worst_group_checkpoint
 
 
 def test_summary(record: Mapping[str, Any]) -> dict[str, Any]:

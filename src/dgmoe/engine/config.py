@@ -87,7 +87,7 @@ class ModelConfig(_Section):
 
     def __post_init__(self) -> None:
         if self.pretrained is True or self.pretrained == "True":  # timm's habit: download the weights
-            from dgmoe.models.pretrained import OFFLINE_HELP
+            from dgmoe.names import OFFLINE_HELP
 
             raise ConfigError(f"{flag('pretrained')} must be a checkpoint file, got {self.pretrained!r}; "
                               f"{OFFLINE_HELP}")

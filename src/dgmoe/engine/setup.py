@@ -18,6 +18,7 @@ from dgmoe.data.base import MultiDomainDataset
 from dgmoe.data.loaders import EvalBatches, TrainBatches
 from dgmoe.engine.config import RunConfig
 from dgmoe.engine.hparams import run_hparams
+from dgmoe.engine.precheck import no_cuda_message
 from dgmoe.errors import UsageError
 from dgmoe.models import MODELS, create_model
 from dgmoe.models.compiled import compile_blocks
@@ -133,7 +134,7 @@ def check_device(device: str) -> None:
     if kind.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0:
-            raise UsageError(f"--device {device}: this machine has no CUDA device; use --device cpu")
+            raise UsageError(no_cuda_message(device))
         if kind.index is not None and kind.index >= count:
             raise UsageError(f"--device {device}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}")
     elif kind.type == "mps" and not torch.backends.mps.is_available():

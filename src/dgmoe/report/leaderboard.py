@@ -36,9 +36,10 @@ from dgmoe.engine.checkpoint import WEIGHT_FILES, checkpoint_step, load_state, r
 from dgmoe.engine.io import write_json_atomic, write_text_atomic
 from dgmoe.errors import UsageError
 from dgmoe.metrics import GroupEvaluation
+from dgmoe.records import WILDS_METRIC_NAMES
 from dgmoe.report.tables import row_labels, user_labels
 from dgmoe.report.wilds import required_seeds, wilds_datasets, wilds_runs
-from dgmoe.selection import WILDS_METRIC_NAMES, WorstGroupSelection, sweep_accs
+from dgmoe.selection import WorstGroupSelection, sweep_accs
 
 OFFICIAL = WILDS_METRIC_NAMES  # record key suffix -> WILDS' metric name ("{groups}": the group field)
 

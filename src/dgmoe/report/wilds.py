@@ -22,11 +22,11 @@ from typing import Mapping
 
 import pandas as pd
 
+from dgmoe.records import WILDS_METRIC_NAMES
 from dgmoe.report.tables import RowKey, dataset_domains, format_avg, format_mean, row_keys, row_labels
 from dgmoe.selection import (
     GROUPS_FIELD,
     VAL_ENV,
-    WILDS_METRIC_NAMES,
     IDWorstGroupSelection,
     WildsOfficialSelection,
     WorstGroupSelection,
