@@ -126,6 +126,12 @@ TRAIN_CASES = [
     ("model-kwargs-malformed", ["--model-kwargs", "{depth: 2}"], "--model-kwargs is not valid JSON", 2),
     ("model-kwargs-unknown", ["--model-kwargs", '{"bogus": 1}'], "--model vit_micro_patch7_28 cannot be built", 2),
     ("model-kwargs-type", ["--model-kwargs", '{"depth": "two"}'], "--model vit_micro_patch7_28 cannot be built", 2),
+    ("model-kwargs-typo", ["--model-kwargs", '{"depht": 1}'], "unexpected keyword argument 'depht'. Did you mean: "
+     "depth?", 2),
+    ("model-name-tag", ["--model", "vit_micro_patch7_28.augreg_in21k"], "'.augreg_in21k' is a timm pretrained tag", 2),
+    ("model-hub-name", ["--model", "hf-hub:timm/vit_small_patch16_224"], "is a Hugging Face Hub name", 2),
+    ("config-records", ["--config", "{broken_results}/run/results.jsonl"], "holds a run's records (JSON lines), not a "
+     "run config: pass the run's config.json", 2),
     ("model-kwargs-heads", ["--model-kwargs", '{"depth": 1, "num_heads": 5}'], "not divisible by num_heads", 2),
     ("patch-size-zero", ["--patch-size", "0"], "--patch-size must be >= 1", 2),
     ("patch-size-indivisible", ["--patch-size", "5"], "not divisible by patch_size", 2),

@@ -2,8 +2,13 @@
 from __future__ import annotations
 
 import contextlib
+import difflib
+import inspect
 import json
+import logging
 import math
+import re
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +29,8 @@ from dgmoe.models import MODELS, create_model
 from dgmoe.models.compiled import compile_blocks
 from dgmoe.models.info import describe_model, model_info
 from dgmoe.seeding import seed_everything, seed_hash
+
+log = logging.getLogger("dgmoe")
 
 
 @dataclass
@@ -65,7 +72,16 @@ class RunSetup:
         return (f"{d.name}: {len(d.domains)} domains, {d.num_classes} classes, {self.img_size} px"
                 + (f" from {d.source}" if d.source else "")
                 + f"; {self.n_steps} steps, a checkpoint every {self.checkpoint_freq}, "
-                  f"{self.hparams['batch_size']} images per domain per step")
+                  f"{self.hparams['batch_size']} images per domain per step" + self.training_what())
+
+    def training_what(self) -> str:
+        """'; PEFT <mode>: <n> of <total> parameters trainable' for a parameter-efficient run ('' for full)."""
+        if not self.cfg.model.peft_config().active:
+            return ""
+        params = list(self.network.parameters())
+        trainable = sum(p.numel() for p in params if p.requires_grad)
+        return (f"; PEFT {self.cfg.model.peft}: {trainable:,} of {sum(p.numel() for p in params):,} parameters "
+                "trainable")
 
     def run_config(self, made_by: dict[str, Any]) -> dict[str, Any]:
         """config.json: the run config, what produced it (`made_by`, see `dgmoe.engine.provenance`), the
@@ -141,6 +157,22 @@ def check_device(device: str) -> None:
         raise UsageError(f"--device {device}: MPS is not available on this machine; use --device cpu")
 
 
+def kwarg_suggestion(error: Exception) -> str:
+    """' Did you mean: ...?' for "<Class>.__init__() got an unexpected keyword argument 'x'" from a dgmoe model
+    class: the close names among that class's parameters ('' when none is close or the class is not found)."""
+    found = re.search(r"(\w+)\.__init__\(\) got an unexpected keyword argument '(\w+)'", str(error))
+    if not found:
+        return ""
+    name, bad = found.groups()
+    for module in list(sys.modules.values()):
+        cls = getattr(module, name, None) if getattr(module, "__name__", "").startswith("dgmoe.models") else None
+        if isinstance(cls, type):
+            params = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+            close = difflib.get_close_matches(bad, params, n=3, cutoff=0.6)
+            return f". Did you mean: {', '.join(close)}?" if close else ""
+    return ""
+
+
 def check_validation_splits(dataset: MultiDomainDataset, splits: list[tuple[np.ndarray, np.ndarray]],
                             train_envs: list[int], holdout_fraction: float, n_per_domain: int | None) -> None:
     """Refuse a run whose training domains' held-out (`out`) splits are empty, before anything is written:
@@ -191,11 +223,14 @@ def prepare_run(cfg: RunConfig) -> RunSetup:
         except (TypeError, ValueError, ZeroDivisionError, RuntimeError) as e:
             given = {k: v for k, v in model_kwargs.items() if k in model.kwargs or k in ("patch_size", "img_size")}
             raise UsageError(f"--model {model.name} cannot be built with {given or 'its defaults'} "
-                             f"(--model-kwargs/--patch-size/--img-size): {e}") from e
+                             f"(--model-kwargs/--patch-size/--img-size): {e}{kwarg_suggestion(e)}") from e
 
     peft = model.peft_config()
     if peft.active:
         model_kwargs["peft"] = peft.to_dict()
+        if not model.pretrained:
+            log.warning(f"--peft {model.peft} without --pretrained freezes a randomly initialised tower (only the "
+                        "PEFT weights train); pass --pretrained FILE to adapt pretrained weights")
     info = built(lambda: describe_model(model.name, **model_kwargs))
     hparams = run_hparams(alg.name, data.dataset, info, seeds.hparams_seed, seeds.trial_seed, alg.hparams)
     train_tf, eval_tf = get_transforms(data.dataset, img_size, hparams.get("data_augmentation", True), info.mean,
