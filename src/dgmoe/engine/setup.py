@@ -10,6 +10,7 @@ import math
 import re
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -237,8 +238,9 @@ def prepare_run(cfg: RunConfig) -> RunSetup:
                                        info.std)
     # the backbone's own hyperparameters (stochastic depth, ResNet dropout) are arguments of the model
     model_kwargs.update({kw: hparams[name] for name, kw in info.hparam_kwargs.items() if name in hparams})
-    if model.pretrained:
-        model_kwargs.update(pretrained=model.pretrained, pretrained_antialias=model.pretrained_antialias)
+    if model.pretrained:  # a file by its absolute path: what a PEFT checkpoint records of its base weights
+        pretrained = str(Path(model.pretrained).resolve()) if Path(model.pretrained).is_file() else model.pretrained
+        model_kwargs.update(pretrained=pretrained, pretrained_antialias=model.pretrained_antialias)
     seed_everything(seeds.seed)
     network = built(lambda: create_model(model.name, **model_kwargs))
     try:
