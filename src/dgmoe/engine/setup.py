@@ -168,7 +168,7 @@ def kwarg_suggestion(error: Exception) -> str:
     for module in list(sys.modules.values()):
         cls = getattr(module, name, None) if getattr(module, "__name__", "").startswith("dgmoe.models") else None
         if isinstance(cls, type):
-            params = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+            params = [p for p in inspect.signature(cls).parameters if p != "self"]
             close = difflib.get_close_matches(bad, params, n=3, cutoff=0.6)
             return f". Did you mean: {', '.join(close)}?" if close else ""
     return ""
