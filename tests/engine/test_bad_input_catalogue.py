@@ -42,6 +42,14 @@ def files(tmp_path_factory) -> dict[str, Path]:
     out["pickle_pth"].write_bytes(pickle.dumps({"model": io.StringIO("x")}))
     out["wrong_shapes"] = root / "wrong.pth"
     torch.save({"pos_embed": torch.zeros(3, 3), "cls_token": torch.zeros(1)}, out["wrong_shapes"])
+    from safetensors.torch import save_file
+
+    out["resnet_file"] = root / "resnet.safetensors"  # another family's keys (a ResNet's, a sparse ViT's)
+    save_file({"conv1.weight": torch.zeros(2, 1, 1, 1), "layer1.0.conv1.weight": torch.zeros(2, 2, 1, 1)},
+              str(out["resnet_file"]))
+    out["moe_file"] = root / "moe.safetensors"
+    save_file({"cls_token": torch.zeros(1, 1, 4), "blocks.0.mlp.experts.fc1_weight": torch.zeros(2, 4)},
+              str(out["moe_file"]))
     out["text_pth"] = root / "notes.pth"  # text that begins as no pickle does ('e': once a bare KeyError: 101)
     out["text_pth"].write_text("epoch 3 loss 0.25\n")
     out["not_a_dir"] = root / "a_file"
@@ -151,6 +159,10 @@ TRAIN_CASES = [
     ("pretrained-garbage", ["--pretrained", "{garbage_pth}"], "cannot read checkpoint {garbage_pth}", 2),
     ("pretrained-pickle", ["--pretrained", "{pickle_pth}"], "cannot read checkpoint {pickle_pth}", 2),
     ("pretrained-shapes", ["--pretrained", "{wrong_shapes}"], "{wrong_shapes}", 2),
+    ("pretrained-resnet-into-vit", ["--pretrained", "{resnet_file}"],
+     "holds a ResNet's weights, and --model vit_micro_patch7_28 is a dense ViT", 2),
+    ("pretrained-moe-into-dense", ["--pretrained", "{moe_file}"],
+     "holds a sparse (MoE) ViT's weights, and --model vit_micro_patch7_28 is a dense ViT", 2),
     ("pretrained-text", ["--pretrained", "{text_pth}"], "cannot read checkpoint {text_pth}: not a .safetensors", 2),
     ("save-flags-conflict", ["--skip-model-save", "--save-model-every-checkpoint"],
      "--skip-model-save keeps no weights and --save-model-every-checkpoint keeps them", 2),

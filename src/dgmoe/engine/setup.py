@@ -158,6 +158,27 @@ def check_device(device: str) -> None:
         raise UsageError(f"--device {device}: MPS is not available on this machine; use --device cpu")
 
 
+def checkpoint_family_mismatch(path: str, model: str, info: Any) -> str | None:
+    """'holds a ResNet's weights, and --model X is a ViT' (or a sparse ViT's weights for a dense model, or the
+    other way round) when a checkpoint that failed to load is of another family than the model; None when the
+    keys do not tell (the loader's own error then stands)."""
+    from dgmoe.models.pretrained import load_checkpoint_file
+
+    try:
+        keys = list(load_checkpoint_file(path))
+    except (UsageError, OSError, ValueError, RuntimeError):
+        return None
+    resnet = "conv1.weight" in keys and any(k.startswith("layer1.") for k in keys)
+    vit = "cls_token" in keys or any(k.startswith("blocks.") for k in keys)
+    sparse = any(".mlp.experts." in k for k in keys)
+    kind = "ResNet" if resnet else ("sparse (MoE) ViT" if sparse else "dense ViT") if vit else None
+    mine = "ResNet" if info.family == "resnet" else ("sparse (MoE) ViT" if info.sparse is not None else "dense ViT") \
+        if info.family == "vit" else None
+    if kind is None or mine is None or kind == mine or (kind == "dense ViT" and mine == "sparse (MoE) ViT"):
+        return None  # (a dense ViT's weights into a sparse one: its FFN is copied into the experts)
+    return f"holds a {kind}'s weights, and --model {model} is a {mine}: pass a {mine} checkpoint or pick its model"
+
+
 def kwarg_suggestion(error: Exception) -> str:
     """' Did you mean: ...?' for "<Class>.__init__() got an unexpected keyword argument 'x'" from a dgmoe model
     class: the close names among that class's parameters ('' when none is close or the class is not found)."""
@@ -242,7 +263,13 @@ def prepare_run(cfg: RunConfig) -> RunSetup:
         pretrained = str(Path(model.pretrained).resolve()) if Path(model.pretrained).is_file() else model.pretrained
         model_kwargs.update(pretrained=pretrained, pretrained_antialias=model.pretrained_antialias)
     seed_everything(seeds.seed)
-    network = built(lambda: create_model(model.name, **model_kwargs))
+    try:
+        network = built(lambda: create_model(model.name, **model_kwargs))
+    except UsageError as e:
+        other = checkpoint_family_mismatch(model.pretrained, model.name, info) if model.pretrained else None
+        if other:
+            raise UsageError(f"--pretrained {model.pretrained} {other} ({e})") from e
+        raise
     try:
         algorithm = algorithm_cls(network, dataset.num_classes, len(train_envs), hparams)
     except UsageError:
