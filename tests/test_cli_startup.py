@@ -116,3 +116,47 @@ def test_small_things_a_newcomer_meets(tmp_path, caplog):
         dgmoe.create_model("gmoe_micro_patch7_28", pretrained=str(tmp_path / "vit.safetensors"), num_classes=3)
     said = " ".join(r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING)
     assert "copied dense FFN into experts" in said and "re-initialised (class count differs): head" in said
+
+
+#: (argv after `train`, words of the one-line answer): each answered from declarations, before torch starts
+BEFORE_TORCH = [
+    (["--model", "vit_tiny"], "Did you mean: vit_tiny_patch16_224"),
+    (["--algorithm", "Coral"], "Did you mean: CORAL"),
+    (["--dataset", "pacs"], "Did you mean: PACS"),
+    (["--test-envs", "7"], "test env 7 is out of range for RotatedMNIST, which has 6 domains"),
+    (["--dataset", "FMoW", "--test-envs", "0"], "are evaluation splits, never trained on"),
+    (["--pretrained", "/nonexistent/deit.pth"], "checkpoint file not found: /nonexistent/deit.pth"),
+    (["--pretrained", "deit_small_patch16_224"], "a model name?"),
+    (["--model", "resnet50.a1_in1k"], "'.a1_in1k' is a timm pretrained tag"),
+    (["--model", "hf-hub:timm/vit_small_patch16_224"], "is a Hugging Face Hub name"),
+]
+
+
+@pytest.mark.parametrize("argv,words", BEFORE_TORCH, ids=[" ".join(a) for a, _ in BEFORE_TORCH])
+def test_names_ranges_and_files_answer_before_torch_in_under_a_cpu_second(argv, words, tmp_path):
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    names, done = _imported(["train", *argv, "--output-dir", str(tmp_path / "run")])
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    lines = [line for line in done.stderr.splitlines() if not line.startswith("import time:")]
+    assert done.returncode == 2 and len(lines) == 1 and words in lines[0], done.stderr[-2000:]
+    assert not names & set(HEAVY), sorted(names & set(HEAVY))
+    assert cpu < 1.0, f"{cpu:.2f} CPU-s"
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_cuda_device_on_a_machine_without_one_answers_before_torch(tmp_path, monkeypatch):
+    import os
+
+    from dgmoe.engine.precheck import surely_no_cuda
+
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}  # no device visible, whatever the machine has
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "dgmoe", "train", "--device", "cuda",
+                           "--output-dir", str(tmp_path / "run")], capture_output=True, text=True, timeout=120, env=env)
+    names = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert done.returncode == 2 and "--device cuda: this machine has no CUDA device" in done.stderr
+    assert not names & set(HEAVY)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")
+    assert surely_no_cuda()

@@ -44,3 +44,8 @@ class Interrupted(DgmoeError):
     """The run was stopped by a signal; what was checkpointed is kept."""
 
     exit_code = 130
+
+
+class DataMismatchError(DgmoeError):
+    """A data check found the folder doubtful: no known version, another dataset's domains, missing or empty
+    domains (the message names what differs); exit 1, so that a script can gate on `dgmoe data check`."""

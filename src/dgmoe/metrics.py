@@ -120,7 +120,13 @@ class GroupEvaluation:
     - `val_domain`: the domain whose worst-group accuracy selects checkpoints (the OOD validation split,
       `dgmoe.selection.WorstGroupSelection`);
     - `trial_seeds`: the seeds WILDS asks a leaderboard entry to average (Koh et al., 2021, Sec. 5, App. E:
-      3, Camelyon17 10 for its variance).
+      3, Camelyon17 10 for its variance);
+    - `wilds_name`: WILDS' own name of the dataset (`wilds.get_dataset`, the prefix of the prediction files its
+      evaluator `examples/evaluate.py` reads: `fmow`, `iwildcam`, `camelyon17`); None for a split of dgmoe's
+      own that WILDS' evaluator does not know (FMoW-LAO);
+    - `wilds_splits`: (domain, WILDS split) where a domain is not named as WILDS names its split (Camelyon17's
+      hospital_1 is WILDS' `val`, hospital_2 its `test`);
+    - `wilds_eval_splits`: the splits WILDS' evaluator reads a prediction file of (every split but `train`).
     """
 
     field: str
@@ -129,6 +135,13 @@ class GroupEvaluation:
     f1_macro: bool = False
     val_domain: str | None = None
     trial_seeds: int = 3
+    wilds_name: str | None = None
+    wilds_splits: tuple[tuple[str, str], ...] = ()
+    wilds_eval_splits: tuple[str, ...] = ()
+
+    def wilds_split(self, domain: str) -> str:
+        """WILDS' name of the split a domain holds (the domain's own name unless `wilds_splits` says otherwise)."""
+        return dict(self.wilds_splits).get(domain, domain)
 
     def names(self, groups: torch.Tensor) -> list[str]:
         """Names for group ids 0..max: the declared ones, else the ids themselves."""

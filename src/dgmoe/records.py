@@ -13,6 +13,11 @@ from typing import Any, Collection, Mapping
 
 import numpy as np
 
+#: WILDS' own name of a record metric suffix ("{groups}": the group field, e.g. FMoW's `acc_worst_region`;
+#: iWildCam's macro-F1 is WILDS' `F1-macro_all`)
+WILDS_METRIC_NAMES: dict[str, str] = {"acc_avg": "acc_avg", "acc_worst_group": "acc_worst_{groups}",
+                                      "f1_macro": "F1-macro_all"}
+
 
 def train_envs(n_envs: int, test_envs: Collection[int]) -> list[int]:
     """The training domains of a run over `n_envs` domains that holds out `test_envs`, in env order."""
@@ -31,4 +36,9 @@ def train_domain_val_acc(record: Mapping[str, Any], test_envs: Collection[int] |
     args = record.get("args") or {}
     n = n_envs if n_envs is not None else len(args["domains"])
     keys = train_val_keys(n, args["test_envs"] if test_envs is None else test_envs)
-    return float(np.mean([float(record[k]) for k in keys])) if keys else math.nan
+    return float(np.mean([as_float(record.get(k)) for k in keys])) if keys else math.nan
+
+
+def as_float(value: Any) -> float:
+    """A record's number as a float; a missing one (None: JSON's null, how records write "no value") as NaN."""
+    return math.nan if value is None else float(value)

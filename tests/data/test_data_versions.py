@@ -32,9 +32,14 @@ def test_the_real_pacs_folder_is_the_official_version(shared_data, cli):
 def test_a_pacs_copy_with_a_domain_missing_or_an_image_removed_is_named_with_what_differs(shared_data, tmp_path, cli):
     no_sketch = _linked_copy(shared_data / "PACS", tmp_path / "a" / "PACS", skip_domain="sketch")
     result = cli("data", "check", no_sketch)
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # a doubtful folder fails the check (a script can gate on it)
     assert "no known version; closest is official (9,991 images)" in result.output
-    assert "domain sketch is missing (3,929 images)" in result.output
+    assert "domain sketch missing" in result.output.splitlines()[-1]
+    one_less_cli = _linked_copy(shared_data / "PACS", tmp_path / "c" / "PACS", drop="photo/dog/056_0001.jpg")
+    result = cli("data", "check", one_less_cli)
+    last = result.output.strip().splitlines()[-1]
+    assert result.exit_code == 1 and last.startswith("dgmoe: error: FOLDER") and "matches no known version of PACS" \
+        in last and "photo/dog: 188 images, the version has 189" in last, result.output
     one_less = _linked_copy(shared_data / "PACS", tmp_path / "b" / "PACS", drop="photo/dog/056_0001.jpg")
     match = identify(count_folder(one_less), PACS)
     assert match.version == UNKNOWN
@@ -63,6 +68,18 @@ def test_terra_incognitas_two_versions_are_told_apart(tmp_path, cli):
     assert "TerraIncognita: version 24,330 images" in result.output
 
 
+def test_check_names_another_datasets_domains_and_an_empty_folder(shared_data, tmp_path, cli):
+    result = cli("data", "check", shared_data / "PACS", "--dataset", "VLCS")
+    last = result.output.strip().splitlines()[-1]
+    assert result.exit_code == 1 and "are not VLCS's" in last and "they are PACS's" in last, result.output
+    (tmp_path / "e" / "PACS").mkdir(parents=True)
+    result = cli("data", "check", tmp_path / "e" / "PACS")
+    assert result.exit_code == 1 and "holds no image" in result.output, result.output
+    stub = _stand_in(tmp_path / "s" / "VLCS", {"Caltech101": 2, "LabelMe": 2, "SUN09": 2})
+    result = cli("data", "check", stub, "--dataset", "VLCS")
+    assert result.exit_code == 1 and "domain VOC2007 missing" in result.output, result.output
+
+
 def test_check_needs_a_folder_and_a_known_dataset(tmp_path, cli):
     result = cli("data", "check", tmp_path / "nope")
     assert result.exit_code == 2 and "FOLDER" in result.output and "not a directory" in result.output
@@ -84,4 +101,5 @@ def test_a_run_records_its_data_version_and_the_tables_print_it(shared_data, tmp
     assert json.loads((out / "config.json").read_text())["dataset"]["version"] == PACS[0].name
     records = load_records(tmp_path / "runs")
     assert set(records["data_version"]) == {PACS[0].name}
-    assert f"Data: PACS {PACS[0].name}." in results_tables(records, "iid")
+    assert f"Data: PACS {PACS[0].name}, of which the runs used --n-per-domain 8 images per domain." in \
+        results_tables(records, "iid")  # the folder's version, and what the runs took of it

@@ -44,6 +44,14 @@ def files(tmp_path_factory) -> dict[str, Path]:
     out["pickle_pth"].write_bytes(pickle.dumps({"model": io.StringIO("x")}))
     out["wrong_shapes"] = root / "wrong.pth"
     torch.save({"pos_embed": torch.zeros(3, 3), "cls_token": torch.zeros(1)}, out["wrong_shapes"])
+    from safetensors.torch import save_file
+
+    out["resnet_file"] = root / "resnet.safetensors"  # another family's keys (a ResNet's, a sparse ViT's)
+    save_file({"conv1.weight": torch.zeros(2, 1, 1, 1), "layer1.0.conv1.weight": torch.zeros(2, 2, 1, 1)},
+              str(out["resnet_file"]))
+    out["moe_file"] = root / "moe.safetensors"
+    save_file({"cls_token": torch.zeros(1, 1, 4), "blocks.0.mlp.experts.fc1_weight": torch.zeros(2, 4)},
+              str(out["moe_file"]))
     out["text_pth"] = root / "notes.pth"  # text that begins as no pickle does ('e': once a bare KeyError: 101)
     out["text_pth"].write_text("epoch 3 loss 0.25\n")
     out["not_a_dir"] = root / "a_file"
@@ -139,11 +147,20 @@ TRAIN_CASES = [
     ("model-kwargs-malformed", ["--model-kwargs", "{depth: 2}"], "--model-kwargs is not valid JSON", 2),
     ("model-kwargs-unknown", ["--model-kwargs", '{"bogus": 1}'], "--model vit_micro_patch7_28 cannot be built", 2),
     ("model-kwargs-type", ["--model-kwargs", '{"depth": "two"}'], "--model vit_micro_patch7_28 cannot be built", 2),
+    ("model-kwargs-typo", ["--model-kwargs", '{"depht": 1}'], "unexpected keyword argument 'depht'. Did you mean: "
+     "depth?", 2),
+    ("model-name-tag", ["--model", "vit_micro_patch7_28.augreg_in21k"], "'.augreg_in21k' is a timm pretrained tag", 2),
+    ("model-hub-name", ["--model", "hf-hub:timm/vit_small_patch16_224"], "is a Hugging Face Hub name", 2),
+    ("config-records", ["--config", "{broken_results}/run/results.jsonl"], "holds a run's records (JSON lines), not a "
+     "run config: pass the run's config.json", 2),
     ("model-kwargs-heads", ["--model-kwargs", '{"depth": 1, "num_heads": 5}'], "not divisible by num_heads", 2),
     ("patch-size-zero", ["--patch-size", "0"], "--patch-size must be >= 1", 2),
     ("patch-size-indivisible", ["--patch-size", "5"], "not divisible by patch_size", 2),
     ("img-size-zero", ["--img-size", "0"], "--img-size must be >= 1", 2),
     ("n-per-domain-zero", ["--n-per-domain", "0"], "--n-per-domain must be >= 1", 2),
+    ("no-validation-images", ["--n-per-domain", "3"],
+     "leaves no validation images (out split) in training domains 15, 30, 45, 60, 75 (3 images each)", 2),
+    ("no-validation-images-fix", ["--n-per-domain", "4"], "use --n-per-domain >= 5 or a larger --holdout-fraction", 2),
     ("precision", ["--precision", "fp16"], "'fp16' is not one of 'fp32', 'bf16'", 2),
     ("progress", ["--progress", "loud"], "'loud' is not one of", 2),
     ("num-workers", ["--num-workers", "-1"], "--num-workers must be >= 0", 2),
@@ -155,6 +172,10 @@ TRAIN_CASES = [
     ("pretrained-garbage", ["--pretrained", "{garbage_pth}"], "cannot read checkpoint {garbage_pth}", 2),
     ("pretrained-pickle", ["--pretrained", "{pickle_pth}"], "cannot read checkpoint {pickle_pth}", 2),
     ("pretrained-shapes", ["--pretrained", "{wrong_shapes}"], "{wrong_shapes}", 2),
+    ("pretrained-resnet-into-vit", ["--pretrained", "{resnet_file}"],
+     "holds a ResNet's weights, and --model vit_micro_patch7_28 is a dense ViT", 2),
+    ("pretrained-moe-into-dense", ["--pretrained", "{moe_file}"],
+     "holds a sparse (MoE) ViT's weights, and --model vit_micro_patch7_28 is a dense ViT", 2),
     ("pretrained-text", ["--pretrained", "{text_pth}"], "cannot read checkpoint {text_pth}: not a .safetensors", 2),
     ("save-flags-conflict", ["--skip-model-save", "--save-model-every-checkpoint"],
      "--skip-model-save keeps no weights and --save-model-every-checkpoint keeps them", 2),
@@ -185,6 +206,12 @@ OTHER_CASES = [
     ("sweep-status-missing", ["sweep", "status", "--output-dir", "/nonexistent/sweep"], "/nonexistent/sweep", 2),
     ("data-prepare-missing", ["data", "prepare", "--dataset", "PACS", "--data-dir", "/nonexistent/d"],
      "/nonexistent/d", 2),
+    ("data-check-empty", ["data", "check", "{empty_pacs}/PACS"], "holds no image", 1),
+    ("data-check-other-dataset", ["data", "check", "{corrupt}/PACS", "--dataset", "VLCS"],
+     "its domains (art_painting, cartoon, photo, sketch) are not VLCS's (Caltech101, LabelMe, SUN09, VOC2007); "
+     "they are PACS's", 1),
+    ("data-check-unknown-version", ["data", "check", "{corrupt}/PACS"],
+     "matches no known version of PACS (closest official (9,991 images): art_painting: 1 images", 1),
     ("analyze-missing", ["analyze", "routing", "/nonexistent/run"], "/nonexistent/run", 2),
     ("analyze-dense", ["analyze", "routing", "{dense_run}"], "{dense_run} holds a dense VisionTransformer (no MoE", 2),
     ("analyze-cub-dense", ["analyze", "cub", "{dense_run}", "--cub-dir", "{empty_pacs}"], "no MoE layer", 2),
@@ -319,3 +346,24 @@ def test_no_message_names_a_python_exception_class(capsys, monkeypatch, tmp_path
 
 def test_the_catalogue_has_at_least_sixty_cases():
     assert len(TRAIN_CASES) + len(OTHER_CASES) + len(PYTHON_API) >= 60
+
+
+def test_records_are_strict_json_and_no_sentinel_reaches_the_closing_line(files):
+    """Every line of a run's results.jsonl parses as strict JSON (no NaN or Infinity); a value that is not a
+    finite number is written as null; the closing line of records without validation accuracy prints none."""
+    import json
+    import math
+
+    from dgmoe.engine.closing import finished_line
+    from dgmoe.engine.io import strict_json
+
+    def no_constants(name):
+        raise AssertionError(f"{name} in a record")
+
+    lines = (files["dense_run"] / "results.jsonl").read_text().splitlines()
+    records = [json.loads(line, parse_constant=no_constants) for line in lines]
+    assert records and all(json.dumps(r, allow_nan=False) for r in records)
+    assert json.loads(strict_json({"a": math.nan, "b": [math.inf, 1.5]})) == {"a": None, "b": [None, 1.5]}
+    blind = [{**r, **{k: None for k in r if k.endswith("_out_acc")}} for r in records]
+    line = finished_line("run", blind)
+    assert "no checkpoint chosen by training-domain validation" in line and "-1" not in line and "nan" not in line

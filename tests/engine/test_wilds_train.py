@@ -11,7 +11,8 @@ from wilds_fixtures import write_camelyon, write_fmow, write_iwildcam
 from dgmoe.selection import worst_group_checkpoint
 
 TINY = ("--model", "vit_micro_patch7_28", "--img-size", "28", "--steps", "3", "--checkpoint-freq", "1",
-        "--hparams", '{"batch_size": 4}', "--progress", "none", "--num-threads", "1")
+        "--hparams", '{"batch_size": 4}', "--progress", "none", "--num-threads", "1", "--holdout-fraction", "0.25")
+# (4 images per Camelyon17 hospital: 0.25 holds out one, the validation split model selection needs)
 
 
 def _envs(*envs: int) -> list[str]:
@@ -163,3 +164,31 @@ def test_d3g_trains_on_the_fmow_fixture_with_dense_and_moe_backbones(algorithm, 
     assert code == 0
     last = _records(out)[-1]
     assert (last["loss_aux"] > 0) == model.startswith("gmoe") and "env8_acc_worst_group" in last
+
+
+def test_a_wilds_run_closes_with_wilds_metric_on_ood_validation_as_results_does(wilds_runs, tmp_path):
+    """The closing line of a WILDS run picks the checkpoint `dgmoe results --selection wilds` picks (WILDS'
+    metric on the OOD validation split) and prints WILDS' metric of every other held-out split there."""
+    import shutil
+
+    from dgmoe.engine.closing import finished_line
+    from dgmoe.report.collect import load_records
+    from dgmoe.selection import sweep_accs
+
+    for name, title in (("fmow_erm", "acc_worst_region"), ("iwildcam", "F1-macro_all"), ("camelyon", "acc_avg")):
+        recs = _records(wilds_runs / name)
+        line = finished_line(wilds_runs / name, recs)
+        shutil.copytree(wilds_runs / name, tmp_path / name / "run")
+        picked = sweep_accs(load_records(tmp_path / name), "wilds")
+        assert {int(s) for s in picked["step"]} == {int(picked["step"].iloc[0])}, picked
+        step = int(picked["step"].iloc[0])
+        args = recs[-1]["args"]
+        v = recs[-1]["wilds_val_env"]
+        assert f"WILDS {title} " in line and f"at step {step} chosen by WILDS' validation metric on the OOD " \
+            f"split {args['domains'][v]}" in line, line
+        assert "training-domain validation" not in line and "nan" not in line.lower(), line
+        suffix = {"acc_worst_region": "acc_worst_group", "F1-macro_all": "f1_macro", "acc_avg": "acc_avg"}[title]
+        rec = next(r for r in recs if r["step"] == step)
+        for t in args["test_envs"]:
+            if t != v:
+                assert f"{args['domains'][t]} {rec[f'env{t}_{suffix}']:.4f}" in line, line

@@ -66,6 +66,7 @@ def test_quickstart_announces_each_model_before_it_trains(monkeypatch, tmp_path)
 
     def fake_train(cfg):
         events.append(f"train {cfg.model.name}")
+        assert cfg.training.eval_sample == 500 and cfg.training.checkpoint_freq == 50  # intermediate: a sample
         records = [{"step": 0, "args": {"domains": ["0", "15"]}, "env0_in_acc": 0.5, "env1_out_acc": 0.9}]
         return SimpleNamespace(records=records)
 

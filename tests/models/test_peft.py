@@ -140,11 +140,12 @@ def test_load_state_takes_every_weight_or_exactly_the_trainable_ones():
 def test_dgmoe_models_shows_trainable_and_total_counts_under_each_mode(cli):
     result = cli("models", "vit_base_patch16_224", "--peft", "all")
     assert result.exit_code == 0, result.output
-    header, row = result.output.strip().splitlines()
+    legend, header, row = result.output.strip().splitlines()
+    assert "trainable/total parameters, in millions" in legend  # the columns say what they count
     assert header.split() == ["model", "params", *MODES]
     cells = row.split()
     assert cells[:2] == ["vit_base_patch16_224", "86.57M"]
     linear, lora = cells[2], cells[3]
     assert linear == "0.769M/86.57M" and lora.startswith("1.064M/86.86M")
     result = cli("models", "resnet50", "--peft", "lora")
-    assert result.output.strip().splitlines()[1].split() == ["resnet50", "25.56M", "-"]
+    assert result.output.strip().splitlines()[2].split() == ["resnet50", "25.56M", "-"]

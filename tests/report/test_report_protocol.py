@@ -34,6 +34,8 @@ def root(tmp_path_factory):
         for train in range(4):
             write_run(root / "ss" / f"s{trial}{train}", "PACS", PACS, "ERM", "vit_small_patch16_224",
                       [e for e in range(4) if e != train], {e: 0.6 + 0.05 * e for e in range(4)}, trial_seed=trial)
+    # a recipe's folder (its manifest): `results --recipe` refuses a folder that holds no run of the recipe
+    (root / "dg" / "recipe.json").write_text('{"recipe": "gmoe-table1"}')
     return root
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 from wilds_fixtures import write_fmow, write_iwildcam
@@ -19,6 +20,7 @@ from dgmoe.report.wilds_groups import bootstrap_worst
 TINY = ["--model", "vit_micro_patch7_28", "--img-size", "28", "--steps", "3", "--checkpoint-freq", "1",
         "--hparams", '{"batch_size": 4}', "--progress", "none", "--num-threads", "1", "--save-model-every-checkpoint"]
 SPLITS = ("id_val", "id_test", "val", "test")
+EVALUATE = Path(__file__).resolve().parents[1] / "parity" / "fixtures" / "wilds_evaluate.json"
 
 
 @pytest.fixture(scope="module")
@@ -87,19 +89,24 @@ def test_bootstrap_interval():
 def test_leaderboard_export(runs, tmp_path):
     out = tmp_path / "lb"
     assert cli(["leaderboard", str(runs), "--out", str(out)]) == 0
-    for dataset in ("FMoW", "iWildCam"):
-        (folder,) = (out / dataset).iterdir()
+    wilds = json.loads(EVALUATE.read_text())["datasets"]  # what WILDS' examples/evaluate.py looks for
+    for dataset, name in (("FMoW", "fmow"), ("iWildCam", "iwildcam")):
+        (folder,) = (out / name).iterdir()  # WILDS' own dataset name: the folder `evaluate.py --dataset` reads
         summary = json.loads((folder / "summary.json").read_text())
         assert summary["selection"] == "worst-group validation" and summary["seeds_required"] == 3
-        assert sorted(summary["seeds"]) == ["0", "1"]
+        assert sorted(summary["seeds"]) == ["0", "1"] and summary["not_written"] == []
+        files = sorted(p.name for p in folder.iterdir() if p.suffix == ".csv")
         for seed, entry in summary["seeds"].items():
-            assert sorted(entry["splits"]) == sorted(SPLITS)
+            assert sorted(entry["splits"]) == sorted(SPLITS) == sorted(wilds[name]["splits"])
             for split, info in entry["splits"].items():
-                lines = (folder / pred_file_name(dataset, split, int(seed))).read_text().splitlines()
+                lines = (folder / pred_file_name(name, split, int(seed))).read_text().splitlines()
                 assert len(lines) == info["n"] == 4 and all(line.isdigit() for line in lines)
                 assert info["metrics"] == pytest.approx(info["recorded"])  # the predictions give the records' numbers
+                # WILDS' get_prediction_file: the first file starting with its run id and ending in .csv
+                prefix = wilds[name]["file_prefixes"][split][int(seed)]
+                assert [f for f in files if f.startswith(prefix) and f.endswith(".csv")] == [info["file"]]
         official = {"FMoW": {"acc_avg", "acc_worst_region"}, "iWildCam": {"acc_avg", "F1-macro_all"}}[dataset]
-        assert official <= set(summary["aggregate"]["test"])
+        assert official == set(wilds[name]["metrics"]) and official <= set(summary["aggregate"]["test"])
         assert "WILDS asks for 3" in (folder / "summary.md").read_text()
 
 

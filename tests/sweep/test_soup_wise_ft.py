@@ -56,7 +56,8 @@ def test_middle_of_the_curve_is_the_interpolation(wise):
     for k in zs:
         if zs[k].is_floating_point():
             assert torch.equal(mid[k], ((zs[k].double() + ft[k].double()) / 2).to(zs[k].dtype)), k
-    assert record["args"]["algorithm"] == "ERM (WiSE-FT alpha=0.5, last weights)" and record["args"]["soup"]["alpha"] == 0.5
+    assert record["args"]["algorithm"] == "ERM (WiSE-FT alpha=0.5, last weights)"
+    assert record["args"]["soup"]["alpha"] == 0.5
 
 
 def test_alpha_is_chosen_on_validation_and_the_curve_is_tabulated(wise):

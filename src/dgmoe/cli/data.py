@@ -8,7 +8,7 @@ import click
 
 from dgmoe.cli.configs import DataCheckConfig, DataInfoConfig, DataPrepareConfig
 from dgmoe.cli.options import ListFlagsGroup, build_config, config_options
-from dgmoe.errors import UsageError
+from dgmoe.errors import DataMismatchError, UsageError
 
 
 def _fail(e: Exception) -> None:
@@ -39,13 +39,14 @@ def list_cmd() -> None:
 @click.pass_context
 def check_cmd(ctx: click.Context, **kw: Any) -> None:
     """Which published version of a dataset FOLDER (<domain>/<class>/<image>) holds, and what differs from the
-    closest one; reads no image."""
+    closest one; reads no image. Exits 1 when the folder is doubtful (no image, another dataset's domains, a
+    domain missing or empty, no known version of a dataset that has some), so that a script can gate on it."""
     cfg = build_config(DataCheckConfig, ctx, kw)
     folder, dataset = cfg.folder, cfg.dataset
     from pathlib import Path
 
     from dgmoe.data.catalogue import DATASETS, get_spec
-    from dgmoe.data.versions import count_folder, identify
+    from dgmoe.data.versions import UNKNOWN, count_folder, identify
 
     root = Path(folder)
     if not root.is_dir():
@@ -69,7 +70,34 @@ def check_cmd(ctx: click.Context, **kw: Any) -> None:
                              f"name one with --dataset ({', '.join(s.name for s in candidates)})")
     click.echo(f"{root}: {found.total:,} images in {len(found.counts)} domains ("
                + ", ".join(f"{d} {n:,}" for d, n in found.counts.items()) + ")")
-    click.echo(identify(found, spec.versions).describe(spec.name))
+    match = identify(found, spec.versions)
+    click.echo(match.describe(spec.name))
+    mismatch = _domain_mismatch(found.counts, spec, [DATASETS.get(n) for n in DATASETS.names()])
+    if mismatch:
+        raise DataMismatchError(f"FOLDER {root} is not {spec.name} as the catalogue knows it: {mismatch}")
+    if spec.versions and match.version == UNKNOWN:
+        raise DataMismatchError(f"FOLDER {root} matches no known version of {spec.name} (closest {match.closest}: "
+                                + "; ".join(match.differences) + ")")
+
+
+def _domain_mismatch(counts: dict[str, int], spec: Any, specs: list[Any]) -> str | None:
+    """What is wrong with a folder's domains for `spec` (None: nothing): no image at all, another catalogue
+    dataset's domains, a domain missing or empty; a dataset that declares no domains (ImageFolder) takes any."""
+    if not counts or not sum(counts.values()):
+        return "it holds no image (expected <domain>/<class>/<image>)"
+    if not spec.domains:
+        return None
+    have, want = set(counts), set(spec.domains)
+    if not have & want:
+        owners = [s.name for s in specs if s.domains and set(s.domains) == have] or \
+            [s.name for s in specs if s.domains and have <= set(s.domains) and s.name != spec.name]
+        whose = f"; they are {owners[0]}'s" if owners else ""
+        return (f"its domains ({', '.join(sorted(have))}) are not {spec.name}'s ({', '.join(spec.domains)}){whose}")
+    missing = sorted(want - have)
+    empty = sorted(d for d in want & have if counts[d] == 0)
+    parts = ([f"domain{'s' if len(missing) > 1 else ''} {', '.join(missing)} missing"] if missing else []) + \
+        ([f"domain{'s' if len(empty) > 1 else ''} {', '.join(empty)} without images"] if empty else [])
+    return "; ".join(parts) or None
 
 
 @command.command("info")

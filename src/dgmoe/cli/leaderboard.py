@@ -16,7 +16,8 @@ from dgmoe.report.options import LeaderboardConfig
 @click.pass_context
 def command(ctx: click.Context, **kw: Any) -> None:
     """Write, for the WILDS runs under RUNS_DIR, the files a WILDS leaderboard submission asks for: per method,
-    seed and evaluation split `{dataset}_split:{split}_seed:{seed}_epoch:best_pred.csv` (one predicted label per
+    seed and evaluation split `{dataset}_split:{split}_seed:{seed}_epoch:best_pred.csv` with WILDS' own dataset and
+    split names, in DIR/<WILDS name>/<method>/ (one predicted label per
     line, in the split's order), and summary.json / summary.md with the official metrics per seed and over seeds.
 
     The checkpoint of each seed is the one the selection picks; its weights must have been kept (train with

@@ -50,6 +50,8 @@ def show_peft(names: list[str], width: int, modes: list[str]) -> None:
         return "-" if counts is None else f"{counts[1] / 1e6:.3f}M/{counts[0] / 1e6:.2f}M"
 
     cols = [max(len(m), 16) for m in modes]
+    click.echo("params: the full model's parameters; under each --peft mode: trainable/total parameters, in "
+               "millions (the total grows by the modules the mode adds; -: the mode does not apply)")
     click.echo(f"{'model':{width}s}  {'params':>8s}  " + "  ".join(f"{m:>{c}s}" for m, c in zip(modes, cols)))
     for name in names:
         cells = [cell(peft_counts(name, m)) for m in modes]

@@ -308,7 +308,7 @@ def config_from_options(ctx: click.Context, values: dict[str, Any], base: RunCon
     iWildCam) holds out those domains, WILDS' official split, as the sweep does (`evaluation_envs`)."""
     given = given_settings(ctx, values)
     if base is None and "test_envs" not in given:
-        from dgmoe.data.catalogue import evaluation_envs
+        from dgmoe.names import evaluation_envs  # (declared names: no torch)
 
         official = evaluation_envs(given.get("dataset", RunConfig().data.dataset))
         if official:

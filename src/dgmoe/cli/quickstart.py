@@ -27,7 +27,7 @@ def command(ctx: click.Context, **kw: Any) -> None:
     from dgmoe.experiments.quickstart import quickstart
 
     main_log_config()
-    rows = quickstart(output_dir, dataset, test_envs, steps, seed=seed)
+    rows = quickstart(output_dir, dataset, test_envs, steps, seed=seed, eval_sample=cfg.eval_sample)
     table = pd.DataFrame(rows)
     for col in ("in-domain acc", "out-of-domain acc"):
         table[col] = (100 * table[col]).map("{:.1f}".format)

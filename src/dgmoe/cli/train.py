@@ -27,6 +27,9 @@ def command(ctx: click.Context, config_file: str | None, print_config: bool, **k
         return
     if base is None and not given_settings(ctx, kw, only=("output_dir",)):
         raise UsageError("--output-dir is required (the run folder; or --config FILE of a saved run)")
+    from dgmoe.engine.precheck import precheck
+
+    precheck(cfg)  # names, ranges, files and the device, before torch is imported
     from dgmoe.engine.trainer import main_log_config, train
 
     main_log_config()

@@ -13,6 +13,7 @@ import numpy as np
 
 from dgmoe.data.base import MultiDomainDataset
 from dgmoe.data.errors import TestEnvError
+from dgmoe.names import test_envs_problem
 from dgmoe.seeding import seed_hash
 
 
@@ -54,21 +55,10 @@ def uda_splits(splits: Sequence[tuple[np.ndarray, np.ndarray]], test_envs: Seque
 
 
 def check_test_envs(dataset: MultiDomainDataset, test_envs: Sequence[int]) -> list[int]:
-    """Validate test environment indices; the error lists the dataset's domains with their indices."""
-    valid = ", ".join(f"{i}={d}" for i, d in enumerate(dataset.domains))
-    out = []
-    for t in test_envs:
-        if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or not 0 <= t < len(dataset.domains):
-            raise TestEnvError(f"test env {t!r} is out of range for {dataset.name}, which has "
-                               f"{len(dataset.domains)} domains ({valid})")
-        out.append(int(t))
-    if len(set(out)) != len(out):
-        raise TestEnvError(f"test envs {list(test_envs)} repeat a domain ({valid})")
-    if len(out) >= len(dataset.domains):
-        raise TestEnvError(f"test envs {out} leave no training domain in {dataset.name} ({valid})")
-    required = [dataset.domains.index(d) for d in dataset.eval_domains]
-    if not set(required) <= set(out):
-        trained = ", ".join(f"{i}={dataset.domains[i]}" for i in required if i not in out)
-        raise TestEnvError(f"{dataset.name}'s domains {trained} are evaluation splits, never trained on: hold them "
-                           f"out with {' '.join(f'--test-envs {i}' for i in required)} (got {out}; {valid})")
-    return sorted(out)
+    """Validate test environment indices (`dgmoe.names.test_envs_problem`: the error lists the dataset's domains
+    with their indices); the sorted indices."""
+    problem = test_envs_problem(dataset.name, list(dataset.domains), list(dataset.eval_domains),
+                                [int(t) if isinstance(t, np.integer) else t for t in test_envs])
+    if problem:
+        raise TestEnvError(problem)
+    return sorted(int(t) for t in test_envs)

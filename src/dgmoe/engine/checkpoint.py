@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 import torch.nn as nn
@@ -71,19 +71,42 @@ def saved_run(config: dict[str, Any]) -> RunConfig:
     return RunConfig.from_dict(config["config"], strict=False)
 
 
-def build_network(run_config: dict[str, Any], base: dict[str, str] | None = None) -> nn.Module:
+def find_base_weights(recorded: Path, digest: str, near: Sequence[Path] = ()) -> Path | None:
+    """The base weights a PEFT run names: the recorded path when it is there, else a file with the same name,
+    and then any file with the same suffix, whose sha256 is `digest`, in the recorded folder, the folders
+    `near` (the run folder and its parents) or the working directory; None when none is found."""
+    from dgmoe.models.peft import file_sha256
+
+    if recorded.is_file():
+        return recorded
+    folders = [f for f in dict.fromkeys([recorded.parent, *near, Path.cwd()]) if f.is_dir()]
+    same_name = [f / recorded.name for f in folders]
+    same_kind = [c for f in folders for c in sorted(f.glob(f"*{recorded.suffix}")) if recorded.suffix]
+    for candidate in dict.fromkeys([*same_name, *same_kind]):
+        if candidate.is_file() and file_sha256(candidate) == digest:
+            return candidate
+    return None
+
+
+def build_network(run_config: dict[str, Any], base: dict[str, str] | None = None,
+                  run_dir: Path | None = None) -> nn.Module:
     """Rebuild a run's network (untrained) from its config.json; with `base` (a PEFT weights file's metadata),
-    from the base weights it names, checked against their sha256, for the trainable weights to follow."""
+    from the base weights it names (found by `find_base_weights` near `run_dir` when moved), checked against
+    their sha256, for the trainable weights to follow."""
     from dgmoe.models import create_model
 
     info = run_config["model_build"]
     kwargs = {k: v for k, v in info["kwargs"].items()
               if k not in ("pretrained", "pretrained_antialias")}  # the run's own weights follow
     if base is not None:
-        path, digest = Path(base.get("base_pretrained", "")), base.get("base_sha256", "")
-        if not path.is_file():
+        recorded, digest = Path(base.get("base_pretrained", "")), base.get("base_sha256", "")
+        near = [run_dir, *run_dir.resolve().parents][:4] if run_dir is not None else []
+        found = find_base_weights(recorded, digest, near)
+        if found is None:
             raise UsageError(f"the run's weights hold its trainable (PEFT) weights only and need the base weights "
-                             f"{path} (sha256 {digest}), which is not a file; put it back at that path")
+                             f"{recorded} (sha256 {digest}), which is not a file and is not beside it, the run or "
+                             "the working directory under any name; put it back at that path")
+        path = found
         if file_sha256(path) != digest:
             raise UsageError(f"the base weights {path} are not those the run was trained from (sha256 {digest}); "
                              "restore that file")
@@ -166,6 +189,6 @@ def load_run(run_dir: str | Path, which: str = "best", device: str = "cpu") -> t
     config = read_run_config(run_dir)
     path, _ = weights_file(run_dir, which)
     base = peft_metadata(path)
-    network = build_network(config, base)
+    network = build_network(config, base, Path(run_dir))
     load_weights(network, path, partial=base is not None)
     return network.to(device).eval(), config

@@ -99,7 +99,7 @@ class ModelConfig(_Section):
 
     def __post_init__(self) -> None:
         if self.pretrained is True or self.pretrained == "True":  # timm's habit: download the weights
-            from dgmoe.models.pretrained import OFFLINE_HELP
+            from dgmoe.names import OFFLINE_HELP
 
             raise ConfigError(f"{flag('pretrained')} must be a checkpoint file, got {self.pretrained!r}; "
                               f"{OFFLINE_HELP}")
@@ -309,7 +309,12 @@ class RunConfig:
 
     @classmethod
     def from_file(cls, path: str | Path) -> "RunConfig":
-        """A run's `config.json` (its "config" object), or a file holding a config alone (nested or flat)."""
+        """A run's `config.json` (its "config" object), or a file holding a config alone (nested or flat); a
+        run's records (`results.jsonl`) are named as such, with the config.json beside them to pass instead."""
+        if Path(path).suffix == ".jsonl":
+            beside = Path(path).parent / "config.json"
+            hint = f"pass {beside}" if beside.is_file() else "pass the run's config.json"
+            raise ConfigError(f"--config {path} holds a run's records (JSON lines), not a run config: {hint}")
         return config_from_file(cls, path, unwrap="config",
                                 expected="a JSON object (a run config or a run's config.json)")
 

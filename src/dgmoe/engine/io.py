@@ -9,11 +9,16 @@ give it (0666 minus the umask), so teammates on shared storage can read results.
 A folder of files that belong together (a soup's run folder, a leaderboard method's predictions) is written the
 same way, whole: into a hidden temporary folder `.<name>.<pid>.partial` that then takes the folder's place
 (`atomic_folder`); a killed writer leaves only such folders, which `remove_stale_folders` deletes on the next run.
+
+JSON files are strict JSON (RFC 8259, which has no NaN or Infinity): a value that is not a finite number is
+written as `null`, "no value", which strict readers (jq, JavaScript, `json.loads(..., parse_constant=...)`)
+accept and `pandas` reads as missing.
 """
 from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -137,13 +142,29 @@ def write_text_atomic(path: str | Path, text: str) -> None:
         tmp.write_text(text)
 
 
+def finite_or_null(obj: Any) -> Any:
+    """`obj` with every float that is not finite (NaN, +-inf) replaced by None, in nested dicts and lists."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite_or_null(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite_or_null(v) for v in obj]
+    return obj
+
+
+def strict_json(obj: Any, **kwargs: Any) -> str:
+    """`json.dumps` of `obj` as strict JSON: non-finite numbers written as null (`finite_or_null`)."""
+    return json.dumps(finite_or_null(obj), allow_nan=False, **kwargs)
+
+
 def write_json_atomic(path: str | Path, obj: Any) -> None:
-    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+    write_text_atomic(path, strict_json(obj, indent=2, sort_keys=True) + "\n")
 
 
 def write_jsonl_atomic(path: str | Path, records: list[dict[str, Any]]) -> None:
-    """Rewrite a JSONL file with `records` (how results.jsonl is "appended" atomically)."""
-    write_text_atomic(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
+    """Rewrite a JSONL file with `records` (how results.jsonl is "appended" atomically), in strict JSON."""
+    write_text_atomic(path, "".join(strict_json(r, sort_keys=True) + "\n" for r in records))
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:

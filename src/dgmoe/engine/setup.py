@@ -2,7 +2,15 @@
 from __future__ import annotations
 
 import contextlib
+import difflib
+import inspect
+import json
+import logging
+import math
+import re
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -17,12 +25,15 @@ from dgmoe.data.loaders import EvalBatches, TrainBatches
 from dgmoe.data.prompts import prompt_class_names, templates
 from dgmoe.engine.config import RunConfig
 from dgmoe.engine.hparams import run_hparams
+from dgmoe.engine.precheck import no_cuda_message
 from dgmoe.engine.provenance import initialisation
 from dgmoe.errors import UsageError
 from dgmoe.models import MODELS, create_model
 from dgmoe.models.compiled import compile_blocks
 from dgmoe.models.info import ModelInfo, describe_model, model_info
 from dgmoe.seeding import seed_everything, seed_hash
+
+log = logging.getLogger("dgmoe")
 
 
 @dataclass
@@ -64,7 +75,16 @@ class RunSetup:
         return (f"{d.name}: {len(d.domains)} domains, {d.num_classes} classes, {self.img_size} px"
                 + (f" from {d.source}" if d.source else "")
                 + f"; {self.n_steps} steps, a checkpoint every {self.checkpoint_freq}, "
-                  f"{self.hparams['batch_size']} images per domain per step")
+                  f"{self.hparams['batch_size']} images per domain per step" + self.training_what())
+
+    def training_what(self) -> str:
+        """'; PEFT <mode>: <n> of <total> parameters trainable' for a parameter-efficient run ('' for full)."""
+        if not self.cfg.model.peft_config().active:
+            return ""
+        params = list(self.network.parameters())
+        trainable = sum(p.numel() for p in params if p.requires_grad)
+        return (f"; PEFT {self.cfg.model.peft}: {trainable:,} of {sum(p.numel() for p in params):,} parameters "
+                "trainable")
 
     def run_config(self, made_by: dict[str, Any]) -> dict[str, Any]:
         """config.json: the run config, what produced it (`made_by`, see `dgmoe.engine.provenance`), the
@@ -137,7 +157,7 @@ def check_device(device: str) -> None:
     if kind.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0:
-            raise UsageError(f"--device {device}: this machine has no CUDA device; use --device cpu")
+            raise UsageError(no_cuda_message(device))
         if kind.index is not None and kind.index >= count:
             raise UsageError(f"--device {device}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}")
     elif kind.type == "mps" and not torch.backends.mps.is_available():
@@ -183,6 +203,66 @@ def text_head_source(cfg: RunConfig, info: ModelInfo, dataset: MultiDomainDatase
     return write
 
 
+
+
+def checkpoint_family_mismatch(path: str, model: str, info: Any) -> str | None:
+    """'holds a ResNet's weights, and --model X is a ViT' (or a sparse ViT's weights for a dense model, or the
+    other way round) when a checkpoint that failed to load is of another family than the model; None when the
+    keys do not tell (the loader's own error then stands)."""
+    from dgmoe.models.pretrained import load_checkpoint_file
+
+    try:
+        keys = list(load_checkpoint_file(path))
+    except (UsageError, OSError, ValueError, RuntimeError):
+        return None
+    resnet = "conv1.weight" in keys and any(k.startswith("layer1.") for k in keys)
+    vit = "cls_token" in keys or any(k.startswith("blocks.") for k in keys)
+    sparse = any(".mlp.experts." in k for k in keys)
+    kind = "ResNet" if resnet else ("sparse (MoE) ViT" if sparse else "dense ViT") if vit else None
+    mine = "ResNet" if info.family == "resnet" else ("sparse (MoE) ViT" if info.sparse is not None else "dense ViT") \
+        if info.family == "vit" else None
+    if kind is None or mine is None or kind == mine or (kind == "dense ViT" and mine == "sparse (MoE) ViT"):
+        return None  # (a dense ViT's weights into a sparse one: its FFN is copied into the experts)
+    return f"holds a {kind}'s weights, and --model {model} is a {mine}: pass a {mine} checkpoint or pick its model"
+
+
+def kwarg_suggestion(error: Exception) -> str:
+    """' Did you mean: ...?' for "<Class>.__init__() got an unexpected keyword argument 'x'" from a dgmoe model
+    class: the close names among that class's parameters ('' when none is close or the class is not found)."""
+    found = re.search(r"(\w+)\.__init__\(\) got an unexpected keyword argument '(\w+)'", str(error))
+    if not found:
+        return ""
+    name, bad = found.groups()
+    for module in list(sys.modules.values()):
+        cls = getattr(module, name, None) if getattr(module, "__name__", "").startswith("dgmoe.models") else None
+        if isinstance(cls, type):
+            params = [p for p in inspect.signature(cls).parameters if p != "self"]
+            close = difflib.get_close_matches(bad, params, n=3, cutoff=0.6)
+            return f". Did you mean: {', '.join(close)}?" if close else ""
+    return ""
+
+
+def check_validation_splits(dataset: MultiDomainDataset, splits: list[tuple[np.ndarray, np.ndarray]],
+                            train_envs: list[int], holdout_fraction: float, n_per_domain: int | None) -> None:
+    """Refuse a run whose training domains' held-out (`out`) splits are empty, before anything is written:
+    training-domain validation, leave-one-domain-out's single runs, the closing line and best.safetensors read
+    them; with none, a "selected" accuracy would be a checkpoint chosen without validation data. (A held-out
+    domain's empty `out` split leaves only the oracle without data; WILDS' selection reads whole splits.)"""
+    counts = {dataset.domains[i]: len(splits[i][0]) + len(splits[i][1]) for i in train_envs if len(splits[i][1]) == 0}
+    if not counts:
+        return
+    need = max(1, math.ceil(1 / holdout_fraction))
+    while int(need * holdout_fraction) < 1:
+        need += 1
+    sizes = (f"{next(iter(counts.values()))} images each" if len(set(counts.values())) == 1 else
+             ", ".join(f"{d}: {n} images" for d, n in counts.items()))
+    fix = (f"use --n-per-domain >= {need}" if n_per_domain is not None else f"a domain needs >= {need} images") + \
+        " or a larger --holdout-fraction"
+    raise UsageError(f"--holdout-fraction {holdout_fraction} leaves no validation images (out split) in training "
+                     f"domain{'s' if len(counts) > 1 else ''} {', '.join(counts)} ({sizes}); model selection needs "
+                     f"them: {fix}")
+
+
 def prepare_run(cfg: RunConfig) -> RunSetup:
     """Resolve names, hyperparameters, data and splits; raise a specific error on any bad input."""
     data, model, alg, seeds = cfg.data, cfg.model, cfg.algorithm, cfg.seeds
@@ -197,6 +277,9 @@ def prepare_run(cfg: RunConfig) -> RunSetup:
     if len(train_envs) < algorithm_cls.MIN_TRAIN_DOMAINS:
         raise UsageError(f"{alg.name} needs at least {algorithm_cls.MIN_TRAIN_DOMAINS} training domains; "
                          f"--test-envs {test_envs} leaves {len(train_envs)} of {len(dataset)}")
+    splits, uda = uda_splits(domain_splits(dataset, data.holdout_fraction, seeds.trial_seed), test_envs,
+                             data.uda_holdout_fraction, seeds.trial_seed)  # (seeded locally: no global RNG drawn)
+    check_validation_splits(dataset, splits, train_envs, data.holdout_fraction, data.n_per_domain)
     img_size = dataset.input_shape[-1]
     model_kwargs = {"num_classes": dataset.num_classes, "img_size": img_size, "in_chans": dataset.input_shape[0],
                     "patch_size": model.patch_size, **model.kwargs}
@@ -210,24 +293,34 @@ def prepare_run(cfg: RunConfig) -> RunSetup:
         except (TypeError, ValueError, ZeroDivisionError, RuntimeError) as e:
             given = {k: v for k, v in model_kwargs.items() if k in model.kwargs or k in ("patch_size", "img_size")}
             raise UsageError(f"--model {model.name} cannot be built with {given or 'its defaults'} "
-                             f"(--model-kwargs/--patch-size/--img-size): {e}") from e
+                             f"(--model-kwargs/--patch-size/--img-size): {e}{kwarg_suggestion(e)}") from e
 
     peft = model.peft_config()
     if peft.active:
         model_kwargs["peft"] = peft.to_dict()
+        if not model.pretrained:
+            log.warning(f"--peft {model.peft} without --pretrained freezes a randomly initialised tower (only the "
+                        "PEFT weights train); pass --pretrained FILE to adapt pretrained weights")
     info = built(lambda: describe_model(model.name, **model_kwargs))
     hparams = run_hparams(alg.name, data.dataset, info, seeds.hparams_seed, seeds.trial_seed, alg.hparams)
     train_tf, eval_tf = get_transforms(data.dataset, img_size, hparams.get("data_augmentation", True), info.mean,
                                        info.std)
     # the backbone's own hyperparameters (stochastic depth, ResNet dropout) are arguments of the model
     model_kwargs.update({kw: hparams[name] for name, kw in info.hparam_kwargs.items() if name in hparams})
-    if model.pretrained:
-        model_kwargs.update(pretrained=model.pretrained, pretrained_antialias=model.pretrained_antialias)
+    if model.pretrained:  # a file by its absolute path: what a PEFT checkpoint records of its base weights
+        pretrained = str(Path(model.pretrained).resolve()) if Path(model.pretrained).is_file() else model.pretrained
+        model_kwargs.update(pretrained=pretrained, pretrained_antialias=model.pretrained_antialias)
     text = text_head_source(cfg, info, dataset) if model.head == "zeroshot" else None
     if text is not None:
         model_kwargs["text_head"] = True
     seed_everything(seeds.seed)
-    network = built(lambda: create_model(model.name, **model_kwargs))
+    try:
+        network = built(lambda: create_model(model.name, **model_kwargs))
+    except UsageError as e:
+        other = checkpoint_family_mismatch(model.pretrained, model.name, info) if model.pretrained else None
+        if other:
+            raise UsageError(f"--pretrained {model.pretrained} {other} ({e})") from e
+        raise
     if text is not None:
         text(network)
     try:
@@ -235,12 +328,11 @@ def prepare_run(cfg: RunConfig) -> RunSetup:
     except UsageError:
         raise
     except (TypeError, ValueError, KeyError) as e:
-        raise UsageError(f"--algorithm {alg.name} rejects its hyperparameters {alg.hparams or ''}: {e}") from e
+        given = f"--hparams {json.dumps(alg.hparams, sort_keys=True)}" if alg.hparams else "its default hyperparameters"
+        raise UsageError(f"--algorithm {alg.name} rejects {given}: {e}") from e
     if algorithm_cls.NEEDS_TEXT_TOWER:  # FLYP: the text tower trains too (the algorithm checked the text head)
         names = prompt_class_names(dataset.name, dataset.classes)
         algorithm.attach_text(run_text_tower(cfg, info), names, templates(model.prompt_templates))  # type: ignore[attr-defined]
-    splits, uda = uda_splits(domain_splits(dataset, data.holdout_fraction, seeds.trial_seed), test_envs,
-                             data.uda_holdout_fraction, seeds.trial_seed)
     n_steps = spec.n_steps if cfg.training.steps is None else cfg.training.steps  # 0: evaluate once
     return RunSetup(cfg, dataset, hparams, splits,
                     test_envs, train_envs, img_size, train_tf, eval_tf,

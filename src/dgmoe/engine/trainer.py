@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from dgmoe.data.loaders import EvalBatches
+from dgmoe.engine.closing import finished_line, selected_by_training_domains, test_summary
 from dgmoe.engine.config import RunConfig, identity_differences
 from dgmoe.engine.distributed import DistInfo, barrier, init_from_env, make_gradient_averager, shard
 from dgmoe.engine.evaluate import evaluate_domains, online_val_loss, sampled_splits
@@ -55,26 +56,16 @@ class RunResult:
     resumed_from: int | None
     already_done: bool
 
-    def _summary(self, record: dict[str, Any]) -> dict[str, Any]:
-        args = record["args"]
-        accs = {args["domains"][i]: record[f"env{i}_in_acc"] for i in args["test_envs"]}
-        return {"step": record["step"], "test_acc": sum(accs.values()) / len(accs), "test_accs": accs}
-
     @property
     def final(self) -> dict[str, Any]:
         """The last checkpoint: `step`, `test_acc` (mean over held-out domains) and `test_accs` per domain."""
-        return self._summary(self.records[-1])
+        return test_summary(self.records[-1])
 
     @property
-    def selected(self) -> dict[str, Any]:
+    def selected(self) -> dict[str, Any] | None:
         """The checkpoint training-domain validation selects (the first with the best mean training-domain
-        `out` accuracy, as DomainBed within a run), with its `val_acc`."""
-        best, best_val = self.records[0], -1.0
-        for record in self.records:
-            val = train_domain_val_acc(record)
-            if val > best_val:
-                best, best_val = record, val
-        return {**self._summary(best), "val_acc": best_val}
+        `out` accuracy, as DomainBed within a run), with its `val_acc`; None without validation accuracies."""
+        return selected_by_training_domains(self.records)
 
 
 class RunMismatchError(UsageError):
@@ -303,7 +294,7 @@ def _run_loop(cfg: RunConfig, setup: RunSetup, writer: RunWriter, run_log: RunLo
     writer.finish(progress.records, stopped_early)
     result = RunResult(writer.out, progress.records, start or None, False)
     if progress.records and info.is_main:
-        run_log.say(_finished_line(result))
+        run_log.say(finished_line(result.output_dir, result.records))
     return result
 
 
@@ -359,13 +350,6 @@ def _eval_splits(step: int, cfg: RunConfig, setup: RunSetup) -> tuple[Any, Any, 
         return setup.splits, setup.uda, None
     splits, uda = sampled_splits(setup.splits, setup.uda, n, cfg.seeds.trial_seed)
     return splits, uda, n
-
-
-def _finished_line(result: RunResult) -> str:
-    final, chosen = result.final, result.selected
-    return (f"finished {result.output_dir}: test accuracy {final['test_acc']:.4f} at the last step "
-            f"({final['step']}), {chosen['test_acc']:.4f} at step {chosen['step']} chosen by training-domain "
-            f"validation ({chosen['val_acc']:.4f})")
 
 
 def _peak_memory_gb(device: str) -> float:

@@ -13,35 +13,17 @@ from typing import Any, Sequence
 
 import torch.nn as nn
 
+from dgmoe import names
 from dgmoe.errors import UsageError
 from dgmoe.models.registry import MODELS
-from dgmoe.registry import UnknownNameError
 
-HUB_PREFIXES = ("hf-hub:", "hf_hub:")
+HUB_PREFIXES = names.HUB_PREFIXES
 
 
 def check_model_name(name: str) -> None:
-    """A one-line error for a timm model name that picks downloadable weights: a hub name
-    ('hf-hub:timm/vit_small_patch16_224.augreg_in21k', 'timm/...') or a pretrained tag ('resnet50.a1_in1k')."""
-    from dgmoe.models.pretrained import OFFLINE_HELP
-
-    if not isinstance(name, str) or name in MODELS:
-        return
-    bare = name
-    hub = bare.startswith(HUB_PREFIXES)
-    if hub:
-        bare = bare.split(":", 1)[1]
-    hub = hub or bare.startswith("timm/")
-    bare = bare.split("/", 1)[1] if hub and "/" in bare else bare
-    arch, dot, tag = bare.partition(".")
-    use = f"create_model({arch!r}, pretrained=PATH)" if arch in MODELS else "a registered name (see `dgmoe models`)"
-    if hub:
-        raise UnknownNameError(f"model {name!r} is a Hugging Face Hub name; dgmoe builds registered models only: use "
-                               f"{use}. {OFFLINE_HELP}")
-    if dot and arch in MODELS:
-        raise UnknownNameError(f"model {name!r}: '.{tag}' is a timm pretrained tag (it picks the weights timm "
-                               f"downloads); dgmoe builds {arch!r} and loads weights from a local file: use {use}. "
-                               f"{OFFLINE_HELP}")
+    """A one-line error for a timm model name that picks downloadable weights (`dgmoe.names.check_model_name`
+    over the live registry): a hub name ('hf-hub:timm/...', 'timm/...') or a pretrained tag ('resnet50.a1_in1k')."""
+    names.check_model_name(name, MODELS)
 
 
 def create_model(name: str, num_classes: int | None = None, img_size: int | None = None,

@@ -33,6 +33,7 @@ from typing import Any, Collection
 import torch
 import torch.nn as nn
 
+from dgmoe import names
 from dgmoe.errors import UsageError
 from dgmoe.models.checkpoint_formats import closest_format, convert
 from dgmoe.models.resample import RESIZE_METHODS, PosResample, resample_patch_embed, resize_pos_embed
@@ -83,19 +84,13 @@ class LoadReport:
         return "; ".join(parts)
 
 
-OFFLINE_HELP = ("dgmoe loads pretrained weights from local files only and downloads nothing. On a machine with "
-                "internet: `m = timm.create_model('deit_small_patch16_224', pretrained=True)`, then "
-                "`safetensors.torch.save_file(m.state_dict(), 'deit_small.safetensors')`; copy the file here and pass "
-                "its path (hf-hub:<repo> also works online with the 'hub' extra)")
+OFFLINE_HELP = names.OFFLINE_HELP
 
 
 def missing_checkpoint(source: object) -> CheckpointError:
-    """The error for a `pretrained` value that is not a checkpoint file, with what to do instead."""
-    if source is True or str(source).lower() == "true":
-        return CheckpointError(f"pretrained={source!r} is timm's way to download weights; {OFFLINE_HELP}")
-    if "/" not in str(source) and "." not in str(source):  # a model or hub name, not a path
-        return CheckpointError(f"checkpoint file not found: {source} (a model name? {OFFLINE_HELP})")
-    return CheckpointError(f"checkpoint file not found: {source}")
+    """The error for a `pretrained` value that is not a checkpoint file, with what to do instead (its words:
+    `dgmoe.names.missing_checkpoint_message`, which `dgmoe train` also answers with before torch starts)."""
+    return CheckpointError(names.missing_checkpoint_message(source))
 
 
 #: where a `.pth` holds its state dict, first found wins: `pretrained` (DeiT's 'model' first) and, as timm's

@@ -194,6 +194,11 @@ def comparison(recipe: Recipe, output_dir: str | Path, latex: bool = False) -> s
     manifest = read_manifest(output_dir)
     if manifest and manifest.get("recipe") != recipe.name:
         raise UsageError(f"{output_dir} holds recipe {manifest.get('recipe')!r}, not {recipe.name!r} (recipe.json)")
+    parts = [p.name for p in recipe.parts]
+    if not manifest and recipe.kind not in ("cost", "synthetic") and not any((output_dir / n).is_dir() for n in parts):
+        raise UsageError(f"{output_dir} holds no run of recipe {recipe.name}: no recipe.json and none of its part "
+                         f"folders ({', '.join(parts)}) that `dgmoe recipe run {recipe.name}` writes; pass that "
+                         "recipe's --output-dir, or leave out --recipe for the runs' own tables")
     scale = manifest.get("scale", "paper")
     source: Source = (CostFile(recipe, output_dir) if recipe.kind == "cost" else SyntheticFile(output_dir)
                       if recipe.kind == "synthetic" else Obtained(recipe, output_dir, scale))

@@ -112,7 +112,7 @@ def groups_table(groups: Sequence[Group], page: Path, group_page: Callable[[Grou
                  with_dataset: bool = False) -> str:
     """One row per group: its runs, the seeds, and the test accuracy of its best runs, linked to its pages."""
     head = [*(["dataset"] if with_dataset else []), "algorithm", "model", "held-out domain(s)", "runs", "finished",
-            "trial seeds", "hparams draws", "test (%), best run per trial, mean", "best validation (%)"]
+            "trial seeds (which)", "hparams draws", "test (%), best run per trial, mean", "best validation (%)"]
     rows = []
     for g in groups:
         best = g.best_per_trial()
@@ -124,7 +124,8 @@ def groups_table(groups: Sequence[Group], page: Path, group_page: Callable[[Grou
         runs = f'<a href="{link(page, group_page(g, 1))}">{len(g.runs)}</a>'
         rows.append([*([html.escape(g.dataset)] if with_dataset else []), html.escape(g.algorithm),
                      html.escape(g.model), html.escape(", ".join(g.held_out) or "none"), runs,
-                     str(sum(r.done for r in g.runs)), html.escape(_short(trials)), str(len(hps)),
+                     str(sum(r.done for r in g.runs)),
+                     html.escape(f"{'seed' if len(trials) == 1 else 'seeds'} {_short(trials)}"), str(len(hps)),
                      pct(mean_test), "" if top is None or top.selected is None else pct(top.selected.val_acc)])
     return table_html(head, rows, escape=False, left=4 if with_dataset else 3)
 

@@ -2,18 +2,24 @@
 checkpoints WILDS' model selection picks.
 
 WILDS' leaderboard takes, per method, one prediction file per evaluation split and seed, named
-`{dataset}_split:{split}_seed:{seed}_epoch:best_pred.csv`, one predicted label per line in the order of the
-split's examples (the metadata's row order, which is the order of a dgmoe WILDS domain), and a summary of the
-official metrics (Koh et al., WILDS, ICML 2021, App. and the leaderboard's submission guidelines). For each
+`{dataset}_split:{split}_seed:{seed}_epoch:best_pred.csv` with WILDS' own dataset and split names (`fmow`,
+`iwildcam`, `camelyon17`; Camelyon17's hospital_1 is its `val`, hospital_2 its `test`: `GroupEvaluation.wilds_name`
+and `wilds_splits`), one predicted label per line in the order of the split's examples (the metadata's row
+order, which is the order of a dgmoe WILDS domain): WILDS' evaluator `examples/evaluate.py` looks for files
+starting `{dataset}_split:{split}_seed:{seed}` (Koh et al., WILDS, ICML 2021, App. and the leaderboard's
+submission guidelines; `tests/parity/fixtures/wilds_evaluate.json` records its expectations). Files go to
+`DIR/<WILDS name>/<method>/`, the folder `evaluate.py <folder> <out> --dataset <WILDS name>` reads. For each
 (algorithm, model) and trial seed, the checkpoint is the one the table's selection picks (`worst`: the OOD
 validation split, WILDS' default; `worst-id`: id_val), so its weights must have been kept: the best or last
 weights when they are that checkpoint, else `model_step<N>.safetensors` (`--save-model-every-checkpoint`).
 
 The summary (`summary.json`, `summary.md` per method folder) gives, per split, the official metrics computed
-from the written predictions, per seed and as mean and standard deviation over seeds, beside the values the
-run's record holds for that checkpoint (they agree: both are over the whole split), the number of seeds
-against the number WILDS asks for, and the selection. Runs trained on a subsample (`--n-per-domain`) are
-refused: their splits are not WILDS' splits.
+from the written predictions, per seed and, as WILDS' evaluator aggregates them, as mean and standard deviation
+over seeds (ddof=1; null for one seed), beside the values the run's record holds for that checkpoint (they
+agree: both are over the whole split), the number of seeds against the number WILDS asks for, the selection,
+and the splits WILDS' evaluator reads that were not written (Camelyon17's id_val, which dgmoe's hospital domains
+do not hold apart) or that the dataset is a split of dgmoe's own (FMoW-LAO), which the evaluator does not know.
+Runs trained on a subsample (`--n-per-domain`) are refused: their splits are not WILDS' splits.
 """
 from __future__ import annotations
 
@@ -29,12 +35,14 @@ import torch
 from dgmoe.engine.checkpoint import WEIGHT_FILES, checkpoint_step, load_state, read_run_config, saved_run
 from dgmoe.engine.io import atomic_folder, remove_stale_folders, write_json_atomic, write_text_atomic
 from dgmoe.errors import UsageError
+from dgmoe.metrics import GroupEvaluation
+from dgmoe.records import WILDS_METRIC_NAMES
 from dgmoe.report.tables import row_labels, user_labels
 from dgmoe.report.wilds import required_seeds, wilds_datasets, wilds_runs
 from dgmoe.selection import WorstGroupSelection, sweep_accs
 from dgmoe.tables import heading, one_line
 
-OFFICIAL = {"acc_avg": "acc_avg", "acc_worst_group": "acc_worst_{field}", "f1_macro": "F1-macro_all"}
+OFFICIAL = WILDS_METRIC_NAMES  # record key suffix -> WILDS' metric name ("{groups}": the group field)
 
 
 @dataclass(frozen=True)
@@ -133,7 +141,7 @@ def _metrics(dataset: str, y: np.ndarray, pred: np.ndarray, groups: np.ndarray) 
     if evaluation is None:
         return {"acc_avg": float((y == pred).mean())}
     raw = evaluation.record("", torch.as_tensor(y), torch.as_tensor(pred), torch.as_tensor(groups))
-    return {OFFICIAL[k].format(field=evaluation.field): float(raw[k]) for k in OFFICIAL if k in raw}
+    return {OFFICIAL[k].format(groups=evaluation.field): float(raw[k]) for k in OFFICIAL if k in raw}
 
 
 def _folder(label: str) -> str:
@@ -152,31 +160,33 @@ def export(records: pd.DataFrame, out: Path, method: type[WorstGroupSelection] =
 
     folders: dict[Path, tuple[str, str]] = {}
     for pick in picks:
-        taken = folders.setdefault(out / pick.dataset / _folder(pick.label), (pick.dataset, pick.label))
+        wilds_name = (get_spec(pick.dataset).evaluation or GroupEvaluation("group")).wilds_name or pick.dataset
+        folder = out / wilds_name / _folder(pick.label)
+        taken = folders.setdefault(folder, (pick.dataset, pick.label))
         if taken != (pick.dataset, pick.label):
-            raise UsageError(f"the rows {taken[1]!r} and {pick.label!r} would share the folder "
-                             f"{out / pick.dataset / _folder(pick.label)}; give the runs --labels that differ in "
-                             "letters or digits")
+            raise UsageError(f"the rows {taken[1]!r} and {pick.label!r} would share the folder {folder}; give the "
+                             "runs --labels that differ in letters or digits")
     summaries: dict[tuple[str, str], dict[str, Any]] = {}
     files: dict[tuple[str, str], dict[str, str]] = {}
     for pick in picks:
-        folder = out / pick.dataset / _folder(pick.label)
         domains = list(pick.record["args"]["domains"])
-        spec = get_spec(pick.dataset)
-        field = spec.evaluation.field if spec.evaluation is not None else "group"
+        evaluation = get_spec(pick.dataset).evaluation or GroupEvaluation("group")
+        field, name = evaluation.field, evaluation.wilds_name or pick.dataset
+        folder = out / name / _folder(pick.label)
         summary = summaries.setdefault((pick.dataset, pick.label), {
-            "dataset": pick.dataset, "method": pick.label, "selection": method.name,
-            "seeds_required": required_seeds(pick.dataset), "seeds": {},
-            "folder": str(folder)})
+            "dataset": pick.dataset, "wilds_name": evaluation.wilds_name, "method": pick.label,
+            "selection": method.name, "seeds_required": required_seeds(pick.dataset), "seeds": {},
+            "folder": str(folder), "evaluator_reads": list(evaluation.wilds_eval_splits)})
         seed_entry: dict[str, Any] = {"run": str(pick.run_dir), "step": pick.step, "weights": pick.weights.name,
                                       "splits": {}}
-        for split, (y, pred, groups) in predict_splits(pick, device, data_dir).items():
-            name = pred_file_name(pick.dataset, split, pick.trial_seed)
-            files.setdefault((pick.dataset, pick.label), {})[name] = "".join(f"{int(p)}\n" for p in pred)
-            env = domains.index(split)
-            recorded = {OFFICIAL[k].format(field=field): pick.record.get(f"env{env}_{k}") for k in OFFICIAL
+        for domain, (y, pred, groups) in predict_splits(pick, device, data_dir).items():
+            split = evaluation.wilds_split(domain)
+            file_name = pred_file_name(name, split, pick.trial_seed)
+            files.setdefault((pick.dataset, pick.label), {})[file_name] = "".join(f"{int(p)}\n" for p in pred)
+            env = domains.index(domain)
+            recorded = {OFFICIAL[k].format(groups=field): pick.record.get(f"env{env}_{k}") for k in OFFICIAL
                         if f"env{env}_{k}" in pick.record}
-            seed_entry["splits"][split] = {"file": name, "n": int(len(pred)),
+            seed_entry["splits"][split] = {"file": file_name, "n": int(len(pred)),
                                            "metrics": _metrics(pick.dataset, y, pred, groups), "recorded": recorded}
         summary["seeds"][str(pick.trial_seed)] = seed_entry
         echo(f"{pick.dataset} / {one_line(pick.label)} / seed {pick.trial_seed}: {len(seed_entry['splits'])} "
@@ -184,6 +194,9 @@ def export(records: pd.DataFrame, out: Path, method: type[WorstGroupSelection] =
     paths = []
     for key, summary in summaries.items():
         summary["aggregate"] = _aggregate(summary["seeds"])
+        summary["not_written"] = not_written(summary)
+        for line in summary["not_written"]:
+            echo(f"{summary['dataset']} / {summary['method']}: {line}")
         folder = Path(summary["folder"])
         folder.parent.mkdir(parents=True, exist_ok=True)
         for stale in remove_stale_folders(folder.parent):
@@ -197,15 +210,28 @@ def export(records: pd.DataFrame, out: Path, method: type[WorstGroupSelection] =
     return paths
 
 
-def _aggregate(seeds: dict[str, Any]) -> dict[str, dict[str, dict[str, float]]]:
-    """{split: {metric: {mean, std}}} over seeds (std with ddof=0; 0 for one seed)."""
+def not_written(summary: dict[str, Any]) -> list[str]:
+    """What WILDS' evaluator would miss in a method folder: a dataset it does not know, the splits it reads
+    that no seed wrote (one line each; empty: the folder is complete for it, seeds aside)."""
+    if summary["wilds_name"] is None:
+        return [f"{summary['dataset']} is a split of dgmoe's own, not a WILDS benchmark: WILDS' evaluator does "
+                "not read it"]
+    written = {split for entry in summary["seeds"].values() for split in entry["splits"]}
+    missing = [s for s in summary["evaluator_reads"] if s not in written]
+    return [f"WILDS' evaluator also reads split {s}, which these runs did not hold out (no file written; "
+            f"evaluate.py stops there)" for s in missing]
+
+
+def _aggregate(seeds: dict[str, Any]) -> dict[str, dict[str, dict[str, float | None]]]:
+    """{split: {metric: {mean, std}}} over seeds, as WILDS' evaluator aggregates replicates: `np.mean` and
+    `np.std(..., ddof=1)` (None for one seed, where that is undefined)."""
     values: dict[str, dict[str, list[float]]] = {}
     for entry in seeds.values():
         for split, info in entry["splits"].items():
             for metric, value in info["metrics"].items():
                 values.setdefault(split, {}).setdefault(metric, []).append(value)
-    return {split: {m: {"mean": float(np.mean(v)), "std": float(np.std(v))} for m, v in metrics.items()}
-            for split, metrics in values.items()}
+    return {split: {m: {"mean": float(np.mean(v)), "std": float(np.std(v, ddof=1)) if len(v) > 1 else None}
+                    for m, v in metrics.items()} for split, metrics in values.items()}
 
 
 def summary_markdown(summary: dict[str, Any]) -> str:
@@ -216,6 +242,9 @@ def summary_markdown(summary: dict[str, Any]) -> str:
              "| split | metric | mean (%) | std (%) |", "|:--|:--|--:|--:|"]
     for split, metrics in summary["aggregate"].items():
         for metric, stats in metrics.items():
-            lines.append(f"| {split} | {metric} | {100 * stats['mean']:.2f} | {100 * stats['std']:.2f} |")
+            std = "-" if stats["std"] is None else f"{100 * stats['std']:.2f}"
+            lines.append(f"| {split} | {metric} | {100 * stats['mean']:.2f} | {std} |")
     files = sorted(info["file"] for e in summary["seeds"].values() for info in e["splits"].values())
-    return "\n".join(lines + ["", "Prediction files: " + ", ".join(files), ""])
+    notes = [f"Not for WILDS' evaluator as it stands: {line}." for line in summary.get("not_written", [])]
+    return "\n".join(lines + ["", "std: over seeds with ddof=1, as WILDS' evaluator; - for one seed.",
+                              "Prediction files: " + ", ".join(files), *notes, ""])

@@ -66,14 +66,17 @@ def results_section(records, selection: str, multi: list[RunInfo]) -> tuple[str,
 
     Only datasets with single-test-domain runs have DomainBed tables, those with WILDS metrics WILDS tables and
     the distribution-shift suites their shift table; `multi` are the runs of the others."""
-    from dgmoe.report.results import results_tables
+    from dgmoe.report.results import left_out, results_tables
     from dgmoe.report.shifts import shift_datasets
     from dgmoe.report.wilds import wilds_datasets
 
     if records is not None and len(records):
         single = (set(records.loc[records["test_envs"].map(len) == 1, "dataset"]) | set(wilds_datasets(records))
                   | set(shift_datasets(records)))
+        left = left_out(records, [*wilds_datasets(records), *shift_datasets(records)])
         records = records[records["dataset"].isin(single)]
+        if not len(records):
+            return "".join(f'<p class="problem">No results table. {html.escape(n)}</p>' for n in left), []
     if records is None or not len(records):
         return "<p>No finished run yet: no results table (unfinished runs are in the run index).</p>", []
     try:

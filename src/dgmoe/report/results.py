@@ -8,8 +8,10 @@ from typing import Sequence, cast
 import pandas as pd
 
 from dgmoe.report.tables import averages_table, dataset_table, preamble, user_labels
+from dgmoe.report.text import count
 from dgmoe.selection import (
     IDWorstGroupSelection,
+    LeaveOneOutSelection,
     MethodLike,
     WildsOfficialSelection,
     WorstGroupSelection,
@@ -55,8 +57,9 @@ def results_tables(
         cells += (" WILDS tables: accuracy, worst-group accuracy and macro-F1 (%) over each held-out split, "
                   "at the checkpoint with the best worst-group accuracy on the validation split.")
     chosen = [m for m in methods if not (m is WorstGroupSelection and not wilds)]
+    left = left_out(records, wilds)
     parts = [preamble(records, "dgmoe results", cells, latex),
-             protocol_block(records, "; ".join(m.name for m in chosen), latex)]
+             protocol_block(records, "; ".join(m.name for m in chosen), latex), *(note(n, latex) for n in left)]
     for method in methods:
         worst = issubclass(method, WorstGroupSelection)
         datasets = [d for d in single if not (worst and d in wilds)]
@@ -69,6 +72,9 @@ def results_tables(
             sweep = sweep_accs(records, method)
             for d in datasets:  # Camelyon17: beside the accuracy, the held-out hospital's worst-slide accuracy
                 tables.append(dataset_table(records, sweep, d, latex, names))
+                why = loo_note(records, d) if method is LeaveOneOutSelection else None
+                if why:
+                    tables.append(note(why, latex))
                 if hparams:
                     tables.append(selected_table(records, sweep, d, latex, names))
                 if (oop := oop_key(d)) is not None:  # DomainBed-OOP: the test domain's out-of-pretraining images
@@ -87,7 +93,46 @@ def results_tables(
         for d in suites:
             fits = read_fits(shift_fit, suite_of(d)) if shift_fit is not None else None  # type: ignore[arg-type]
             parts.append(shift_table(records, d, latex, names, fits))
-    if len(parts) == 2:
+    if len(parts) == 2 + len(left):
         raise ValueError("no run fits a results table: DomainBed's tables need runs that hold out one domain "
-                         "(--test-envs t), WILDS tables runs that hold out the validation split")
+                         "(--test-envs t), WILDS tables runs that hold out the validation split"
+                         + "".join(f"; {n[len('Left out: '):]}" for n in left))
     return "\n\n".join(parts) + "\n"
+
+
+def note(text: str, latex: bool) -> str:
+    """A line of text between tables (a comment line in LaTeX)."""
+    return f"% {text}" if latex else text
+
+
+def left_out(records: pd.DataFrame, wilds: Sequence[str]) -> list[str]:
+    """One line per dataset whose runs are in no table, and why: runs that hold out several domains at once,
+    of a dataset without a WILDS table or any single-test-domain run (leave-one-domain-out reads such runs
+    only beside single runs of the same cell)."""
+    single = set(records.loc[records["test_envs"].map(len) == 1, "dataset"])
+    multi = records[(records["test_envs"].map(len) > 1) & ~records["dataset"].isin([*wilds, *single])]
+    lines = []
+    for dataset, runs in multi.groupby("dataset", sort=True):
+        dirs = sorted(runs["run_dir"].unique())
+        envs = sorted({tuple(t) for t in runs["test_envs"]})
+        lines.append(f"Left out: {count(len(dirs), 'run')} of {dataset} (e.g. {dirs[0]}) "
+                     f"{'holds' if len(dirs) == 1 else 'hold'} out several domains at once (--test-envs "
+                     f"{' '.join(map(str, envs[0]))}); leave-one-domain-out selection reads such runs beside "
+                     "single-domain runs of the same cell, and there are none.")
+    return lines
+
+
+def loo_note(records: pd.DataFrame, dataset: str) -> str | None:
+    """Why a dataset's leave-one-domain-out cells are X: no run of it, or not every pair {t, v}, holds out a pair
+    of domains (a cell for t needs the pair runs {t, v} of every other domain v); None when all pairs are there."""
+    mine = records[records["dataset"] == dataset]
+    pairs = {tuple(sorted(t)) for t in mine["test_envs"] if len(t) == 2}
+    n = int(mine["n_envs"].iloc[0]) if "n_envs" in mine.columns and len(mine) else 0
+    need = n * (n - 1) // 2
+    how = "--test-envs t v, which `dgmoe sweep launch` adds unless --single-test-envs"
+    if not pairs:
+        return f"Leave-one-domain-out on {dataset}: no run holds out a pair of domains ({how}), so every cell is X."
+    if len(pairs) < need:
+        return (f"Leave-one-domain-out on {dataset}: runs hold out {len(pairs)} of its {need} pairs of domains "
+                f"({how}); a cell for test domain t is X unless the pair of t with every other domain is there.")
+    return None

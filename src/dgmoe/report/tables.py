@@ -168,17 +168,52 @@ def averages_table(records: pd.DataFrame, sweep: pd.DataFrame, datasets: Sequenc
     return block + ("\n\n" + (latex_escape(PARTIAL_NOTE) if latex else PARTIAL_NOTE) if any_partial else "")
 
 
-def preamble(records: pd.DataFrame, title: str, cells: str, latex: bool) -> str:
+def _args(records: pd.DataFrame) -> list[dict]:
+    return [(r.get("args") or {}) if isinstance(r, dict) else {} for r in records["record"]] \
+        if "record" in records.columns else [{} for _ in range(len(records))]
+
+
+def run_counts(records: pd.DataFrame) -> str:
+    """"N records from R runs", the soups counted apart from the trained runs ("... from R trained runs and
+    S soups"): a soup's records (`args.soup`) come from no training of its own."""
+    soups = {d for d, a in zip(records["run_dir"], _args(records)) if a.get("soup")}
     n_runs = records["run_dir"].nunique()
+    if not soups:
+        return f"{count(len(records), 'record')} from {count(n_runs, 'run')}."
+    return f"{count(len(records), 'record')} from {count(n_runs - len(soups), 'trained run')} and " \
+        f"{count(len(soups), 'soup')}."
+
+
+def data_line(records: pd.DataFrame) -> str | None:
+    """"Data: <dataset> <version>" of the folders the runs read (`dgmoe.data.versions`), and, where runs
+    trained on a subsample of it (`--n-per-domain`), what they used; None when no record names a version."""
+    if "data_version" not in records.columns or not records["data_version"].notna().any():
+        return None
+    used: dict[str, set] = {}
+    for dataset, a in zip(records["dataset"], _args(records)):
+        used.setdefault(dataset, set()).add(a.get("n_per_domain"))
+    known = records.dropna(subset=["data_version"]).groupby("dataset")["data_version"].unique()
+    parts = []
+    for d, v in known.items():
+        sub = sorted(n for n in used.get(d, set()) if n is not None)
+        text = f"{d} {', '.join(sorted(v))}"
+        if sub:
+            full = " (others all of it)" if None in used.get(d, set()) else ""
+            text += f", of which the runs used --n-per-domain {', '.join(map(str, sub))} images per domain{full}"
+        parts.append(text)
+    return "Data: " + "; ".join(parts) + "."
+
+
+def preamble(records: pd.DataFrame, title: str, cells: str, latex: bool) -> str:
     lines = [
-        f"{count(len(records), 'record')} from {count(n_runs, 'run')}.",
+        run_counts(records),
         cells,
         "X: missing (no run can be scored).",
         'Rows read "algorithm / model" (or the runs\' --label).',
     ]
-    if "data_version" in records.columns and records["data_version"].notna().any():  # `dgmoe.data.versions`
-        known = records.dropna(subset=["data_version"]).groupby("dataset")["data_version"].unique()
-        lines.append("Data: " + "; ".join(f"{d} {', '.join(sorted(v))}" for d, v in known.items()) + ".")
+    data = data_line(records)
+    if data:
+        lines.append(data)
     if latex:
         return "\n".join([f"% {title}", "% Needs \\usepackage{booktabs}.", *(f"% {s}" for s in lines)])
     return "\n".join([heading(title, 1, False), "", " ".join(lines)])

@@ -22,6 +22,7 @@ from typing import Mapping
 
 import pandas as pd
 
+from dgmoe.records import WILDS_METRIC_NAMES
 from dgmoe.report.tables import RowKey, dataset_domains, format_avg, format_mean, row_keys, row_labels
 from dgmoe.selection import (
     GROUPS_FIELD,
@@ -36,8 +37,7 @@ from dgmoe.tables import table_block
 GROUPS = GROUPS_FIELD
 #: (record key suffix, column title: WILDS' official metric name); "{groups}" is the dataset's group field, e.g.
 #: region (FMoW's `acc_worst_region`); iWildCam's macro-F1 is WILDS' `F1-macro_all`
-METRICS: tuple[tuple[str, str], ...] = (("acc_avg", "acc_avg"), ("acc_worst_group", "acc_worst_{groups}"),
-                                        ("f1_macro", "F1-macro_all"))
+METRICS: tuple[tuple[str, str], ...] = tuple(WILDS_METRIC_NAMES.items())
 
 
 def required_seeds(dataset: str) -> int:

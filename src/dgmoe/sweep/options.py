@@ -56,10 +56,11 @@ class SoupOptions(Settings):
     """How `make_soups` reads, evaluates and writes (`dgmoe soup`)."""
 
     methods: tuple[str, ...] = setting(DEFAULT_METHODS, "Soups to make (repeat the flag or give a comma "
-                                       "list; default: the first four). uniform/greedy/ensemble average the hparams draws of one (dataset, held-out "
-                                       "domains, trial seed, algorithm, model); ratatouille the runs of any algorithm "
-                                       "that share an initialisation; wise-ft interpolates --zero-shot's weights and "
-                                       "each fine-tuned run's over --alpha.", choices=METHODS, flags=("--method",))
+                                       "list; default: the first four). uniform/greedy/ensemble average the hparams "
+                                       "draws of one (dataset, held-out domains, trial seed, algorithm, model); "
+                                       "ratatouille the runs of any algorithm that share an initialisation; wise-ft "
+                                       "interpolates --zero-shot's weights and each fine-tuned run's over --alpha.",
+                                       choices=METHODS, flags=("--method",))
     which: str = setting("best", "Each run's weights: best (training-domain validation within the run) or last.",
                          choices=("best", "last"), flags=("--weights",))
     partial: bool = setting(False, "Make the soups even when run folders under RUNS_DIR cannot be members (still "

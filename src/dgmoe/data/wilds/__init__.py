@@ -98,8 +98,9 @@ def _camelyon_builder(data_dir, img_size, n_per_domain=None, seed=0):
     return envs, camelyon.CAMELYON_CLASSES, f"Camelyon17-WILDS at {root} (patches decoded per item)"
 
 
-def _fmow_evaluation(val_domain: str) -> GroupEvaluation:
-    return GroupEvaluation("region", fmow.FMOW_REGIONS, exclude_substring=fmow.OTHER, val_domain=val_domain)
+def _fmow_evaluation(val_domain: str, wilds_name: str | None) -> GroupEvaluation:
+    return GroupEvaluation("region", fmow.FMOW_REGIONS, exclude_substring=fmow.OTHER, val_domain=val_domain,
+                           wilds_name=wilds_name, wilds_eval_splits=_eval_domains("official") if wilds_name else ())
 
 
 def _eval_domains(layout: str) -> tuple[str, ...]:
@@ -109,12 +110,12 @@ def _eval_domains(layout: str) -> tuple[str, ...]:
 for _spec in (
     DatasetSpec("FMoW", "wilds", fmow.FMOW_LAYOUTS["official"], len(fmow.FMOW_CATEGORIES), fmow.FMOW_DIR,
                 checkpoint_freq=WILDS_CHECKPOINT_FREQ, builder=_fmow_builder("official"),
-                evaluation=_fmow_evaluation("val"), eval_domains=_eval_domains("official"),
+                evaluation=_fmow_evaluation("val", "fmow"), eval_domains=_eval_domains("official"),
                 reference=f"Christie et al., CVPR 2018; {REFERENCE}; MoGE Table 1a",
                 data_check=_fmow_files, hparams=FMOW_REGION_HEADS, class_names=fmow.FMOW_CATEGORIES),
     DatasetSpec("FMoW-LAO", "wilds", fmow.FMOW_LAYOUTS["leave_asia_out"], len(fmow.FMOW_CATEGORIES), fmow.FMOW_DIR,
                 checkpoint_freq=WILDS_CHECKPOINT_FREQ, builder=_fmow_builder("leave_asia_out"),
-                evaluation=_fmow_evaluation("val_asia"), eval_domains=_eval_domains("leave_asia_out"),
+                evaluation=_fmow_evaluation("val_asia", None), eval_domains=_eval_domains("leave_asia_out"),
                 reference="dgmoe's FMoW leave-Asia-out split (MoGE Table 1b), dgmoe.data.wilds",
                 data_check=_fmow_files, hparams=FMOW_REGION_HEADS, class_names=fmow.FMOW_CATEGORIES),
     DatasetSpec("WILDSFMoW", "wilds", fmow.FMOW_LAYOUTS["regions"], len(fmow.FMOW_CATEGORIES), fmow.FMOW_DIR,
@@ -123,14 +124,18 @@ for _spec in (
                 data_check=_fmow_files, class_names=fmow.FMOW_CATEGORIES),
     DatasetSpec("iWildCam", "wilds", iwildcam.IWILDCAM_DOMAINS, iwildcam.IWILDCAM_NUM_CLASSES, iwildcam.IWILDCAM_DIR,
                 checkpoint_freq=WILDS_CHECKPOINT_FREQ, native_size=448, builder=_iwildcam_builder,
-                evaluation=GroupEvaluation("location_id", f1_macro=True, val_domain="val"),
+                evaluation=GroupEvaluation("location_id", f1_macro=True, val_domain="val", wilds_name="iwildcam",
+                                           wilds_eval_splits=iwildcam.IWILDCAM_DOMAINS[1:]),
                 eval_domains=iwildcam.IWILDCAM_DOMAINS[1:],
                 reference=f"Beery et al., 2021; {REFERENCE}; MoGE Table 1c",
                 data_check=_iwildcam_files),
     DatasetSpec("Camelyon17", "wilds", camelyon.CAMELYON_DOMAINS, len(camelyon.CAMELYON_CLASSES),
                 camelyon.CAMELYON_DIR, checkpoint_freq=WILDS_CHECKPOINT_FREQ, builder=_camelyon_builder,
                 evaluation=GroupEvaluation("slide", val_domain=camelyon.CAMELYON_DOMAINS[camelyon.VAL_HOSPITAL],
-                                           trial_seeds=10),
+                                           trial_seeds=10, wilds_name="camelyon17",
+                                           wilds_splits=((camelyon.CAMELYON_DOMAINS[camelyon.VAL_HOSPITAL], "val"),
+                                                         (camelyon.CAMELYON_DOMAINS[camelyon.TEST_HOSPITAL], "test")),
+                                           wilds_eval_splits=("id_val", "test", "val")),
                 reference=f"Bandi et al., IEEE TMI 2018; {REFERENCE}; DomainBed's WILDSCamelyon; GMoE Table 1",
                 data_check=_camelyon_files, class_names=camelyon.CAMELYON_CLASSES),
 ):

@@ -1,0 +1,178 @@
+"""What `dgmoe train` checks before torch is imported, so that a typo or a missing file answers at once (a
+torch start costs several CPU-seconds, minutes on a loaded login node): model, algorithm and dataset names,
+a dataset's domains for `--test-envs`, and the words of the errors that name a missing checkpoint file.
+
+The registries (`dgmoe.models.MODELS`, `dgmoe.algorithms.ALGORITHMS`, `dgmoe.data.catalogue.DATASETS`) fill
+up as torch-heavy modules are imported; the block below is derived from them, never edited by hand:
+`tests/test_names.py` checks that it equals them and rewrites it (`DGMOE_UPDATE_NAMES=1 python -m pytest
+tests/test_names.py`). The lookups raise the registries' own errors (`Registry.get`: "unknown model 'x'.
+Did you mean: ...?"), so an answer reads the same before torch starts as after.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from dgmoe.errors import UsageError
+from dgmoe.registry import Registry, UnknownNameError
+
+HUB_PREFIXES = ("hf-hub:", "hf_hub:")
+OFFLINE_HELP = ("dgmoe loads pretrained weights from local files only and downloads nothing. On a machine with "
+                "internet: `m = timm.create_model('deit_small_patch16_224', pretrained=True)`, then "
+                "`safetensors.torch.save_file(m.state_dict(), 'deit_small.safetensors')`; copy the file here and pass "
+                "its path (hf-hub:<repo> also works online with the 'hub' extra)")
+
+
+# --- derived from the registries by tests/test_names.py (DGMOE_UPDATE_NAMES=1); do not edit by hand ---
+MODEL_NAMES: tuple[str, ...] = (
+    'deit_base_patch16_224', 'deit_small_patch16_224', 'deit_tiny_patch16_224', 'gmoe_base_patch14_dinov2',
+    'gmoe_base_patch14_reg4_dinov2', 'gmoe_base_patch16_224', 'gmoe_base_patch16_clip_224',
+    'gmoe_base_patch16_clip_quickgelu_224', 'gmoe_large_patch14_clip_224', 'gmoe_large_patch14_clip_quickgelu_224',
+    'gmoe_micro_patch7_28', 'gmoe_small_patch14_dinov2', 'gmoe_small_patch14_reg4_dinov2', 'gmoe_small_patch16_224',
+    'gmoe_tiny_patch16_224', 'hybrid_sfmoe_small_r26_s32_224', 'moge_small_patch16_224', 'moge_tiny_patch16_224',
+    'resnet101', 'resnet50', 'sfmoe_base_patch14_dinov2', 'sfmoe_base_patch16_clip_224',
+    'sfmoe_base_patch16_clip_quickgelu_224', 'sfmoe_small_patch14_dinov2', 'sfmoe_small_patch16_224',
+    'vit_base_patch14_dinov2', 'vit_base_patch14_reg4_dinov2', 'vit_base_patch16_224', 'vit_base_patch16_clip_224',
+    'vit_base_patch16_clip_quickgelu_224', 'vit_large_patch14_clip_224', 'vit_large_patch14_clip_quickgelu_224',
+    'vit_le_tiny_patch16_224', 'vit_micro_patch7_28', 'vit_micro_patch7_clip_28',
+    'vit_micro_patch7_clip_quickgelu_28', 'vit_micro_patch7_dinov2', 'vit_micro_patch7_reg4_dinov2',
+    'vit_small_patch14_dinov2', 'vit_small_patch14_reg4_dinov2', 'vit_small_patch16_224', 'vit_small_r26_s32_224',
+    'vit_tiny_patch16_224',
+)
+ALGORITHM_NAMES: tuple[str, ...] = (
+    'ADRMX', 'ANDMask', 'ARM', 'CAD', 'CDANN', 'CORAL', 'CausIRL_CORAL', 'CausIRL_MMD', 'CondCAD', 'D3G', 'D3G_WRAP',
+    'DANN', 'EQRM', 'ERM', 'ERMPlusPlus', 'Fish', 'Fishr', 'GroupDRO', 'IB_ERM', 'IB_IRM', 'IGA', 'IRM', 'MIRO',
+    'MLDG', 'MMD', 'MTL', 'Mixup', 'MoGE', 'RDM', 'RSC', 'SANDMask', 'SD', 'SMA', 'SWAD', 'SagNet', 'SelfReg', 'TRM',
+    'Transfer', 'URM', 'VREx',
+)
+#: catalogue dataset -> (its domains, () when the folder names them; its evaluation-only domains)
+DATASET_DOMAINS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    'CUBDG': (('Candy', 'Mosaic', 'Natural', 'Udnie'), ()),
+    'Camelyon17': (('hospital_0', 'hospital_1', 'hospital_2', 'hospital_3', 'hospital_4'), ()),
+    'ColoredMNIST': (('+90%', '+80%', '-90%'), ()),
+    'Debug224': (('0', '1', '2'), ()),
+    'Debug28': (('0', '1', '2'), ()),
+    'DomainNet': (('clipart', 'infograph', 'painting', 'quickdraw', 'real', 'sketch'), ()),
+    'FMoW': ((
+        'train/Asia', 'train/Europe', 'train/Africa', 'train/Americas', 'train/Oceania', 'id_val', 'id_test', 'val',
+        'test',
+    ), ('id_val', 'id_test', 'val', 'test')),
+    'FMoW-LAO': ((
+        'train/Europe', 'train/Africa', 'train/Americas', 'train/Oceania', 'id_val', 'id_test', 'val_asia',
+        'test_asia',
+    ), ('id_val', 'id_test', 'val_asia', 'test_asia')),
+    'GeoMNIST': ((
+        'NorthAmerica', 'SouthAmerica', 'Europe', 'Africa', 'Asia', 'NorthAmerica/test', 'CentralAmerica/test',
+        'SouthAmerica/test', 'Europe/test', 'Africa/test', 'Asia/test',
+    ), ()),
+    'ImageFolder': ((), ()),
+    'NICOpp': (('autumn', 'dim', 'grass', 'outdoor', 'rock', 'water'), ()),
+    'OfficeHome': (('Art', 'Clipart', 'Product', 'Real World'), ()),
+    'PACS': (('art_painting', 'cartoon', 'photo', 'sketch'), ()),
+    'RotatedMNIST': (('0', '15', '30', '45', '60', '75'), ()),
+    'SVIRO': (('aclass', 'escape', 'hilux', 'i3', 'lexus', 'tesla', 'tiguan', 'tucson', 'x5', 'zoe'), ()),
+    'Sentinel2Sample': (('west', 'central', 'east'), ()),
+    'SpawriousM2M_easy': (('Test', 'SC_group_1', 'SC_group_2'), ()),
+    'SpawriousM2M_hard': (('Test', 'SC_group_1', 'SC_group_2'), ()),
+    'SpawriousM2M_medium': (('Test', 'SC_group_1', 'SC_group_2'), ()),
+    'SpawriousO2O_easy': (('Test', 'SC_group_1', 'SC_group_2'), ()),
+    'SpawriousO2O_hard': (('Test', 'SC_group_1', 'SC_group_2'), ()),
+    'SpawriousO2O_medium': (('Test', 'SC_group_1', 'SC_group_2'), ()),
+    'TerraIncognita': (('location_100', 'location_38', 'location_43', 'location_46'), ()),
+    'VLCS': (('Caltech101', 'LabelMe', 'SUN09', 'VOC2007'), ()),
+    'WILDSFMoW': (('Asia', 'Europe', 'Africa', 'Americas', 'Oceania', 'Other'), ()),
+    'iWildCam': (('train', 'id_val', 'id_test', 'val', 'test'), ('id_val', 'id_test', 'val', 'test')),
+}
+# --- end of the derived block ---
+
+
+def _light(kind: str, names: Sequence[str]) -> Registry[str]:
+    registry: Registry[str] = Registry(kind)
+    for name in names:
+        registry.add(name, name)
+    return registry
+
+
+def check_model_name(name: str, known: Sequence[str] | Registry = MODEL_NAMES) -> None:
+    """A one-line error for a timm model name that picks downloadable weights, with how to get the weights: a
+    hub name ('hf-hub:timm/vit_small_patch16_224.augreg_in21k', 'timm/...') or a pretrained tag
+    ('resnet50.a1_in1k'); nothing for a known name or another unknown one (the registry answers that)."""
+    if not isinstance(name, str) or name in known:
+        return
+    bare = name
+    hub = bare.startswith(HUB_PREFIXES)
+    if hub:
+        bare = bare.split(":", 1)[1]
+    hub = hub or bare.startswith("timm/")
+    bare = bare.split("/", 1)[1] if hub and "/" in bare else bare
+    arch, dot, tag = bare.partition(".")
+    use = f"create_model({arch!r}, pretrained=PATH)" if arch in known else "a registered name (see `dgmoe models`)"
+    if hub:
+        raise UnknownNameError(f"model {name!r} is a Hugging Face Hub name; dgmoe builds registered models only: use "
+                               f"{use}. {OFFLINE_HELP}")
+    if dot and arch in known:
+        raise UnknownNameError(f"model {name!r}: '.{tag}' is a timm pretrained tag (it picks the weights timm "
+                               f"downloads); dgmoe builds {arch!r} and loads weights from a local file: use {use}. "
+                               f"{OFFLINE_HELP}")
+
+
+def check_names(dataset: str, model: str, algorithm: str) -> None:
+    """Refuse an unknown model, algorithm or dataset name with the registry's own error, without torch."""
+    check_model_name(model)
+    _light("model", MODEL_NAMES).get(model)
+    _light("algorithm", ALGORITHM_NAMES).get(algorithm)
+    _light("dataset", list(DATASET_DOMAINS)).get(dataset)
+
+
+def test_envs_problem(name: str, domains: Sequence[str], eval_domains: Sequence[str],
+                      test_envs: Sequence[int]) -> str | None:
+    """What is wrong with `test_envs` for a dataset with these domains (None: nothing); the message lists the
+    domains with their indices. Evaluation-only domains (WILDS' splits) must all be held out."""
+    valid = ", ".join(f"{i}={d}" for i, d in enumerate(domains))
+    out = []
+    for t in test_envs:
+        if isinstance(t, bool) or not hasattr(t, "__index__") or not 0 <= int(t) < len(domains):
+            return f"test env {t!r} is out of range for {name}, which has {len(domains)} domains ({valid})"
+        out.append(int(t))
+    if len(set(out)) != len(out):
+        return f"test envs {list(test_envs)} repeat a domain ({valid})"
+    if len(out) >= len(domains):
+        return f"test envs {out} leave no training domain in {name} ({valid})"
+    required = [list(domains).index(d) for d in eval_domains]
+    if not set(required) <= set(out):
+        trained = ", ".join(f"{i}={domains[i]}" for i in required if i not in out)
+        return (f"{name}'s domains {trained} are evaluation splits, never trained on: hold them out with "
+                f"{' '.join(f'--test-envs {i}' for i in required)} (got {out}; {valid})")
+    return None
+
+
+def evaluation_envs(dataset: str) -> list[int]:
+    """The indices of a catalogue dataset's evaluation-only domains, which every run holds out (WILDS' evaluation
+    splits; `dgmoe.data.catalogue.evaluation_envs` reads the live catalogue); [] for another name."""
+    domains, eval_domains = DATASET_DOMAINS.get(dataset, ((), ()))
+    return [domains.index(d) for d in eval_domains]
+
+
+def check_test_envs(dataset: str, test_envs: Sequence[int]) -> None:
+    """`test_envs_problem` for a catalogue dataset whose domains are declared (a folder's are checked once read)."""
+    domains, eval_domains = DATASET_DOMAINS.get(dataset, ((), ()))
+    problem = test_envs_problem(dataset, domains, eval_domains, test_envs) if domains else None
+    if problem:
+        raise UsageError(problem)
+
+
+def missing_checkpoint_message(source: object) -> str:
+    """The words for a `pretrained` value that is not a checkpoint file, with what to do instead."""
+    if source is True or str(source).lower() == "true":
+        return f"pretrained={source!r} is timm's way to download weights; {OFFLINE_HELP}"
+    if "/" not in str(source) and "." not in str(source):  # a model or hub name, not a path
+        return f"checkpoint file not found: {source} (a model name? {OFFLINE_HELP})"
+    return f"checkpoint file not found: {source}"
+
+
+def check_pretrained_file(source: str | None) -> None:
+    """Refuse a `--pretrained` value that names no file (a hub name is left to the loader)."""
+    from pathlib import Path
+
+    if source is None or str(source).startswith(HUB_PREFIXES) or Path(source).is_file():
+        return
+    raise UsageError(missing_checkpoint_message(source))
