@@ -179,3 +179,13 @@ def test_dgmoe_models_shows_trainable_and_total_counts_under_each_mode(cli):
     assert linear == "0.769M/86.57M" and lora.startswith("1.064M/86.86M")
     result = cli("models", "resnet50", "--peft", "lora")
     assert result.output.strip().splitlines()[1].split() == ["resnet50", "25.56M", "-"]
+
+
+def test_dgmoe_models_lists_moas_trainable_count_on_openclip_vit_b16(cli):
+    """MoA's adapters, routers and rule on ViT-B/16 (1,485,830: MoA's own count less its never-read phm_rule0,
+    tests/parity/test_moa_parity.py) plus the 1000-class head on the 512-d projection (513,000)."""
+    result = cli("models", "vit_base_patch16_clip_224", "--peft", "moa")
+    assert result.exit_code == 0, result.output
+    assert result.output.strip().splitlines()[1].split() == ["vit_base_patch16_clip_224", "86.71M", "1.999M/88.19M"]
+    model = build_on_meta("vit_base_patch16_clip_224", num_classes=1000, peft={"mode": "moa"})
+    assert parameter_counts(model)[1] == 1_485_830 + 513_000

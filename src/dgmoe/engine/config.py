@@ -86,9 +86,9 @@ class ModelConfig(_Section):
     peft_top_k: int = setting(1, "Adapter experts per token (k).", minimum=1)
     peft_router: str = setting("cosine", "Router of the adapter experts (GMoE's cosine, or linear).",
                                choices=("cosine", "linear"))
-    peft_expert: str = setting("", "Kind of adapter expert: bottleneck (beside the FFN), lora or kadaptation "
-                                   "(on --peft-targets) [adapter_experts: bottleneck; moa: kadaptation].",
-                               choices=("", *EXPERT_KINDS))
+    peft_expert: str | None = setting(None, "Kind of adapter expert: bottleneck (beside the FFN), lora or "
+                                      "kadaptation (on --peft-targets) [adapter_experts: bottleneck; moa: kadaptation].",
+                                      choices=EXPERT_KINDS)
     peft_expert_ranks: tuple[int, ...] = setting((), "One rank per LoRA/KAdaptation expert, e.g. 1,2,4,8 "
                                                      "[moa: 1,2,4,8; else --peft-rank for each].", minimum=1)
 
@@ -107,7 +107,7 @@ class ModelConfig(_Section):
             return PeftConfig(self.peft, self.peft_rank, self.peft_alpha, self.peft_dropout,
                               TARGET_PRESETS[self.peft_targets],
                               self.peft_blocks, self.peft_bottleneck, self.peft_experts, self.peft_top_k,
-                              self.peft_router, self.peft_expert, self.peft_expert_ranks)
+                              self.peft_router, self.peft_expert or "", self.peft_expert_ranks)
         except UsageError as e:
             raise ConfigError(str(e)) from None
 
