@@ -75,7 +75,8 @@ class PeftConfig:
             (self.router in ("cosine", "linear"), f"--peft-router must be cosine or linear, got {self.router!r}"),
             (self.expert in ("", *EXPERT_KINDS),
              f"--peft-expert must be one of {', '.join(EXPERT_KINDS)}; got {self.expert!r}"),
-            (all(r >= 1 for r in self.expert_ranks), f"--peft-expert-ranks must be >= 1, got {list(self.expert_ranks)}"),
+            (all(r >= 1 for r in self.expert_ranks),
+             f"--peft-expert-ranks must be >= 1, got {list(self.expert_ranks)}"),
             (self.expert_kind == "bottleneck" or len(self.ranks) == self.num_experts,
              f"--peft-expert-ranks gives {len(self.ranks)} ranks ({','.join(map(str, self.ranks))}) for "
              f"--peft-experts={self.num_experts}: give one rank per expert"),

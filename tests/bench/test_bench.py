@@ -7,8 +7,8 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from dgmoe.bench.moa import MOA_CANDIDATES, DenseThenMaskMoE, moa_layer
 from dgmoe.bench.layer import COMPILED, LIMIT, LayerBenchConfig, available_candidates, bench_moe_layer, limit_flops
+from dgmoe.bench.moa import MOA_CANDIDATES, DenseThenMaskMoE, moa_layer
 from dgmoe.bench.timing import (
     MIN_ROUNDS,
     Spread,

@@ -91,6 +91,7 @@ class TutelStyleMoE(MoEMlp):
         routing = self.route(x)
         self._record(x, routing, None)
         assert self.config.capacity_factor is not None  # always built with one (_moe_layer)
+        assert isinstance(self.experts, Experts)  # GMoE's FFN experts (`_moe_layer`)
         slots = expert_capacity(x.shape[0], self.config.num_experts, self.config.top_k, self.config.capacity_factor)
         return dispatch_module.padded_dispatch(x, routing.expert_idx, routing.gates, self.experts, routing.keep,
                                                slots=slots)

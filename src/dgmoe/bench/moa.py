@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 
 from dgmoe.models.peft import RoutedAdapterLinear, routed_linear
-from dgmoe.moe.adapter_experts import PHM_DIM, PHMRule
+from dgmoe.moe.adapter_experts import PHM_DIM, KroneckerExperts, PHMRule
 from dgmoe.moe.layer import MoEMlp
 from dgmoe.peft_config import PeftConfig
 
@@ -57,6 +57,7 @@ def moa_layer(candidate: str, dim: int) -> RoutedAdapterLinear:
         dense_layer = DenseThenMaskMoE(dim, 0, sparse.config, experts=sparse.experts)
         dense_layer.router = sparse.router
         layer.adapter = dense_layer
-    if kind == "kadaptation":  # the rule lives outside the layer in a model; keep it with the layer here
-        layer.add_module("rule", layer.adapter.experts.rule)  # type: ignore[union-attr]
+    bank = layer.adapter.experts
+    if isinstance(bank, KroneckerExperts):  # the rule lives outside the layer in a model; keep it with the layer
+        layer.add_module("rule", bank.rule)
     return layer

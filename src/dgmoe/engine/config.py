@@ -87,7 +87,8 @@ class ModelConfig(_Section):
     peft_router: str = setting("cosine", "Router of the adapter experts (GMoE's cosine, or linear).",
                                choices=("cosine", "linear"))
     peft_expert: str | None = setting(None, "Kind of adapter expert: bottleneck (beside the FFN), lora or "
-                                      "kadaptation (on --peft-targets) [adapter_experts: bottleneck; moa: kadaptation].",
+                                      "kadaptation (on --peft-targets) [adapter_experts: bottleneck; moa: "
+                                      "kadaptation].",
                                       choices=EXPERT_KINDS)
     peft_expert_ranks: tuple[int, ...] = setting((), "One rank per LoRA/KAdaptation expert, e.g. 1,2,4,8 "
                                                      "[moa: 1,2,4,8; else --peft-rank for each].", minimum=1)

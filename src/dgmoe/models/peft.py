@@ -43,9 +43,10 @@ import torch.nn.functional as F
 
 from dgmoe.errors import UsageError
 from dgmoe.models.layout import resolve_layout, sparse_blocks
-from dgmoe.moe.config import MoEConfig
-from dgmoe.moe.layer import MoEMlp
 from dgmoe.moe.adapter_experts import PHM_DIM, KroneckerExperts, LoRAExperts, PHMRule
+from dgmoe.moe.config import MoEConfig
+from dgmoe.moe.experts import Experts
+from dgmoe.moe.layer import MoEMlp
 from dgmoe.peft_config import ADAPTER, LORA_TARGETS, PeftConfig, is_trainable
 
 
@@ -97,9 +98,11 @@ def adapter_experts(dim: int, config: PeftConfig) -> MoEMlp:
     balance loss)."""
     moe = MoEConfig(num_experts=config.num_experts, top_k=config.top_k, router=config.router)  # type: ignore[arg-type]
     layer = MoEMlp(dim, config.bottleneck, moe)  # token routing, dropless, gate noise 1/N (GMoE App. C.3)
+    experts = layer.experts
+    assert isinstance(experts, Experts)  # the FFN experts MoEMlp builds by default
     with torch.no_grad():
-        layer.experts.fc2_weight.zero_()
-        layer.experts.fc2_bias.zero_()
+        experts.fc2_weight.zero_()
+        experts.fc2_bias.zero_()
     return layer
 
 
@@ -108,16 +111,17 @@ class RoutedAdapterLinear(nn.Linear):
     Keeps nn.Linear's `weight`/`bias` names (timm's), so the base weights load and save as before; the experts,
     their router and balance loss are the `MoEMlp` at `.adapter`."""
 
+    adapter: MoEMlp  # the name is `ADAPTER`, what `is_trainable` looks for
+
     def __init__(self, base: nn.Linear, adapter: MoEMlp):
         nn.Module.__init__(self)
         self.in_features, self.out_features = base.in_features, base.out_features
         self.weight, self.bias = base.weight, base.bias
-        self.add_module(ADAPTER, adapter)
+        self.adapter = adapter
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        moe = getattr(self, ADAPTER)
-        out = F.linear(x, self.weight, self.bias) + moe(x)
-        extra = getattr(moe.experts, "bias", None)
+        out = F.linear(x, self.weight, self.bias) + self.adapter(x)
+        extra = getattr(self.adapter.experts, "bias", None)
         return out if extra is None else out + extra.to(out.dtype)
 
 
