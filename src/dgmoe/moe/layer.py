@@ -212,7 +212,7 @@ class MoEMlp(nn.Module):
         if cfg.routing == "image":  # every token of an image goes to the image's experts
             per_image = tokens.shape[0] // x.shape[0]
             idx, gates = idx.repeat_interleave(per_image, 0), gates.repeat_interleave(per_image, 0)
-        dispatch = self._dispatch or choose_dispatch(cfg.dispatch, tokens)
+        dispatch = self._dispatch or self._choose_dispatch(tokens)
         out = dispatch(tokens, idx, gates, self.experts, keep).reshape(*x.shape[:-1], -1)
         if self.training and self.mode == "routed":
             self._record(x, routing, shared)
@@ -224,6 +224,14 @@ class MoEMlp(nn.Module):
         assert gate is not None  # built together with the shared expert
         gamma = gate.to(x.dtype)
         return gamma * shared + (1.0 - gamma) * out
+
+    def _choose_dispatch(self, tokens: torch.Tensor) -> Callable:
+        """`choose_dispatch` for GMoE's FFN experts; adapter banks (experts of their own shapes, which the
+        grouped-GEMM kernels do not take) always run the sorted per-expert loop (or the "mask" reference)."""
+        name = self.config.dispatch
+        if isinstance(self.experts, Experts):
+            return choose_dispatch(name, tokens)
+        return _UNCOMPILED[name] if torch.compiler.is_compiling() else DISPATCH[name]
 
     def _record(self, x: torch.Tensor, routing: Routing, shared: torch.Tensor | None) -> None:
         """Add this forward's auxiliary terms to the sums (tensors: no host sync, a fixed structure for
