@@ -95,7 +95,9 @@ def test_moa_trains_from_the_cli_keeps_only_its_trainable_weights_and_resumes_ex
     result = cli(*args, "--steps", "4", "--keep-resume", "--output-dir", run)
     assert result.exit_code == 0, result.output
     config = json.loads((run / "config.json").read_text())
-    assert config["model_info"]["peft"]["mode"] == "moa" and config["hparams"]["moe_aux_weight"] == 0.01
+    hparams = config["hparams"]  # MoA's registry (as DomainBed's) for small images: lr 1e-3, weight decay 0
+    assert config["model_info"]["peft"]["mode"] == "moa" and hparams["moe_aux_weight"] == 0.01
+    assert (hparams["lr"], hparams["weight_decay"]) == (1e-3, 0.0)
     with safe_open(str(run / "model.safetensors"), "pt") as f:
         keys = set(f.keys())
     assert {k.split(".adapter.")[0] for k in keys if ".adapter." in k} == {"blocks.0.attn.qkv", "blocks.2.attn.qkv"}

@@ -41,9 +41,9 @@ ADAPTER: dict[str, Any] = {"peft": "adapter", "peft_bottleneck": 64, "hparams": 
 ADAPTER_EXPERTS: dict[str, Any] = {"peft": "adapter_experts", "peft_bottleneck": 64, "peft_experts": 6,
                                    "peft_top_k": 2, "peft_router": "cosine", "hparams": {"lr": PEFT_LR}}
 #: MoA as its code runs it (cvlab-kaist/MoA ed7bc9d, `--model nf_vitbase_moek_every_qkv_new --l_aux`): `--peft
-#: moa`'s experts, placement, gate and loss (`dgmoe.models.peft`), its registry's lr 5e-5 (Adam, batch 32, weight
-#: decay 0) and timm's ViT without stochastic depth (drop path 0)
-MOA: dict[str, Any] = {"peft": "moa", "hparams": {"lr": FULL_LR, "drop_path_rate": 0.0}}
+#: moa`'s experts, placement, gate and loss (`dgmoe.models.peft`) and hparams (its registry's lr 5e-5, Adam,
+#: batch 32, weight decay 0; timm's ViT without stochastic depth: `--peft moa`'s drop path default is 0)
+MOA: dict[str, Any] = {"peft": "moa", "hparams": {"lr": FULL_LR}}
 MOA_CODE = "cvlab-kaist/MoA at ed7bc9d"
 LINEAR: dict[str, Any] = {"peft": "linear", "hparams": {"lr": PEFT_LR}}
 FULL: dict[str, Any] = {"peft": "full", "hparams": {"lr": FULL_LR}}
