@@ -21,8 +21,6 @@ def test_a_vit_with_moe_layers_gets_the_hparams_of_the_gmoe_of_its_shape(dataset
 def test_moa_gets_moas_hparams_on_a_clip_tower():
     """MoA's registry (DomainBed's: lr 5e-5, batch 32, weight decay 0), its 0.01 loss weight, and no drop path
     (timm's ViT default, which MoA builds); GMoE's 0.1 stays dgmoe's ViT default otherwise."""
-    from dgmoe.models.info import describe_model
-
     moa = default_hparams("ERM", "PACS", describe_model("vit_base_patch16_clip_224", peft={"mode": "moa"}))
     assert {k: moa[k] for k in ("lr", "batch_size", "weight_decay", "moe_aux_weight", "drop_path_rate")} == {
         "lr": 5e-5, "batch_size": 32, "weight_decay": 0.0, "moe_aux_weight": 0.01, "drop_path_rate": 0.0}
