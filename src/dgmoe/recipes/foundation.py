@@ -94,7 +94,8 @@ DOMAINBED = Recipe(
            "linear head (DomainBed's ERM nn.Linear) on the 768-d class token, timm's projection head replaced by "
            "an identity. dgmoe's rows train a linear head, initialised at random, on the tower's image embedding "
            "(CLIP: the 512-d output of the frozen projection; DINOv2: the class token): for MoA a deliberate "
-           "difference of the head's input only (its adapters, routers and rule count as MoA's, 1,485,830).",
+           "difference of the head's input only (the adapters, routers and rule: 1,485,830 parameters, MoA's "
+           "1,494,022 less the second rule pair its model registers and never reads).",
            "CLIP-Adapter-style: CLIP-Adapter adds one 2-layer adapter (reduction 4) on the final image feature "
            "and blends it with the frozen feature by a residual ratio (alpha 0.2); dgmoe runs `--peft adapter`: a "
            "bottleneck adapter (width 64, zero-initialised up-projection) in parallel with every block's FFN, with "
