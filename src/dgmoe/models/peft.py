@@ -12,9 +12,9 @@ timm's ViT module names (`blocks.N.attn.qkv`, `attn.proj`, `mlp.fc1`, `mlp.fc2`,
   B [d_out, r] zero, so the model is unchanged at initialisation.
 - `adapter`: a bottleneck adapter (Houlsby et al. 2019's down-GELU-up, zero-initialised up-projection) in
   parallel with each chosen block's FFN (He et al. 2022's parallel form): FFN(x) + up(GELU(down(x))).
-- `adapter_experts`: sparse experts of adapters (MoA-style): N bottleneck adapters per chosen block, in
-  parallel with its FFN and routed per token by dgmoe's own MoE layer (`dgmoe.moe.layer.MoEMlp`: GMoE eq. 3
-  y = sum_{e in TOP_k} g_e(x) f_e(x), g = softmax(s(x) + eps), the cosine or linear router, gate noise
+- `adapter_experts`: sparse experts of adapters (GMoE's layer on a frozen backbone): N bottleneck adapters per
+  chosen block, in parallel with its FFN and routed per token by dgmoe's own MoE layer (`dgmoe.moe.layer.MoEMlp`:
+  GMoE eq. 3 y = sum_{e in TOP_k} g_e(x) f_e(x), g = softmax(s(x) + eps), the cosine or linear router, gate noise
   1/N, the 0.5 (L_imp + L_load) balance loss of App. C.4 added by every algorithm as for GMoE's layers,
   routing recorded for `dgmoe analyze routing`). Each expert's up-projection starts at zero. With
   `--peft-expert lora` or `kadaptation` the experts are instead LoRA or KAdaptation (Kronecker) adapters of one
