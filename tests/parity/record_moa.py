@@ -64,10 +64,8 @@ class FixedDropout(nn.Module):
 
 
 def _params(layer: nn.Module, kind: str) -> dict[str, nn.Parameter]:
-    named = dict(layer.named_parameters())
-    if kind == "kadaptation":  # the shared rule MoA's forward uses (phm_rule0 is set but never read)
-        named["phm_rule1_left"], named["phm_rule1_right"] = layer.phm_rule1_left, layer.phm_rule1_right
-    return named
+    # the shared rule MoA's forward uses is phm_rule1; its injection also sets phm_rule0, which no forward reads
+    return {n: p for n, p in layer.named_parameters() if not n.startswith("phm_rule0")}
 
 
 def build(lu, kind: str) -> tuple[nn.Module, dict[str, nn.Parameter]]:
