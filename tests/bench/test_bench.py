@@ -8,6 +8,7 @@ import torch
 from click.testing import CliRunner
 
 from dgmoe.bench.layer import COMPILED, LIMIT, LayerBenchConfig, available_candidates, bench_moe_layer, limit_flops
+from dgmoe.bench.moa import MOA_CANDIDATES, DenseThenMaskMoE, moa_layer
 from dgmoe.bench.timing import (
     MIN_ROUNDS,
     Spread,
@@ -221,3 +222,31 @@ def test_bench_data_prints_the_loader_beside_the_model_step():
         assert evaluation > 0 and first > 0
     bad = CliRunner().invoke(main, ["bench", "data", "--workers", "0,x"])
     assert bad.exit_code != 0 and "--workers" in bad.output
+
+
+@pytest.mark.parametrize("kind", ["kadaptation", "lora"])
+def test_moas_dense_then_mask_layer_and_dgmoes_sparse_dispatch_compute_the_same(kind):
+    """The two MoA rows of `bench layer` time one function: equal outputs, balance losses and gradients."""
+    dense_name, sparse_name = (n for n, (k, _) in MOA_CANDIDATES.items() if k == kind)
+    x = torch.randn(40, 64)
+    results = []
+    for name in (dense_name, sparse_name):
+        torch.manual_seed(0)
+        layer = moa_layer(name, 64).train()
+        if kind == "kadaptation":
+            layer.adapter.experts.weight_drop.p = 0.0  # its dropout draws differ in number between the two
+        else:
+            with torch.no_grad():  # B = 0 at the start: give every path a gradient
+                layer.adapter.experts.lora_B[0].copy_(torch.randn(192, 1, generator=torch.Generator().manual_seed(2)))
+        torch.manual_seed(1)  # the same gate noise
+        y = layer(x)
+        aux = layer.adapter.aux_losses()["balance"]
+        (y.square().sum() + aux).backward()
+        results.append((y, aux, {n: p.grad for n, p in layer.named_parameters() if p.requires_grad}))
+    (y0, a0, g0), (y1, a1, g1) = results
+    torch.testing.assert_close(y0, y1, rtol=0, atol=1e-5)
+    torch.testing.assert_close(a0, a1)
+    assert isinstance(moa_layer(dense_name, 64).adapter, DenseThenMaskMoE)
+    for n in g0:
+        torch.testing.assert_close(g0[n] if g0[n] is not None else torch.zeros(()), g1[n] if g1[n] is not None
+                                   else torch.zeros(()), rtol=1e-4, atol=1e-4, msg=lambda m: f"{n}: {m}")

@@ -80,3 +80,32 @@ def test_a_peft_resume_state_leaves_the_base_out_and_continues_exactly(tmp_path)
     assert short.records and longer.records[-1]["step"] == scratch.records[-1]["step"] == 5
     keep = ("env0_out_acc", "env1_in_acc", "env2_out_acc")
     assert {k: longer.records[-1][k] for k in keep} == {k: scratch.records[-1][k] for k in keep}
+
+
+def test_moa_trains_from_the_cli_keeps_only_its_trainable_weights_and_resumes_exactly(cli, tmp_path):
+    """`dgmoe train --peft moa`: MoA's KAdaptation experts on every second block's qkv; a checkpoint of the
+    head, the experts, their routers and the shared PHM rule; 4 steps then extended to 6 equal 6 from scratch."""
+    tower = "vit_micro_patch7_clip_28"
+    base = tmp_path / "base.safetensors"
+    torch.manual_seed(0)
+    dense = create_model(tower, depth=3, in_chans=1, img_size=28)
+    save_file({k: v.contiguous() for k, v in dense.state_dict().items()}, str(base))
+    args = [*TRAIN, "--model", tower, "--model-kwargs", '{"depth": 3}', "--peft", "moa", "--pretrained", base]
+    run, scratch = tmp_path / "run", tmp_path / "scratch"
+    result = cli(*args, "--steps", "4", "--keep-resume", "--output-dir", run)
+    assert result.exit_code == 0, result.output
+    config = json.loads((run / "config.json").read_text())
+    hparams = config["hparams"]  # MoA's registry (as DomainBed's) for small images: lr 1e-3, weight decay 0
+    assert config["model_info"]["peft"]["mode"] == "moa" and hparams["moe_aux_weight"] == 0.01
+    assert (hparams["lr"], hparams["weight_decay"]) == (1e-3, 0.0)
+    with safe_open(str(run / "model.safetensors"), "pt") as f:
+        keys = set(f.keys())
+    assert {k.split(".adapter.")[0] for k in keys if ".adapter." in k} == {"blocks.0.attn.qkv", "blocks.2.attn.qkv"}
+    assert {"adapter.rule_left", "adapter.rule_right", "head.weight"} <= keys
+    assert all(k.startswith(("head.", "adapter.")) or ".attn.qkv.adapter." in k for k in keys), sorted(keys)
+    assert cli(*args, "--steps", "6", "--extend", "--output-dir", run).exit_code == 0
+    assert cli(*args, "--steps", "6", "--output-dir", scratch).exit_code == 0
+    last = [json.loads((d / "results.jsonl").read_text().splitlines()[-1]) for d in (run, scratch)]
+    assert last[0]["step"] == last[1]["step"] == 5
+    keep = ("loss", "env0_out_acc", "env1_in_acc", "env2_out_acc")
+    assert {k: last[0][k] for k in keep} == {k: last[1][k] for k in keep}

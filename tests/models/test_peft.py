@@ -11,7 +11,8 @@ from dgmoe.engine.checkpoint import build_network, load_run, save_weights
 from dgmoe.errors import UsageError
 from dgmoe.models import create_model
 from dgmoe.models.info import build_on_meta, describe_model
-from dgmoe.models.peft import LoRALinear, parameter_counts, trainable_names
+from dgmoe.models.peft import LoRALinear, RoutedAdapterLinear, parameter_counts, trainable_names
+from dgmoe.moe.adapter_experts import KroneckerExperts, LoRAExperts
 from dgmoe.moe.auxiliary import sparse_layers
 from dgmoe.moe.layer import MoEMlp
 from dgmoe.peft_config import PEFT_MODES, PeftConfig
@@ -26,7 +27,7 @@ def toy(peft=None, name="vit_tiny_patch16_224", **kw):
 
 
 @pytest.mark.parametrize("name", ["vit_tiny_patch16_224", "gmoe_tiny_patch16_224"])
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", [m for m in MODES if m != "moa"])  # MoA's Kronecker experts start non-zero
 def test_a_peft_model_computes_its_base_model_at_initialisation(mode, name):
     x = torch.randn(2, 3, 16, 16)
     extra = {"moe_layers": [1]} if name.startswith("gmoe") else {}
@@ -73,18 +74,48 @@ def test_bad_settings_are_one_line_usage_errors():
     assert parameter_counts(build_on_meta("resnet50", num_classes=3, peft="linear"))[1] == 2048 * 3 + 3
 
 
+def test_moa_wraps_every_second_blocks_qkv_and_starts_close_to_its_base():
+    """MoA's KAdaptation experts are Glorot-initialised around a U(-0.01, 0.01) rule: not zero, but small."""
+    x = torch.randn(2, 3, 16, 16)
+    base, moa = toy(None, depth=4).eval(), toy(PeftConfig("moa"), depth=4).eval()
+    wrapped = sorted(n for n, m in moa.named_modules() if isinstance(m, RoutedAdapterLinear))
+    assert wrapped == ["blocks.0.attn.qkv", "blocks.2.attn.qkv"]
+    assert sorted(sparse_layers(moa)) == ["blocks.0.attn.qkv.adapter", "blocks.2.attn.qkv.adapter"]
+    layer = sparse_layers(moa)["blocks.0.attn.qkv.adapter"]
+    assert isinstance(layer.experts, KroneckerExperts) and layer.experts.ranks == (1, 2, 4, 8)
+    assert layer.config.top_k == 1 and layer.config.load_loss == "moa" and layer.config.router == "cosine"
+    diff = (base(x) - moa(x)).abs().max()
+    assert 0 < diff < 1e-2 and describe_model("vit_tiny_patch16_224", peft={"mode": "moa"}).routes_tokens
+
+
+def test_lora_experts_of_one_rank_each_on_any_timm_linear_start_at_their_base():
+    x = torch.randn(2, 3, 16, 16)
+    peft = PeftConfig("adapter_experts", expert="lora", expert_ranks=(1, 3), num_experts=2, targets=("qkv", "fc2"),
+                      blocks=(1,))
+    base, model = toy(None).eval(), toy(peft).eval()
+    assert sorted(n for n, m in model.named_modules() if isinstance(m, RoutedAdapterLinear)) == [
+        "blocks.1.attn.qkv", "blocks.1.mlp.fc2"]
+    bank = sparse_layers(model)["blocks.1.mlp.fc2.adapter"].experts
+    assert isinstance(bank, LoRAExperts) and [a.shape[0] for a in bank.lora_A] == [1, 3]
+    assert torch.allclose(base(x), model(x), atol=1e-6)  # B = 0: LoRA experts start at the base model
+    with pytest.raises(UsageError, match="--peft-expert-ranks gives 2 ranks"):
+        PeftConfig("adapter_experts", expert="lora", expert_ranks=(1, 3), num_experts=4)
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_a_vit_base_peft_checkpoint_is_a_few_mb(mode):
-    """The trainable weights of ViT-B/16 at DomainNet's 345 classes, in fp32: what a PEFT checkpoint holds."""
+    """The trainable weights of ViT-B/16 at DomainNet's 345 classes, in fp32: what a PEFT checkpoint holds
+    (MoA's: six 197k-parameter cosine routers besides its experts, 7 MB)."""
     model = build_on_meta("vit_base_patch16_224", num_classes=345, peft={"mode": mode})
     total, trainable = parameter_counts(model)
-    assert total > 86e6 and trainable * 4 < 6 * 2**20, (mode, trainable)
+    assert total > 86e6 and trainable * 4 < (8 if mode == "moa" else 6) * 2**20, (mode, trainable)
 
 
-def test_a_peft_checkpoint_holds_the_trainable_weights_and_names_its_base(tmp_path):
+@pytest.mark.parametrize("peft", [{"mode": "adapter_experts", "bottleneck": 4, "num_experts": 2, "top_k": 1},
+                                  {"mode": "moa"}], ids=["adapter_experts", "moa"])
+def test_a_peft_checkpoint_holds_the_trainable_weights_and_names_its_base(tmp_path, peft):
     base_file = tmp_path / "base.safetensors"
     save_file({k: v.contiguous() for k, v in toy().state_dict().items()}, str(base_file))
-    peft = {"mode": "adapter_experts", "bottleneck": 4, "num_experts": 2, "top_k": 1}
     kwargs = {**TOY, "num_classes": 5, "peft": peft}
     model = create_model("vit_tiny_patch16_224", pretrained=str(base_file), **kwargs)
     with torch.no_grad():
@@ -100,7 +131,7 @@ def test_a_peft_checkpoint_holds_the_trainable_weights_and_names_its_base(tmp_pa
         keys, meta = set(f.keys()), f.metadata()
     assert keys == set(trainable_names(model)) and keys < set(model.state_dict())
     assert meta["base_model"] == "vit_tiny_patch16_224" and meta["base_pretrained"] == str(base_file)
-    assert len(meta["base_sha256"]) == 64 and json.loads(meta["peft"])["mode"] == "adapter_experts"
+    assert len(meta["base_sha256"]) == 64 and json.loads(meta["peft"])["mode"] == peft["mode"]
     loaded, _ = load_run(run, "last")
     x = torch.randn(2, 3, 16, 16)
     assert torch.equal(loaded(x), model.eval()(x))
@@ -149,3 +180,13 @@ def test_dgmoe_models_shows_trainable_and_total_counts_under_each_mode(cli):
     assert linear == "0.769M/86.57M" and lora.startswith("1.064M/86.86M")
     result = cli("models", "resnet50", "--peft", "lora")
     assert result.output.strip().splitlines()[2].split() == ["resnet50", "25.56M", "-"]
+
+
+def test_dgmoe_models_lists_moas_trainable_count_on_openclip_vit_b16(cli):
+    """MoA's adapters, routers and rule on ViT-B/16 (1,485,830: MoA's own count less its never-read phm_rule0,
+    tests/parity/test_moa_parity.py) plus the 1000-class head on the 512-d projection (513,000)."""
+    result = cli("models", "vit_base_patch16_clip_224", "--peft", "moa")
+    assert result.exit_code == 0, result.output
+    assert result.output.strip().splitlines()[2].split() == ["vit_base_patch16_clip_224", "86.71M", "1.999M/88.19M"]
+    model = build_on_meta("vit_base_patch16_clip_224", num_classes=1000, peft={"mode": "moa"})
+    assert parameter_counts(model)[1] == 1_485_830 + 513_000

@@ -189,21 +189,23 @@ def test_foundation_peft_settings_reach_the_runs_at_both_scales(tmp_path, cached
     paper = [j.config for s in part_sweeps(recipe, moa, moa.algorithms, moa.models, "paper", tmp_path, RunConfig(),
                                            fake_weights(recipe, tmp_path)) for j in build_jobs(s)]
     assert {(c.model.name, c.model.peft, c.model.peft_experts, c.model.peft_top_k) for c in paper} == {
-        ("vit_base_patch16_clip_224", "adapter_experts", 6, 2)}
+        ("vit_base_patch16_clip_224", "moa", 4, 1)}
     assert {c.model.pretrained for c in paper} == {str(tmp_path / "vit_base_patch16_clip_224.laion2b.safetensors")}
-    assert {c.algorithm.hparams["lr"] for c in paper} == {1e-3}
+    assert {c.algorithm.hparams["lr"] for c in paper} == {5e-5}
     plan = prepare(recipe, "smoke", tmp_path / "out")
     smoke = {part: [j.config for j in jobs] for part, jobs in plan.jobs.items()}
     assert set(smoke) == {p.name for p in recipe.parts}
     found = {part: (c.model.name, c.model.peft, c.algorithm.hparams["lr"]) for part, configs in smoke.items()
              for c in configs}
     assert found == {"clip-adapter": ("vit_micro_patch7_clip_quickgelu_28", "adapter", 1e-3),
-                     "moa": ("vit_micro_patch7_clip_28", "adapter_experts", 1e-3),
+                     "moa": ("vit_micro_patch7_clip_28", "moa", 5e-5),
+                     "gmoe-adapter-experts": ("vit_micro_patch7_clip_28", "adapter_experts", 1e-3),
                      "clip-linear": ("vit_micro_patch7_clip_quickgelu_28", "linear", 1e-3),
                      "clip-full": ("vit_micro_patch7_clip_quickgelu_28", "full", 5e-5),
                      "dinov2-linear": ("vit_micro_patch7_dinov2", "linear", 1e-3),
                      "dinov2-full": ("vit_micro_patch7_dinov2", "full", 5e-5)}
-    assert smoke["moa"][0].model.peft_experts == 6 and smoke["moa"][0].model.patch_size == SMOKE.patch_size
+    gmoe_style = smoke["gmoe-adapter-experts"][0].model
+    assert gmoe_style.peft_experts == 6 and smoke["moa"][0].model.patch_size == SMOKE.patch_size
 
 
 def test_show_foundation_names_its_weights_stand_ins_and_choices(cli):
@@ -213,5 +215,7 @@ def test_show_foundation_names_its_weights_stand_ins_and_choices(cli):
     assert [c.strip() for c in row.split("|")[2:7]] == ["97.4", "83.1", "90.6", "52.8", "62.7"]
     assert re.search(r"\| linear probe \(DINOv2 ViT-B/14\) \+ +\| +- +\|", result.output)  # no published number
     for text in ("dinov2_vitb14_pretrain.pth", "laion2b", "text tower", "vit_base_patch14_dinov2 -> "
-                 "vit_micro_patch7_dinov2", "6 adapter experts", "peft=adapter_experts"):
+                 "vit_micro_patch7_dinov2", "6 bottleneck experts", "peft=adapter_experts", "peft=moa",
+                 "cvlab-kaist/MoA at ed7bc9d", "ranks 1, 2, 4, 8", "every second block",
+                 "adapter experts, GMoE's choices (OpenCLIP ViT-B/16) +"):
         assert text in result.output, text

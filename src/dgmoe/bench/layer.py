@@ -10,6 +10,9 @@ placed in a fixed [N, C, d] buffer, one batched matmul pair: how Tutel and V-MoE
 the router alone, and the default layer compiled (`torch.compile`, as `dgmoe train --compile` runs it).
 Without the router, on a fixed routing: the sync-free dispatch and the peers' experts
 (`dgmoe.bench.peers`: transformers' grouped-GEMM experts when installed, a transformers-style eager loop).
+MoA's layer (`--peft moa`, KAdaptation or LoRA experts on a d -> 3d qkv, top-1; `dgmoe.bench.moa`) as MoA's
+code computes it (every expert on every token, then masked) and through dgmoe's sparse dispatch, on the same
+tokens: compare those two rows with each other (the limit stays the FFN layer's).
 
 A round is several back-to-back calls and one device synchronisation on a GPU (`interleaved_times`), so
 paths that never synchronise are credited as they run in training.
@@ -42,6 +45,7 @@ import torch.nn as nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from dgmoe.bench.configs import LayerBenchConfig
+from dgmoe.bench.moa import MOA_CANDIDATES, moa_layer
 from dgmoe.bench.peers import peer_dispatches
 from dgmoe.bench.timing import (
     MAX_SPREAD,
@@ -77,7 +81,7 @@ FORCED = {"moe sync-free grouped_mm": sync_free_dispatch, "moe sorted per-expert
 COMPILED = "moe grouped (default) compiled"
 #: the dispatch alone (no router), on a fixed routing: dgmoe's sync-free path and the peers' experts
 DISPATCH_ONLY = ("dispatch sync-free grouped_mm", "transformers-style eager loop", "transformers grouped_mm experts")
-CANDIDATES = (*MOE_PATHS, COMPILED, *FORCED, *DISPATCH_ONLY, ROUTER)
+CANDIDATES = (*MOE_PATHS, COMPILED, *FORCED, *DISPATCH_ONLY, ROUTER, *MOA_CANDIDATES)
 
 
 class TutelStyleMoE(MoEMlp):
@@ -87,6 +91,7 @@ class TutelStyleMoE(MoEMlp):
         routing = self.route(x)
         self._record(x, routing, None)
         assert self.config.capacity_factor is not None  # always built with one (_moe_layer)
+        assert isinstance(self.experts, Experts)  # GMoE's FFN experts (`_moe_layer`)
         slots = expert_capacity(x.shape[0], self.config.num_experts, self.config.top_k, self.config.capacity_factor)
         return dispatch_module.padded_dispatch(x, routing.expert_idx, routing.gates, self.experts, routing.keep,
                                                slots=slots)
@@ -118,9 +123,9 @@ def _fwd_bwd(module: nn.Module, x: torch.Tensor, amp, compiled: bool = False) ->
         module.zero_grad(set_to_none=True)
         with amp():
             loss = forward(x).float().sum()
-            if isinstance(module, MoEMlp):
-                loss = loss + sum(module.aux_losses().values())
-                module.clear_aux()
+            for layer in (m for m in module.modules() if isinstance(m, MoEMlp)):
+                loss = loss + sum(layer.aux_losses().values())
+                layer.clear_aux()
         loss.backward()
     return run
 
@@ -205,6 +210,8 @@ def bench_moe_layer(cfg: LayerBenchConfig, candidate: str) -> dict[str, dict]:
         run = _fwd_bwd(_moe_layer("moe grouped (default)", cfg).to(device).train(), x, amp, compiled=True)
     elif candidate in DISPATCH_ONLY:
         run = _dispatch_only(candidate, cfg, x, amp)
+    elif candidate in MOA_CANDIDATES:
+        run = _fwd_bwd(moa_layer(candidate, cfg.dim).to(device).train(), x, amp)
     else:
         run = _fwd_bwd(_moe_layer(candidate, cfg).to(device).train(), x, amp)
     runs = {LIMIT: _fwd_bwd(dense, x_k, amp), candidate: run}

@@ -61,6 +61,9 @@ def layer(ctx: click.Context, **kw: Any) -> None:
     _print_machine(cfg.threads, cfg.device)
     click.echo(f"{cfg.repeats} fresh processes per path x {cfg.rounds} rounds; "
                f"T={cfg.tokens}, d={cfg.dim}, N={cfg.experts}, k={cfg.top_k}, {cfg.router} router, {cfg.precision}")
+    if any(p.startswith("moa") for p in chosen):
+        click.echo(f"moa rows: MoA's layer (--peft moa) on a {cfg.dim} -> {3 * cfg.dim} qkv over the same T tokens: "
+                   "4 experts of ranks 1,2,4,8, top-1, cosine router; compare them with each other")
     _print_table(bench_moe_layer_repeated(cfg, cfg.repeats, chosen))
 
 

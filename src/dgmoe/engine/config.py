@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Iterable, Mapping
 
 from dgmoe.errors import UsageError
-from dgmoe.peft_config import PEFT_MODES, TARGET_PRESETS, PeftConfig
+from dgmoe.peft_config import EXPERT_KINDS, PEFT_MODES, TARGET_PRESETS, PeftConfig
 from dgmoe.settings import ConfigError, Settings, config_from_file, flag, key_of, plain, setting
 from dgmoe.tables import is_control
 
@@ -70,7 +70,8 @@ class ModelConfig(_Section):
               "(--no-pretrained-antialias: plain bicubic, timm 0.5-0.6).")
     peft: str = setting("full", "Parameter-efficient training (docs/design.md, PEFT): full = every weight; linear = "
                                 "frozen backbone + head; lora = LoRA on --peft-targets; adapter = bottleneck "
-                                "adapters; adapter_experts = routed sparse experts of adapters.", choices=PEFT_MODES)
+                                "adapters; adapter_experts = routed sparse experts of adapters; moa = MoA's "
+                                "KAdaptation experts on every second block's qkv.", choices=PEFT_MODES)
     peft_rank: int = setting(8, "LoRA rank r.", minimum=1)
     peft_alpha: float = setting(16.0, "LoRA alpha: the update B A x is scaled by alpha / r.", minimum=0,
                                 exclusive_min=True)
@@ -79,12 +80,19 @@ class ModelConfig(_Section):
     peft_targets: str = setting("qkv", "Projections LoRA adapts: qkv (the fused q/k/v), attn (qkv + proj), mlp (fc1 + "
                                        "fc2) or all.", choices=tuple(TARGET_PRESETS))
     peft_blocks: tuple[int, ...] = setting((), "Blocks that get LoRA/adapters/adapter experts [every block; "
-                                                "adapter_experts: GMoE's last-two, 8 and 10 of 12].", minimum=0)
+                                                "adapter_experts: GMoE's last-two, 8 and 10 of 12; moa: every "
+                                                "second, 0, 2, ..., 10].", minimum=0)
     peft_bottleneck: int = setting(64, "Hidden width of the adapters and adapter experts.", minimum=1)
     peft_experts: int = setting(4, "Adapter experts per chosen block (N).", minimum=1)
     peft_top_k: int = setting(1, "Adapter experts per token (k).", minimum=1)
     peft_router: str = setting("cosine", "Router of the adapter experts (GMoE's cosine, or linear).",
                                choices=("cosine", "linear"))
+    peft_expert: str | None = setting(None, "Kind of adapter expert: bottleneck (beside the FFN), lora or "
+                                      "kadaptation (on --peft-targets) [adapter_experts: bottleneck; moa: "
+                                      "kadaptation].",
+                                      choices=EXPERT_KINDS)
+    peft_expert_ranks: tuple[int, ...] = setting((), "One rank per LoRA/KAdaptation expert, e.g. 1,2,4,8 "
+                                                     "[moa: 1,2,4,8; else --peft-rank for each].", minimum=1)
     head: str = setting("linear", "The classifier (docs/design.md, CLIP's text tower): linear = a new linear head "
                                   "(timm's); zeroshot = CLIP's zero-shot classifier from the class names and "
                                   "--prompt-templates on the normalised image feature: with --steps 0 a zero-shot "
@@ -121,7 +129,7 @@ class ModelConfig(_Section):
             return PeftConfig(self.peft, self.peft_rank, self.peft_alpha, self.peft_dropout,
                               TARGET_PRESETS[self.peft_targets],
                               self.peft_blocks, self.peft_bottleneck, self.peft_experts, self.peft_top_k,
-                              self.peft_router)
+                              self.peft_router, self.peft_expert or "", self.peft_expert_ranks)
         except UsageError as e:
             raise ConfigError(str(e)) from None
 

@@ -57,8 +57,8 @@ def base_hparams(dataset: str | DatasetHParams, model: str | ModelInfo = DEFAULT
         hp["batch_size"] = HParam(32, pow2_int(3, facts.batch_size_log2_max), positive)
     if "resnet_dropout" in info.hparam_kwargs:  # DomainBed's dropout on the pooled ResNet feature
         hp["resnet_dropout"] = HParam(0.0, choice([0.0, 0.1, 0.5]), probability)
-    if "drop_path_rate" in info.hparam_kwargs:  # stochastic depth of the ViT family (GMoE: 0.1)
-        rate = 0.0 if small else 0.1
+    if "drop_path_rate" in info.hparam_kwargs:  # stochastic depth of the ViT family (GMoE: 0.1; MoA's code: 0)
+        rate = 0.0 if small or (info.peft is not None and info.peft.mode == "moa") else 0.1
         hp["drop_path_rate"] = HParam(rate, fixed(rate), probability)
     hp["data_augmentation"] = HParam(True, fixed(True))
     if info.routes_tokens:  # the backbone's sparse FFNs, or adapter experts (`--peft adapter_experts`)

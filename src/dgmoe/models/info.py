@@ -60,7 +60,7 @@ class ModelInfo:
     @property
     def routes_tokens(self) -> bool:
         """Whether the model has routed layers with auxiliary losses: its own sparse FFNs or adapter experts."""
-        return self.sparse is not None or (self.peft is not None and self.peft.mode == "adapter_experts")
+        return self.sparse is not None or (self.peft is not None and self.peft.routed)
 
     def to_dict(self) -> dict[str, Any]:
         """The facts as plain JSON types (what a run's config.json records under `model_info`)."""

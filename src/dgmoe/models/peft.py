@@ -12,11 +12,20 @@ timm's ViT module names (`blocks.N.attn.qkv`, `attn.proj`, `mlp.fc1`, `mlp.fc2`,
   B [d_out, r] zero, so the model is unchanged at initialisation.
 - `adapter`: a bottleneck adapter (Houlsby et al. 2019's down-GELU-up, zero-initialised up-projection) in
   parallel with each chosen block's FFN (He et al. 2022's parallel form): FFN(x) + up(GELU(down(x))).
-- `adapter_experts`: sparse experts of adapters (MoA-style): N bottleneck adapters per chosen block, in
-  parallel with its FFN and routed per token by dgmoe's own MoE layer (`dgmoe.moe.layer.MoEMlp`: GMoE eq. 3
-  y = sum_{e in TOP_k} g_e(x) f_e(x), g = softmax(s(x) + eps), the cosine or linear router, gate noise
+- `adapter_experts`: sparse experts of adapters (GMoE's layer on a frozen backbone): N bottleneck adapters per
+  chosen block, in parallel with its FFN and routed per token by dgmoe's own MoE layer (`dgmoe.moe.layer.MoEMlp`:
+  GMoE eq. 3 y = sum_{e in TOP_k} g_e(x) f_e(x), g = softmax(s(x) + eps), the cosine or linear router, gate noise
   1/N, the 0.5 (L_imp + L_load) balance loss of App. C.4 added by every algorithm as for GMoE's layers,
-  routing recorded for `dgmoe analyze routing`). Each expert's up-projection starts at zero.
+  routing recorded for `dgmoe analyze routing`). Each expert's up-projection starts at zero. With
+  `--peft-expert lora` or `kadaptation` the experts are instead LoRA or KAdaptation (Kronecker) adapters of one
+  rank each (`--peft-expert-ranks`) on each `--peft-targets` projection (timm's names: the attention's qkv,
+  proj, the FFN's fc1, fc2): h = W0 x + b0 + sum_{e in TOP_k} g_e(x) f_e(x) (`dgmoe.moe.adapter_experts`).
+- `moa`: MoA as its code runs it (Lee et al., WACV 2025; cvlab-kaist/MoA ed7bc9d, its best configuration
+  `nf_vitbase_moek_every_qkv_new --l_aux`): 4 KAdaptation experts of ranks 1, 2, 4, 8 (phm_dim 64, one PHM
+  rule shared by the model, dropout 0.5 on each expert's weight) on the qkv projection of every second block
+  (0, 2, 4, ...), GMoE's cosine router (projection 256, tau 0.5), top-1 of the noisy softmax (noise 1/N), and
+  its code's balance loss (`MoEConfig.load_loss='moa'`) weighted 0.01 and summed over layers. Its experts are
+  not zero at initialisation (KAdaptation's Glorot-initialised factors; the rule starts at U(-0.01, 0.01)).
 
 The classifier trains in every mode but `full` (where everything does). Which names train is a rule on the
 parameter names (`is_trainable`), so copies (SWAD's averaged network) are saved the same way.
@@ -34,7 +43,9 @@ import torch.nn.functional as F
 
 from dgmoe.errors import UsageError
 from dgmoe.models.layout import resolve_layout, sparse_blocks
+from dgmoe.moe.adapter_experts import PHM_DIM, KroneckerExperts, LoRAExperts, PHMRule
 from dgmoe.moe.config import MoEConfig
+from dgmoe.moe.experts import Experts
 from dgmoe.moe.layer import MoEMlp
 from dgmoe.peft_config import ADAPTER, LORA_TARGETS, PeftConfig, is_trainable
 
@@ -87,10 +98,55 @@ def adapter_experts(dim: int, config: PeftConfig) -> MoEMlp:
     balance loss)."""
     moe = MoEConfig(num_experts=config.num_experts, top_k=config.top_k, router=config.router)  # type: ignore[arg-type]
     layer = MoEMlp(dim, config.bottleneck, moe)  # token routing, dropless, gate noise 1/N (GMoE App. C.3)
+    experts = layer.experts
+    assert isinstance(experts, Experts)  # the FFN experts MoEMlp builds by default
     with torch.no_grad():
-        layer.experts.fc2_weight.zero_()
-        layer.experts.fc2_bias.zero_()
+        experts.fc2_weight.zero_()
+        experts.fc2_bias.zero_()
     return layer
+
+
+class RoutedAdapterLinear(nn.Linear):
+    """nn.Linear plus routed adapter experts on it: h = W0 x + b0 + MoE(x) (+ the Kronecker experts' b_A).
+    Keeps nn.Linear's `weight`/`bias` names (timm's), so the base weights load and save as before; the experts,
+    their router and balance loss are the `MoEMlp` at `.adapter`."""
+
+    adapter: MoEMlp  # the name is `ADAPTER`, what `is_trainable` looks for
+
+    def __init__(self, base: nn.Linear, adapter: MoEMlp):
+        nn.Module.__init__(self)
+        self.in_features, self.out_features = base.in_features, base.out_features
+        self.weight, self.bias = base.weight, base.bias
+        self.adapter = adapter
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = F.linear(x, self.weight, self.bias) + self.adapter(x)
+        extra = getattr(self.adapter.experts, "bias", None)
+        return out if extra is None else out + extra.to(out.dtype)
+
+
+def routed_linear(base: nn.Linear, config: PeftConfig, rule: PHMRule | None = None) -> RoutedAdapterLinear:
+    """`base` with `config`'s LoRA or KAdaptation experts (one rank each) routed per token; `rule` is the
+    model's shared PHM rule (Kronecker experts)."""
+    ranks, kind = config.ranks, config.expert_kind
+    if kind == "lora":
+        bank: LoRAExperts | KroneckerExperts = LoRAExperts(base.in_features, base.out_features, ranks)
+    elif rule is None:
+        raise ValueError("Kronecker experts need the model's PHM rule")
+    else:
+        bank = KroneckerExperts(base.in_features, base.out_features, ranks, rule)
+    moe = MoEConfig(num_experts=len(ranks), top_k=config.top_k, router=config.router,  # type: ignore[arg-type]
+                    load_loss="moa" if config.mode == "moa" else "paper")
+    return RoutedAdapterLinear(base, MoEMlp(base.in_features, 0, moe, experts=bank))
+
+
+def _phm_dim(widths: list[int]) -> int:
+    """MoA's phm_dim (64), or for layers narrower than that (test-sized models) the largest power of two that
+    divides every adapted width."""
+    n = PHM_DIM
+    while n > 1 and any(w % n for w in widths):
+        n //= 2
+    return n
 
 
 def _add_adapter(module: nn.Module, inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> torch.Tensor:
@@ -102,7 +158,9 @@ def _add_adapter(module: nn.Module, inputs: tuple[torch.Tensor, ...], output: to
 def default_blocks(mode: str, depth: int) -> tuple[int, ...]:
     """The blocks a mode adapts when `--peft-blocks` is not given: every block, but GMoE's last-two placement
     for adapter experts (§4.3: blocks depth-4 and depth-2, `dgmoe.models.layout`; every block of a toy model
-    shallower than 4)."""
+    shallower than 4) and MoA's every second block for `moa`."""
+    if mode == "moa":  # MoA's `where='every_qkv'`: the qkv of every second block, from the first
+        return tuple(range(0, depth, 2))
     if mode != "adapter_experts" or depth < 4:
         return tuple(range(depth))
     return sparse_blocks(resolve_layout("last-two", depth))
@@ -146,7 +204,9 @@ def apply_peft(model: nn.Module, config: PeftConfig) -> nn.Module:
             raise UsageError(f"--peft-targets {','.join(config.targets)} matches no dense nn.Linear projection of "
                              f"the chosen blocks (sparse FFNs have no fc1/fc2); choose among "
                              f"{', '.join(LORA_TARGETS)}")
-    elif config.mode in ("adapter", "adapter_experts"):
+    elif config.routed and config.expert_kind != "bottleneck":
+        _add_routed_linears(model, config)
+    elif config.mode in ("adapter", "adapter_experts", "moa"):
         for _, block in _chosen_blocks(model, config):
             mlp, dim = getattr(block, "mlp"), getattr(block, "norm2").normalized_shape[0]
             device = next(mlp.parameters()).device
@@ -159,6 +219,27 @@ def apply_peft(model: nn.Module, config: PeftConfig) -> nn.Module:
     for name, p in model.named_parameters():
         p.requires_grad_(is_trainable(name, config, classifier))
     return model
+
+
+def _add_routed_linears(model: nn.Module, config: PeftConfig) -> None:
+    """Wrap each `--peft-targets` nn.Linear of the chosen blocks in a `RoutedAdapterLinear`; Kronecker experts
+    share one PHM rule, registered at the model's root as `adapter` (trainable by the name rule)."""
+    found = [(parent, attr, child) for _, block in _chosen_blocks(model, config)
+             for parent in (getattr(block, "attn"), getattr(block, "mlp"))
+             for attr, child in list(parent.named_children())
+             if attr in config.targets and type(child) is nn.Linear]
+    if not found:
+        raise UsageError(f"--peft-targets {','.join(config.targets)} matches no dense nn.Linear projection of "
+                         f"the chosen blocks (sparse FFNs have no fc1/fc2); choose among {', '.join(LORA_TARGETS)}")
+    device = found[0][2].weight.device
+    rule = None
+    if config.expert_kind == "kadaptation":
+        with torch.device(device):
+            rule = PHMRule(_phm_dim([w for _, _, c in found for w in (c.in_features, c.out_features)]))
+        model.add_module(ADAPTER, rule)
+    for parent, attr, child in found:
+        with torch.device(device):
+            setattr(parent, attr, routed_linear(child, config, rule))
 
 
 def peft_of(model: nn.Module) -> PeftConfig | None:

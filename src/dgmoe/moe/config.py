@@ -42,7 +42,9 @@ class MoEConfig:
             activation memory (the fastest measured on CPU, docs/benchmarks.md).
     Losses:
         load_loss: 'paper' computes eq. 10 on logits; 'tutel' reproduces the official GMoE code's quirk of
-            subtracting the k-th noisy logit from the clean *probability*.
+            subtracting the k-th noisy logit from the clean *probability*; 'moa' reproduces MoA's code
+            (cvlab-kaist/MoA ed7bc9d): importance of the clean softmax, load threshold the k-th noisy
+            *probability*, unbiased variances (`MoEMlp._moa_balance_loss`).
         cka_tokens: t, tokens of the layer input forced through every expert per forward for MoGE's expert
             diversity loss (eq. 2); 0 disables it (GMoE, SF-MoE).
     Shared expert (MoGE eq. 1): f(x) = gamma f_0(x) + (1 - gamma) sum_k alpha_k f_k(x):
@@ -65,7 +67,7 @@ class MoEConfig:
     batch_prioritized: bool = True
     expert_dropout: float = 0.0
     dispatch: Literal["grouped", "mask"] = "grouped"
-    load_loss: Literal["paper", "tutel"] = "paper"
+    load_loss: Literal["paper", "tutel", "moa"] = "paper"
     cka_tokens: int = 0
     shared_expert: bool = False
     gamma_init: float = 0.5
@@ -87,7 +89,8 @@ class MoEConfig:
             (0 <= self.expert_dropout < 1, f"expert_dropout must be in [0, 1), got {self.expert_dropout}"),
             (self.dispatch in DISPATCH_NAMES, f"dispatch must be one of {', '.join(DISPATCH_NAMES)}; got "
                                               f"{self.dispatch!r}"),
-            (self.load_loss in ("paper", "tutel"), f"load_loss must be 'paper' or 'tutel', got {self.load_loss!r}"),
+            (self.load_loss in ("paper", "tutel", "moa"),
+             f"load_loss must be 'paper', 'tutel' or 'moa', got {self.load_loss!r}"),
             (self.cka_tokens >= 0, f"cka_tokens must be >= 0, got {self.cka_tokens}"),
             (0.0 < self.gamma_init < 1.0, f"gamma_init must be in (0, 1), got {self.gamma_init}"),
             (self.supcon_pool in ("mean", "cls"), f"supcon_pool must be 'mean' or 'cls', got {self.supcon_pool!r}"),

@@ -26,7 +26,7 @@ from typing import Iterator
 
 import torch
 
-from dgmoe.moe.experts import Experts
+from dgmoe.moe.experts import ExpertBank, Experts
 from dgmoe.moe.fused import GroupedExpertFFN
 from dgmoe.scope import SCOPE, scoped
 
@@ -39,15 +39,16 @@ def twice_differentiable() -> Iterator[None]:
         yield
 
 
-def sorted_dispatch(x: torch.Tensor, expert_idx: torch.Tensor, gates: torch.Tensor, experts: Experts,
+def sorted_dispatch(x: torch.Tensor, expert_idx: torch.Tensor, gates: torch.Tensor, experts: ExpertBank,
                     keep: torch.Tensor | None = None) -> torch.Tensor:
     """x [T, d]; expert_idx, gates [T, k]; keep [T, k] bool (None keeps every assignment).
 
     Runs the fused `GroupedExpertFFN` (memory of a dense FFN over T*k tokens, no concatenations) when
     gradients are recorded. Without gradients (inference), with expert dropout active (which only it
     implements) and inside `twice_differentiable()`, the autograd path runs: it keeps no [T*k, hidden]
-    buffer alive across experts; so does an activation other than GELU (the fused backward is GELU's)."""
-    if (not torch.is_grad_enabled() or (experts.drop.p > 0 and experts.training)
+    buffer alive across experts; so does an activation other than GELU (the fused backward is GELU's), and so
+    do the adapter banks of `dgmoe.moe.adapter_experts` (experts of their own shapes, d_in -> d_out)."""
+    if (not isinstance(experts, Experts) or not torch.is_grad_enabled() or (experts.drop.p > 0 and experts.training)
             or SCOPE.twice_differentiable or experts.activation != "gelu"):
         return sorted_autograd_dispatch(x, expert_idx, gates, experts, keep)
     _, gate_sorted, token_sorted, counts = _sort_assignments(expert_idx, gates, keep, experts.num_experts)
@@ -55,13 +56,13 @@ def sorted_dispatch(x: torch.Tensor, expert_idx: torch.Tensor, gates: torch.Tens
                                   experts.fc1_bias, experts.fc2_weight, experts.fc2_bias)
 
 
-def sorted_autograd_dispatch(x: torch.Tensor, expert_idx: torch.Tensor, gates: torch.Tensor, experts: Experts,
+def sorted_autograd_dispatch(x: torch.Tensor, expert_idx: torch.Tensor, gates: torch.Tensor, experts: ExpertBank,
                              keep: torch.Tensor | None = None) -> torch.Tensor:
     """`sorted_dispatch` through plain autograd (supports double backward and expert dropout)."""
     _, gate_sorted, token_sorted, counts = _sort_assignments(expert_idx, gates, keep, experts.num_experts)
     y = experts.forward_grouped(x.index_select(0, token_sorted), counts.tolist())
     y = y * gate_sorted.unsqueeze(1).to(y.dtype)
-    return torch.zeros_like(x).index_add_(0, token_sorted, y.to(x.dtype))
+    return x.new_zeros(x.shape[0], experts.out_features).index_add_(0, token_sorted, y.to(x.dtype))
 
 
 def _sort_assignments(expert_idx: torch.Tensor, gates: torch.Tensor, keep: torch.Tensor | None, num_experts: int):
@@ -96,12 +97,12 @@ def padded_dispatch(x: torch.Tensor, expert_idx: torch.Tensor, gates: torch.Tens
     return torch.zeros_like(x).index_add_(0, token_sorted, y.to(x.dtype))
 
 
-def masked_dispatch(x: torch.Tensor, expert_idx: torch.Tensor, gates: torch.Tensor, experts: Experts,
+def masked_dispatch(x: torch.Tensor, expert_idx: torch.Tensor, gates: torch.Tensor, experts: ExpertBank,
                     keep: torch.Tensor | None = None) -> torch.Tensor:
     """Reference: loop over experts with boolean masks (slow; tests and benchmarks only)."""
     if keep is not None:
         gates = gates * keep
-    out = torch.zeros_like(x)
+    out = x.new_zeros(x.shape[0], experts.out_features)
     for e in range(experts.num_experts):
         weight = (gates * (expert_idx == e)).sum(dim=1)
         rows = (expert_idx == e).any(dim=1) if keep is None else ((expert_idx == e) & keep).any(dim=1)

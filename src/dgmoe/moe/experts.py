@@ -6,7 +6,7 @@ for OpenAI's CLIP towers (Radford et al. 2021, their released code), so that exp
 compute what it computes (GMoE App. C.2)."""
 from __future__ import annotations
 
-from typing import Callable, Literal
+from typing import TYPE_CHECKING, Callable, Literal, Union
 
 import torch
 import torch.nn as nn
@@ -15,6 +15,8 @@ import torch.nn.functional as F
 from dgmoe.sharding import Dropout
 
 Activation = Literal["gelu", "quick_gelu"]
+if TYPE_CHECKING:
+    from dgmoe.moe.adapter_experts import KroneckerExperts, LoRAExperts
 
 
 def quick_gelu(x: torch.Tensor) -> torch.Tensor:
@@ -88,6 +90,10 @@ class Experts(nn.Module):
         h = self.drop(self.act(h))
         return torch.baddbmm(self.fc2_bias.unsqueeze(1), h, self.fc2_weight.transpose(1, 2))
 
+    @property
+    def out_features(self) -> int:
+        return self.dim
+
     def extra_repr(self) -> str:
         act = "" if self.activation == "gelu" else f", activation={self.activation}"
         return f"num_experts={self.num_experts}, dim={self.dim}, hidden={self.hidden}{act}"
@@ -106,3 +112,7 @@ class Mlp(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.drop2(self.fc2(self.drop1(self.act(self.fc1(x)))))
+
+
+#: what the dispatch runs: GMoE's FFN experts, or adapter experts on a projection (`dgmoe.moe.adapter_experts`)
+ExpertBank = Union[Experts, "LoRAExperts", "KroneckerExperts"]

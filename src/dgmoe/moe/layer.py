@@ -29,7 +29,7 @@ import torch.nn as nn
 
 from dgmoe.moe.config import MoEConfig
 from dgmoe.moe.dispatch import capacity_keep_mask, expert_capacity, masked_dispatch, sorted_dispatch
-from dgmoe.moe.experts import Experts, Mlp
+from dgmoe.moe.experts import ExpertBank, Experts, Mlp
 from dgmoe.moe.losses import cka_diversity_loss, cv_squared, load_probabilities
 from dgmoe.moe.routers import build_router
 from dgmoe.moe.sync_free import GROUPED_MM, compute_dtype, fast_grouped_gemm, sync_free_dispatch
@@ -106,10 +106,12 @@ class Routing:
 class MoEMlp(nn.Module):
     """Drop-in replacement for a block's `Mlp`: N experts, a router and, optionally, a shared expert.
     `context_dim` is the width of r for image routing; `activation` is the backbone FFN's own (`ACTIVATIONS`),
-    which the experts and the shared expert use, so that copies of that FFN compute what it computes."""
+    which the experts and the shared expert use, so that copies of that FFN compute what it computes.
+    `experts` replaces the FFN experts by another bank (`dgmoe.moe.adapter_experts`: adapters on a d_in -> d_out
+    projection, whose output is d_out wide)."""
 
     def __init__(self, dim: int, hidden: int, config: MoEConfig = MoEConfig(), context_dim: int | None = None,
-                 activation: str = "gelu"):
+                 activation: str = "gelu", experts: ExpertBank | None = None):
         super().__init__()
         if config.routing != "image":
             router_in = dim
@@ -120,7 +122,10 @@ class MoEMlp(nn.Module):
         self.config = config
         self.router = build_router(config.router, router_in, config.num_experts, config.router_dim,
                                    config.temperature_init, config.temperature_min)
-        self.experts = Experts(config.num_experts, dim, hidden, config.expert_dropout, activation)
+        self.experts: ExpertBank = (Experts(config.num_experts, dim, hidden, config.expert_dropout, activation)
+                                    if experts is None else experts)
+        if self.experts.num_experts != config.num_experts:
+            raise ValueError(f"the expert bank has {self.experts.num_experts} experts, the config {config.num_experts}")
         self.shared = Mlp(dim, hidden, activation=activation) if config.shared_expert else None
         g = config.gamma_init
         self.gamma_logit = nn.Parameter(torch.tensor(math.log(g / (1.0 - g)))) if config.shared_expert else None
@@ -136,7 +141,7 @@ class MoEMlp(nn.Module):
         self._dispatch: Callable | None = None  # a dispatch function instead of `choose_dispatch` (tests, benchmarks)
         # On the meta device (a description that never runs: `describe_model`, `dgmoe models`) nothing is
         # prepared, so that describing a model does not import torch._dynamo (about 1 s).
-        if not self.experts.fc1_weight.is_meta:
+        if not next(self.experts.parameters()).is_meta:
             _prepare_uncompiled(config.dispatch)
 
     @property
@@ -207,8 +212,8 @@ class MoEMlp(nn.Module):
         if cfg.routing == "image":  # every token of an image goes to the image's experts
             per_image = tokens.shape[0] // x.shape[0]
             idx, gates = idx.repeat_interleave(per_image, 0), gates.repeat_interleave(per_image, 0)
-        dispatch = self._dispatch or choose_dispatch(cfg.dispatch, tokens)
-        out = dispatch(tokens, idx, gates, self.experts, keep).reshape(x.shape)
+        dispatch = self._dispatch or self._choose_dispatch(tokens)
+        out = dispatch(tokens, idx, gates, self.experts, keep).reshape(*x.shape[:-1], -1)
         if self.training and self.mode == "routed":
             self._record(x, routing, shared)
         if self._routing_sink is not None:
@@ -219,6 +224,14 @@ class MoEMlp(nn.Module):
         assert gate is not None  # built together with the shared expert
         gamma = gate.to(x.dtype)
         return gamma * shared + (1.0 - gamma) * out
+
+    def _choose_dispatch(self, tokens: torch.Tensor) -> Callable:
+        """`choose_dispatch` for GMoE's FFN experts; adapter banks (experts of their own shapes, which the
+        grouped-GEMM kernels do not take) always run the sorted per-expert loop (or the "mask" reference)."""
+        name = self.config.dispatch
+        if isinstance(self.experts, Experts):
+            return choose_dispatch(name, tokens)
+        return _UNCOMPILED[name] if torch.compiler.is_compiling() else DISPATCH[name]
 
     def _record(self, x: torch.Tensor, routing: Routing, shared: torch.Tensor | None) -> None:
         """Add this forward's auxiliary terms to the sums (tensors: no host sync, a fixed structure for
@@ -244,12 +257,26 @@ class MoEMlp(nn.Module):
         """0.5 * (L_imp + L_load) (GMoE App. C.4; MoGE App. A). Without gate noise the load term is 0. The
         importance and load sums are the global batch's under multi-process training."""
         cfg = self.config
+        if cfg.load_loss == "moa":
+            return self._moa_balance_loss(routing)
         sums = routing.probs.sum(dim=0, keepdim=True)  # [1, N] importance
         if cfg.gate_noise_std > 0:
             scores = routing.logits.softmax(-1) if cfg.load_loss == "tutel" else None
             load = load_probabilities(routing.logits, routing.noisy_logits, cfg.top_k, cfg.gate_noise_std, scores)
             sums = torch.cat([sums, load.sum(dim=0, keepdim=True)])  # [2, N]: one all-reduce, one cv^2 pass
         return 0.5 * cv_squared(all_reduce_sum(sums)).sum()
+
+    def _moa_balance_loss(self, routing: Routing) -> torch.Tensor:
+        """MoA's code's 0.5 (L_imp + L_load) (`load_importance_loss`, cvlab-kaist/MoA ed7bc9d): importance sums
+        the *clean* softmax, the load threshold is the k-th largest *noisy probability* (not logit), and both
+        squared coefficients of variation use the unbiased variance (torch's `var()` default)."""
+        cfg = self.config
+        clean = routing.logits.softmax(-1)
+        sums = clean.sum(dim=0, keepdim=True)
+        if cfg.gate_noise_std > 0:
+            load = load_probabilities(clean, routing.noisy_logits.softmax(-1), cfg.top_k, cfg.gate_noise_std, clean)
+            sums = torch.cat([sums, load.sum(dim=0, keepdim=True)])
+        return 0.5 * cv_squared(all_reduce_sum(sums), unbiased=True).sum()
 
     def forced_token_cka(self, x: torch.Tensor) -> torch.Tensor:
         """MoGE eq. 2: t random tokens H of the layer input through every expert, mean pairwise linear CKA."""

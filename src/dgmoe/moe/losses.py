@@ -21,11 +21,11 @@ import math
 import torch
 
 
-def cv_squared(values: torch.Tensor, eps: float = 1e-10) -> torch.Tensor:
-    """Squared coefficient of variation (population variance / mean^2) of the last dimension: a scalar for a
-    vector, one per row for a matrix (a layer's importance and load in one pass)."""
+def cv_squared(values: torch.Tensor, eps: float = 1e-10, unbiased: bool = False) -> torch.Tensor:
+    """Squared coefficient of variation (population variance / mean^2, or the unbiased variance's) of the last
+    dimension: a scalar for a vector, one per row for a matrix (a layer's importance and load in one pass)."""
     values = values.float()
-    return values.var(dim=-1, unbiased=False) / (values.mean(dim=-1) ** 2 + eps)
+    return values.var(dim=-1, unbiased=unbiased) / (values.mean(dim=-1) ** 2 + eps)
 
 
 def importance_loss(gate_probs: torch.Tensor) -> torch.Tensor:

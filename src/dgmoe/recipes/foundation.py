@@ -1,7 +1,8 @@
 """Foundation backbones on DomainBed (issue 25's table): zero-shot CLIP, CLIP-Adapter, MIRO + SWAD on SWAG
-RegNetY-16GF and MoA (a mixture of adapters with a router, WACV 2025) on the five DomainBed datasets, with
-dgmoe's CLIP-Adapter-style and MoA-style runs and its own linear-probe and full fine-tune baselines on CLIP
-ViT-B/16 and DINOv2 ViT-B/14, which have no published number (obtained only).
+RegNetY-16GF and MoA (mixture of adapters, Lee et al., WACV 2025; run as its released code runs it) on the five
+DomainBed datasets, with dgmoe's CLIP-Adapter-style run, its GMoE-flavoured adapter experts and its own
+linear-probe and full fine-tune baselines on CLIP ViT-B/16 and DINOv2 ViT-B/14, which have no published number
+(obtained only).
 
 The published numbers are the issue's table, as the methods' papers print them (averages over the held-out
 domains; the table's avg column is not entered). The rows dgmoe runs keep DomainBed's protocol: one hparams
@@ -35,10 +36,15 @@ DINOV2 = Weights("dinov2_b14", "dinov2_vitb14_pretrain.pth",
 FULL_LR, PEFT_LR = 5e-5, 1e-3
 #: CLIP-Adapter-style: a bottleneck adapter (width 64) in parallel with the FFN of every block
 ADAPTER: dict[str, Any] = {"peft": "adapter", "peft_bottleneck": 64, "hparams": {"lr": PEFT_LR}}
-#: MoA-style: GMoE's choices moved onto adapters: 6 adapter experts (width 64) per block, top-2, cosine router,
-#: in GMoE's last-two blocks (8 and 10 of 12)
+#: dgmoe's GMoE-flavoured adapter experts: GMoE's choices moved onto adapters: 6 bottleneck experts (width 64)
+#: per block, top-2, cosine router, in GMoE's last-two blocks (8 and 10 of 12)
 ADAPTER_EXPERTS: dict[str, Any] = {"peft": "adapter_experts", "peft_bottleneck": 64, "peft_experts": 6,
                                    "peft_top_k": 2, "peft_router": "cosine", "hparams": {"lr": PEFT_LR}}
+#: MoA as its code runs it (cvlab-kaist/MoA ed7bc9d, `--model nf_vitbase_moek_every_qkv_new --l_aux`): `--peft
+#: moa`'s experts, placement, gate and loss (`dgmoe.models.peft`) and hparams (its registry's lr 5e-5, Adam,
+#: batch 32, weight decay 0; timm's ViT without stochastic depth: `--peft moa`'s drop path default is 0)
+MOA: dict[str, Any] = {"peft": "moa", "hparams": {"lr": FULL_LR}}
+MOA_CODE = "cvlab-kaist/MoA at ed7bc9d"
 LINEAR: dict[str, Any] = {"peft": "linear", "hparams": {"lr": PEFT_LR}}
 FULL: dict[str, Any] = {"peft": "full", "hparams": {"lr": FULL_LR}}
 NO_NUMBER = "dgmoe's own baseline: no published number (obtained only)"
@@ -67,14 +73,16 @@ DOMAINBED = Recipe(
               quoted="MIRO (Cha et al., ECCV 2022)",
               unavailable="dgmoe has no RegNet backbone (nor SWAG's weights); MIRO and SWAD run on its ViTs"),
           Row("MoA (OpenCLIP ViT-B/16)", "ERM", OPENCLIP_B16, cells(FIVE, "97.4 83.1 90.6 52.8 62.7"),
-              part="moa", quoted="MoA, mixture of adapters with a router (WACV 2025; code not released); dgmoe "
-                                 "runs its adapter experts"),
+              part="moa", quoted=f"MoA (Lee et al., WACV 2025), its comparison with the state of the art, row "
+                                 f"'MoA (OpenCLIP, ViT-B/16)'; dgmoe runs its code's configuration ({MOA_CODE})"),
+          own("adapter experts, GMoE's choices (OpenCLIP ViT-B/16)", OPENCLIP_B16, "gmoe-adapter-experts"),
           own("linear probe (CLIP ViT-B/16)", OPENAI_B16, "clip-linear"),
           own("full fine-tune (CLIP ViT-B/16)", OPENAI_B16, "clip-full"),
           own("linear probe (DINOv2 ViT-B/14)", DINOV2_B14, "dinov2-linear"),
           own("full fine-tune (DINOv2 ViT-B/14)", DINOV2_B14, "dinov2-full")),
     parts=(part("clip-adapter", OPENAI_B16, "clip_b16_openai", ADAPTER),
-           part("moa", OPENCLIP_B16, "clip_b16_openclip", ADAPTER_EXPERTS),
+           part("moa", OPENCLIP_B16, "clip_b16_openclip", MOA),
+           part("gmoe-adapter-experts", OPENCLIP_B16, "clip_b16_openclip", ADAPTER_EXPERTS),
            part("clip-linear", OPENAI_B16, "clip_b16_openai", LINEAR),
            part("clip-full", OPENAI_B16, "clip_b16_openai", FULL),
            part("dinov2-linear", DINOV2_B14, "dinov2_b14", LINEAR),
@@ -82,21 +90,34 @@ DOMAINBED = Recipe(
     weights=(CLIP_OPENAI, CLIP_OPENCLIP, DINOV2),
     notes=("Zero-shot CLIP and MIRO + SWAD are quoted only: dgmoe has no text tower (zero-shot prompts) and no "
            "RegNet/SWAG backbone.",
-           "Classifier: CLIP-Adapter and MoA classify with CLIP's text embeddings of the class names; dgmoe has no "
-           "text tower, so every row trains a linear head on the tower's image embedding (CLIP: the 512-d "
-           "projection; DINOv2: the class token), initialised at random.",
+           "Classifier: CLIP-Adapter classifies with CLIP's text embeddings of the class names; MoA's code trains a "
+           "linear head (DomainBed's ERM nn.Linear) on the 768-d class token, timm's projection head replaced by "
+           "an identity. dgmoe's rows train a linear head, initialised at random, on the tower's image embedding "
+           "(CLIP: the 512-d output of the frozen projection; DINOv2: the class token): for MoA a deliberate "
+           "difference of the head's input only (the adapters, routers and rule: 1,485,830 parameters, MoA's "
+           "1,494,022 less the second rule pair its model registers and never reads).",
            "CLIP-Adapter-style: CLIP-Adapter adds one 2-layer adapter (reduction 4) on the final image feature "
            "and blends it with the frozen feature by a residual ratio (alpha 0.2); dgmoe runs `--peft adapter`: a "
            "bottleneck adapter (width 64, zero-initialised up-projection) in parallel with every block's FFN, with "
            "no fixed ratio (the adapter's scale is learned from zero).",
-           "MoA-style: MoA's experts, top-k and blocks are not public; dgmoe runs `--peft adapter_experts` with "
-           "GMoE's choices: 6 adapter experts (width 64) per block, top-2, cosine router, GMoE's last-two blocks "
-           "(8 and 10 of 12), its balance loss.",
-           "Learning rate: DomainBed's 5e-5 for full fine-tuning; 1e-3 for the linear probes, adapters and adapter "
-           "experts (the frozen backbone's few new weights); every other hparam dgmoe's ViT default (Adam, batch "
-           "32 per domain, weight decay 0, drop path 0.1), 1 hparams setting x 3 trials, the catalogue's steps.",
-           "OpenCLIP ViT-B/16 weights: MoA does not say which pretraining; dgmoe expects LAION-2B "
-           "(laion2b_s34b_b88k). OpenAI's .pt release is a TorchScript archive: save its state dict first.",
+           f"MoA: its code ({MOA_CODE}: domainbed/networks/backbones.py, domainbed/models/lora/lora_util.py, "
+           "domainbed/algorithms/algorithms.py, domainbed/hparams_registry.py, config.yaml; its best result, "
+           "`--model nf_vitbase_moek_every_qkv_new --l_aux`) freezes the tower and adds to the attention's qkv "
+           "projection of every second block (0, 2, ..., 10) 4 KAdaptation (Kronecker / PHM, phm_dim 64, one rule "
+           "shared by all layers, dropout 0.5 on each expert's weight) experts of ranks 1, 2, 4, 8, routed per "
+           "token by GMoE's cosine gate (projection 256, temperature 0.5) to the top-1 of the noisy softmax (noise "
+           "1/4), with a balance loss weighted 0.01 summed over the layers; ERM, Adam, lr 5e-5, batch 32 per "
+           "domain, no SWAD. dgmoe's `--peft moa` is that layer (tests/parity/test_moa_parity.py: MoA's own module, "
+           "outputs and gradients equal), with drop path 0 and lr 5e-5 here.",
+           "Adapter experts, GMoE's choices: dgmoe's own row, no published number: `--peft adapter_experts` with 6 "
+           "bottleneck experts (width 64) per block beside the FFN, top-2, cosine router, GMoE's last-two blocks "
+           "(8 and 10 of 12), GMoE's balance loss, lr 1e-3.",
+           "Learning rate: DomainBed's 5e-5 for full fine-tuning and MoA; 1e-3 for the linear probes, adapters and "
+           "GMoE-style adapter experts (the frozen backbone's few new weights); every other hparam dgmoe's ViT "
+           "default (Adam, batch 32 per domain, weight decay 0, drop path 0.1 but MoA's 0), 1 hparams setting x 3 "
+           "trials, the catalogue's steps.",
+           "OpenCLIP ViT-B/16 weights: LAION-2B, as MoA's README names them (timm vit_base_patch16_clip_224."
+           "laion2b). OpenAI's .pt release is a TorchScript archive: save its state dict first.",
            "Selection: training-domain validation, DomainBed's default; the rows' sources do not all say theirs."))
 
 RECIPES = (DOMAINBED,)

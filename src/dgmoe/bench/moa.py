@@ -1,0 +1,63 @@
+"""`dgmoe bench layer`'s MoA candidates: a MoA layer (`--peft moa`: 4 adapter experts of ranks 1, 2, 4, 8 on a
+d -> 3d qkv projection, top-1 cosine routing, its balance loss) computed two ways on the same weights and tokens:
+
+- dense-then-mask, as MoA's code computes it (Lee et al., WACV 2025; cvlab-kaist/MoA ed7bc9d): every expert
+  on every token, f_e(x) for e = 1..N, then y = W0 x + b0 + sum_e m_e(x) f_e(x) with the mask
+  m(x) = onehot(top-1) * softmax(s(x) + eps), i.e. the gate kept for the chosen expert and 0 elsewhere;
+  written here from that equation (`DenseThenMaskMoE`), not from its code;
+- dgmoe's sparse dispatch (`dgmoe.moe.layer.MoEMlp`): each expert on its own tokens only.
+
+Both compute the same function (`tests/bench/test_bench.py`); the dense form runs N experts per token, the
+sparse one k. For KAdaptation experts both form each expert's weight H_e once per call (MoA's code does it per
+expert and call too).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from dgmoe.models.peft import RoutedAdapterLinear, routed_linear
+from dgmoe.moe.adapter_experts import PHM_DIM, KroneckerExperts, PHMRule
+from dgmoe.moe.layer import MoEMlp
+from dgmoe.peft_config import PeftConfig
+
+#: candidate name -> (expert kind, dense-then-mask)
+MOA_CANDIDATES = {"moa dense-then-mask (MoA's code)": ("kadaptation", True),
+                  "moa sparse dispatch (dgmoe)": ("kadaptation", False),
+                  "moa-lora dense-then-mask (MoA's code)": ("lora", True),
+                  "moa-lora sparse dispatch (dgmoe)": ("lora", False)}
+
+
+class DenseThenMaskMoE(MoEMlp):
+    """The same router, experts and balance loss as `MoEMlp`; every expert runs on every token and the outputs
+    are masked by the gates of the chosen experts."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        tokens = x.reshape(-1, x.shape[-1])
+        routing = self.route(tokens, tuple(x.shape[:-1]))
+        mask = torch.zeros_like(routing.probs).scatter(1, routing.expert_idx, routing.gates).to(x.dtype)
+        every = torch.stack([self.experts.expert(e, tokens) for e in range(self.config.num_experts)], dim=1)
+        out = (mask.unsqueeze(-1) * every).sum(dim=1)
+        if self.training:
+            self._record(x, routing, None)
+        return out.reshape(*x.shape[:-1], -1)
+
+
+def moa_layer(candidate: str, dim: int) -> RoutedAdapterLinear:
+    """A MoA layer on a fresh d -> 3d projection (random weights from the caller's seed), dense or sparse."""
+    kind, dense = MOA_CANDIDATES[candidate]
+    phm = PHM_DIM
+    while phm > 1 and dim % phm:
+        phm //= 2
+    layer = routed_linear(nn.Linear(dim, 3 * dim), PeftConfig("moa", expert=kind), PHMRule(phm))
+    layer.weight.requires_grad_(False)
+    layer.bias.requires_grad_(False)
+    if dense:
+        sparse = layer.adapter
+        dense_layer = DenseThenMaskMoE(dim, 0, sparse.config, experts=sparse.experts)
+        dense_layer.router = sparse.router
+        layer.adapter = dense_layer
+    bank = layer.adapter.experts
+    if isinstance(bank, KroneckerExperts):  # the rule lives outside the layer in a model; keep it with the layer
+        layer.add_module("rule", bank.rule)
+    return layer
