@@ -39,10 +39,10 @@ MODEL_NAMES: tuple[str, ...] = (
     'vit_tiny_patch16_224',
 )
 ALGORITHM_NAMES: tuple[str, ...] = (
-    'ADRMX', 'ANDMask', 'ARM', 'CAD', 'CDANN', 'CORAL', 'CausIRL_CORAL', 'CausIRL_MMD', 'CondCAD', 'D3G', 'D3G_WRAP',
-    'DANN', 'EQRM', 'ERM', 'ERMPlusPlus', 'Fish', 'Fishr', 'GroupDRO', 'IB_ERM', 'IB_IRM', 'IGA', 'IRM', 'MIRO',
-    'MLDG', 'MMD', 'MTL', 'Mixup', 'MoGE', 'RDM', 'RSC', 'SANDMask', 'SD', 'SMA', 'SWAD', 'SagNet', 'SelfReg', 'TRM',
-    'Transfer', 'URM', 'VREx',
+    'ADRMX', 'ANDMask', 'ARM', 'CAD', 'CDANN', 'CLIPood', 'CORAL', 'CausIRL_CORAL', 'CausIRL_MMD', 'CondCAD', 'D3G',
+    'D3G_WRAP', 'DANN', 'EQRM', 'ERM', 'ERMPlusPlus', 'FLYP', 'Fish', 'Fishr', 'GroupDRO', 'IB_ERM', 'IB_IRM', 'IGA',
+    'IRM', 'LPFT', 'MIRO', 'MLDG', 'MMD', 'MTL', 'Mixup', 'MoGE', 'RDM', 'RSC', 'SANDMask', 'SD', 'SMA', 'SWAD',
+    'SagNet', 'SelfReg', 'TRM', 'Transfer', 'URM', 'VREx',
 )
 #: catalogue dataset -> (its domains, () when the folder names them; its evaluation-only domains)
 DATASET_DOMAINS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -52,6 +52,7 @@ DATASET_DOMAINS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     'Debug224': (('0', '1', '2'), ()),
     'Debug28': (('0', '1', '2'), ()),
     'DomainNet': (('clipart', 'infograph', 'painting', 'quickdraw', 'real', 'sketch'), ()),
+    'DomainNet-OOP': (('clipart', 'infograph', 'painting', 'quickdraw', 'real', 'sketch'), ()),
     'FMoW': ((
         'train/Asia', 'train/Europe', 'train/Africa', 'train/Americas', 'train/Oceania', 'id_val', 'id_test', 'val',
         'test',
@@ -65,9 +66,14 @@ DATASET_DOMAINS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         'SouthAmerica/test', 'Europe/test', 'Africa/test', 'Asia/test',
     ), ()),
     'ImageFolder': ((), ()),
+    'ImageNetShifts': ((
+        'ImageNet', 'ImageNet-val', 'ImageNet-V2', 'ImageNet-R', 'ImageNet-Sketch', 'ImageNet-A', 'ObjectNet',
+    ), ('ImageNet-val', 'ImageNet-V2', 'ImageNet-R', 'ImageNet-Sketch', 'ImageNet-A', 'ObjectNet')),
     'NICOpp': (('autumn', 'dim', 'grass', 'outdoor', 'rock', 'water'), ()),
     'OfficeHome': (('Art', 'Clipart', 'Product', 'Real World'), ()),
+    'OfficeHome-OOP': (('Art', 'Clipart', 'Product', 'Real World'), ()),
     'PACS': (('art_painting', 'cartoon', 'photo', 'sketch'), ()),
+    'PACS-OOP': (('art_painting', 'cartoon', 'photo', 'sketch'), ()),
     'RotatedMNIST': (('0', '15', '30', '45', '60', '75'), ()),
     'SVIRO': (('aclass', 'escape', 'hilux', 'i3', 'lexus', 'tesla', 'tiguan', 'tucson', 'x5', 'zoe'), ()),
     'Sentinel2Sample': (('west', 'central', 'east'), ()),
@@ -78,7 +84,9 @@ DATASET_DOMAINS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     'SpawriousO2O_hard': (('Test', 'SC_group_1', 'SC_group_2'), ()),
     'SpawriousO2O_medium': (('Test', 'SC_group_1', 'SC_group_2'), ()),
     'TerraIncognita': (('location_100', 'location_38', 'location_43', 'location_46'), ()),
+    'TerraIncognita-OOP': (('location_100', 'location_38', 'location_43', 'location_46'), ()),
     'VLCS': (('Caltech101', 'LabelMe', 'SUN09', 'VOC2007'), ()),
+    'VLCS-OOP': (('Caltech101', 'LabelMe', 'SUN09', 'VOC2007'), ()),
     'WILDSFMoW': (('Asia', 'Europe', 'Africa', 'Americas', 'Oceania', 'Other'), ()),
     'iWildCam': (('train', 'id_val', 'id_test', 'val', 'test'), ('id_val', 'id_test', 'val', 'test')),
 }
