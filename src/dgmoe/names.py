@@ -10,6 +10,7 @@ Did you mean: ...?"), so an answer reads the same before torch starts as after.
 """
 from __future__ import annotations
 
+import sys
 from typing import Sequence
 
 from dgmoe.errors import UsageError
@@ -93,9 +94,19 @@ DATASET_DOMAINS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 # --- end of the derived block ---
 
 
+#: where each live registry lives: a process that imported it already (a test, or a script that declared its own
+#: dataset, model or algorithm before calling the command line in-process) has names the block below lacks
+LIVE_REGISTRIES = {"model": ("dgmoe.models", "MODELS"), "algorithm": ("dgmoe.algorithms", "ALGORITHMS"),
+                   "dataset": ("dgmoe.data.catalogue", "DATASETS")}
+
+
 def _light(kind: str, names: Sequence[str]) -> Registry[str]:
+    """The names of `kind` as a registry (for its errors): the block's, and the live registry's where a process
+    imported it already (importing it here would cost the torch start this module avoids)."""
+    module, attr = LIVE_REGISTRIES[kind]
+    live = getattr(sys.modules.get(module), attr, None)
     registry: Registry[str] = Registry(kind)
-    for name in names:
+    for name in sorted({*names, *(live.names() if live is not None else ())}):
         registry.add(name, name)
     return registry
 

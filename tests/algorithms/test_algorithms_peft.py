@@ -25,7 +25,7 @@ from dgmoe.models.info import model_info
 from dgmoe.moe.auxiliary import sparse_layers
 from dgmoe.peft_config import PEFT_MODES, PeftConfig
 
-ALGORITHMS = list_algorithms()
+ALGORITHMS = [name for name in list_algorithms() if not get_algorithm(name).NEEDS_TEXT_HEAD]  # as test_algorithms_train
 MODES = [m for m in PEFT_MODES if m != "full"]  # full fine-tuning is the existing contract test's
 #: the names each mode trains (every other weight is frozen)
 TRAINED = {"linear": ("head.",), "lora": ("head.", "lora_A", "lora_B"), "adapter": ("head.", ".adapter."),
