@@ -264,7 +264,16 @@ def check_validation_splits(dataset: MultiDomainDataset, splits: list[tuple[np.n
 
 
 def prepare_run(cfg: RunConfig) -> RunSetup:
-    """Resolve names, hyperparameters, data and splits; raise a specific error on any bad input."""
+    """Resolve names, hyperparameters, data and splits; raise a specific error on any bad input. A checkpoint
+    file is read from disk once however many parts of the run read it (a full CLIP file: the image tower, the
+    text head, FLYP's text tower; `reading_once`)."""
+    from dgmoe.models.pretrained import reading_once
+
+    with reading_once():
+        return _prepare_run(cfg)
+
+
+def _prepare_run(cfg: RunConfig) -> RunSetup:
     data, model, alg, seeds = cfg.data, cfg.model, cfg.algorithm, cfg.seeds
     check_device(cfg.execution.device)
     MODELS.get(model.name)                  # unknown names fail before data is read
