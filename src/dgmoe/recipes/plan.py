@@ -11,7 +11,7 @@ stand-in of the same kind (`Debug28`; `RotatedMNIST`, which has DomainNet's six 
 `GeoMNIST`, which has coordinates, for the MoGE tables), the backbones for narrow ones of the same family
 (`vit_micro_patch7_28`, `gmoe_micro_patch7_28`, SF-MoE and MoGE at width 48 on 7 px patches; a ResNet becomes
 the micro ViT; a CLIP or DINOv2 tower its test-sized stand-in, e.g. `vit_micro_patch7_clip_quickgelu_28`,
-`vit_micro_patch7_dinov2`), the paper's weights for a dense checkpoint the launch writes (`SmokeCheckpoint`:
+`vit_micro_patch7_dinov2`; GMoE on a CLIP tower the stand-in's GMoE twin, `gmoe_micro_patch7_clip_quickgelu_28`), the paper's weights for a dense checkpoint the launch writes (`SmokeCheckpoint`:
 each backbone's dense twin, loaded with --pretrained as the paper's runs load DeiT: experts copied from the
 FFN, what a dense checkpoint cannot hold initialised, the head and embeddings adapted), a few steps, one
 hparams setting, one trial, one held-out set (the first domain; single-source: the first training domain).
@@ -62,13 +62,16 @@ class SmokeScale:
     towers: tuple[tuple[str, str], ...] = (
         ("_clip_quickgelu_", "vit_micro_patch7_clip_quickgelu_28"), ("_clip_", "vit_micro_patch7_clip_28"),
         ("_reg4_dinov2", "vit_micro_patch7_reg4_dinov2"), ("_dinov2", "vit_micro_patch7_dinov2"))
+    #: GMoE on a foundation tower -> the GMoE twin of the tower's stand-in (CLIP's: with the micro text tower)
+    gmoe_towers: tuple[tuple[str, str], ...] = (
+        ("_clip_quickgelu_", "gmoe_micro_patch7_clip_quickgelu_28"), ("_clip_", "gmoe_micro_patch7_clip_28"))
     weights_dir: str = "smoke-weights"
     weights_classes: int = 1000
 
     def model(self, model: str) -> str:
         """The narrow backbone of `model`'s family."""
         if model.startswith("gmoe_"):
-            return "gmoe_micro_patch7_28"
+            return next((twin for family, twin in self.gmoe_towers if family in model), "gmoe_micro_patch7_28")
         if model.startswith(("sfmoe_", "hybrid_sfmoe_")):
             return "sfmoe_small_patch16_224"
         if model.startswith("moge_"):
