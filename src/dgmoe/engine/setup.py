@@ -343,6 +343,8 @@ def _prepare_run(cfg: RunConfig) -> RunSetup:
         names = prompt_class_names(dataset.name, dataset.classes)
         algorithm.attach_text(run_text_tower(cfg, info), names, templates(model.prompt_templates))  # type: ignore[attr-defined]
     n_steps = spec.n_steps if cfg.training.steps is None else cfg.training.steps  # 0: evaluate once
+    if algorithm_cls.NEEDS_TOTAL_STEPS:  # CLIPood: its Beta moving average spans the run's updates
+        algorithm.set_total_steps(n_steps)
     return RunSetup(cfg, dataset, hparams, splits,
                     test_envs, train_envs, img_size, train_tf, eval_tf,
                     n_steps, cfg.training.checkpoint_freq or spec.checkpoint_freq,

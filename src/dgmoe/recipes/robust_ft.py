@@ -88,8 +88,7 @@ DOMAINBED = Recipe(
            "CLIPood's); zero-shot evaluates it untrained (--steps 0), the others train from it.",
            "Published numbers: not entered (see the module docstring); the rows are dgmoe's obtained numbers.",
            "Learning rates: DomainBed's 5e-5 when the tower trains, 1e-3 for the linear probe and LP-FT's probe; "
-           "every other hparam dgmoe's default; CLIPood's clipood_steps is its default 5001, the catalogue's "
-           "DomainBed schedule (DomainNet's 15001 steps would need it set).",
+           "every other hparam dgmoe's default; CLIPood's Beta moving average spans each run's own steps.",
            "GMoE and adapter experts: GMoE's tower is trained whole at 5e-5 (as the fine-tune row), the adapter "
            "experts on the frozen tower at 1e-3 (the foundation recipe's); at the smoke scale GMoE runs on the "
            "CLIP-shaped micro stand-in's GMoE twin with its micro text tower.",
