@@ -18,8 +18,8 @@ MICRO = ["--dataset", "Debug28", "--model", "vit_micro_patch7_clip_28", "--algor
 
 def _setup(tmp_path, **kw):
     cfg = RunConfig.from_flat(dataset="Debug28", model="vit_micro_patch7_clip_28", head="zeroshot",
-                              algorithm="CLIPood", prompt_templates="domainbed", output_dir=str(tmp_path), progress="none",
-                              hparams={"lr": 1e-3}, **{"steps": 3, **kw})
+                              algorithm="CLIPood", prompt_templates="domainbed", output_dir=str(tmp_path),
+                              progress="none", hparams={"lr": 1e-3}, **{"steps": 3, **kw})
     return prepare_run(cfg)
 
 

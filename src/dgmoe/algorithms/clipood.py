@@ -18,8 +18,9 @@
 
 Deliberate differences: their AdamW (lr 5e-6, weight decay 0.1) with a cosine schedule is DomainBed's Adam here
 with the run's `lr` and `weight_decay`. Since the Beta weights of the first updates depend on the run's length, a
-CLIPood run cannot be extended (`--extend` is refused); a killed run resumes exactly. Checked against the authors' code: the
-moving average by a fixture recorded from their `GeneralMovingAverage` (tests/parity), the loss by its equation.
+CLIPood run cannot be extended (`--extend` is refused); a killed run resumes exactly. Checked against the
+authors' code: the moving average by a fixture recorded from their `GeneralMovingAverage` (tests/parity), the
+loss by its equation.
 """
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""The robust fine-tuning baselines of CLIP on DomainBed's five datasets (issue 35's list): zero-shot, linear
-probe, full fine-tuning, LP-FT, FLYP and CLIPood on CLIP ViT-B/16 (OpenAI), every head initialised from the class
-names' text embeddings (`--head zeroshot`, prompt "a photo of a {}."), and the rows no other tool has: GMoE on
+"""The robust fine-tuning baselines of CLIP on DomainBed's five datasets and on ImageNet -> shifts (issue 35's
+list): zero-shot, linear probe, full fine-tuning, LP-FT, FLYP and CLIPood on CLIP ViT-B/16 (OpenAI), every head
+initialised from the class names' text embeddings (`--head zeroshot`; prompt "a photo of a {}." on DomainBed,
+OpenAI's 80 templates on ImageNet), and the rows no other tool has: GMoE on
 the same tower (`gmoe_base_patch16_clip_quickgelu_224`, experts copied from CLIP's FFN) and GMoE-flavoured adapter
 experts (`--peft adapter_experts`, the foundation recipe's settings), each with a text-initialised head.
 
@@ -22,6 +23,10 @@ from dgmoe.recipes.foundation import ADAPTER_EXPERTS
 from dgmoe.recipes.gmoe import FIVE
 
 OPENAI_B16 = "vit_base_patch16_clip_quickgelu_224"
+#: ImageNet -> shifts: the catalogue's suite (`dgmoe.data.shifts`), trained on ImageNet, its validation set and
+#: the five shifts held out together (its evaluation domains); the table's columns are their names
+IMAGENET = "ImageNetShifts"
+IMAGENET_COLUMNS = ("ImageNet-val", "ImageNet-V2", "ImageNet-R", "ImageNet-Sketch", "ImageNet-A", "ObjectNet")
 #: GMoE on the same tower (experts copied from CLIP's FFN, GMoE's last-two layout, 6 experts top-2 cosine)
 GMOE_B16 = "gmoe_base_patch16_clip_quickgelu_224"
 CLIP_FULL = Weights("clip_b16_openai_full", "ViT-B-16.openai.state_dict.pt",
@@ -40,6 +45,20 @@ def part(name: str, algorithm: str, settings: dict[str, Any], model: str = OPENA
 
 def row(label: str, algorithm: str, part_name: str, model: str = OPENAI_B16) -> Row:
     return Row(label, algorithm, model, tuple(Cell(d) for d in FIVE), part=part_name, added=NO_NUMBER)
+
+
+def imagenet_part(name: str, algorithm: str, settings: dict[str, Any]) -> Part:
+    """Trained on ImageNet, every evaluation set held out in one run (the catalogue's evaluation domains), 1
+    hparams setting x 3 trials, the head from OpenAI's 80 ImageNet templates (CLIP's, WiSE-FT's and FLYP's
+    zero-shot classifier)."""
+    return Part(name, (IMAGENET,), (algorithm,), (OPENAI_B16,), pretrained=CLIP_FULL.key,
+                settings={**TEXT, "prompt_templates": "openai_imagenet", **settings}, n_hparams=1, n_trials=3)
+
+
+def imagenet_row(label: str, algorithm: str, part_name: str) -> Row:
+    """A row of the ImageNet table: the in-distribution validation accuracy and each shift's."""
+    return Row(label, algorithm, OPENAI_B16, tuple(Cell(IMAGENET, d) for d in IMAGENET_COLUMNS), part=part_name,
+               added=NO_NUMBER)
 
 
 def wise_ft(label: str, part_name: str, zero_shot: str, model: str = OPENAI_B16) -> Row:
@@ -70,7 +89,14 @@ DOMAINBED = Recipe(
           row("adapter experts, text-initialised (ViT-B/16)", "ERM", "adapter-experts"),
           row("GMoE at step 0, text head (WiSE-FT's alpha 0)", "ERM", "zero-shot-gmoe", GMOE_B16),
           row("adapter experts at step 0, text head (WiSE-FT's alpha 0)", "ERM", "zero-shot-adapter-experts"),
+          imagenet_row("zero-shot CLIP, ImageNet -> shifts", "ERM", "imagenet-zero-shot"),
+          imagenet_row("linear probe, ImageNet -> shifts", "ERM", "imagenet-linear-probe"),
+          imagenet_row("full fine-tune, ImageNet -> shifts", "ERM", "imagenet-fine-tune"),
+          imagenet_row("LP-FT, ImageNet -> shifts", "LPFT", "imagenet-lp-ft"),
+          imagenet_row("FLYP, ImageNet -> shifts", "FLYP", "imagenet-flyp"),
+          imagenet_row("CLIPood, ImageNet -> shifts", "CLIPood", "imagenet-clipood"),
           wise_ft("WiSE-FT of the fine-tune (ViT-B/16)", "fine-tune", "zero-shot"),
+          wise_ft("WiSE-FT of the fine-tune, ImageNet -> shifts", "imagenet-fine-tune", "imagenet-zero-shot"),
           wise_ft("WiSE-FT of GMoE (ViT-B/16)", "gmoe", "zero-shot-gmoe", GMOE_B16),
           wise_ft("WiSE-FT of adapter experts (ViT-B/16)", "adapter-experts", "zero-shot-adapter-experts")),
     parts=(part("zero-shot", "ERM", {"steps": 0}),
@@ -82,7 +108,13 @@ DOMAINBED = Recipe(
            part("gmoe", "ERM", {"peft": "full", "hparams": {"lr": FULL_LR}}, GMOE_B16),
            part("adapter-experts", "ERM", ADAPTER_EXPERTS),
            part("zero-shot-gmoe", "ERM", {"steps": 0}, GMOE_B16),
-           part("zero-shot-adapter-experts", "ERM", {**ADAPTER_EXPERTS, "steps": 0})),
+           part("zero-shot-adapter-experts", "ERM", {**ADAPTER_EXPERTS, "steps": 0}),
+           imagenet_part("imagenet-zero-shot", "ERM", {"steps": 0}),
+           imagenet_part("imagenet-linear-probe", "ERM", {"peft": "linear", "hparams": {"lr": PROBE_LR}}),
+           imagenet_part("imagenet-fine-tune", "ERM", {"peft": "full", "hparams": {"lr": FULL_LR}}),
+           imagenet_part("imagenet-lp-ft", "LPFT", {"peft": "full", "hparams": {"lr": FULL_LR, "linear_lr": PROBE_LR}}),
+           imagenet_part("imagenet-flyp", "FLYP", {"peft": "full", "hparams": {"lr": FULL_LR}}),
+           imagenet_part("imagenet-clipood", "CLIPood", {"peft": "full", "hparams": {"lr": FULL_LR}})),
     weights=(CLIP_FULL,),
     notes=("Heads: every row's head is CLIP's zero-shot classifier of the class names (prompt 'a photo of a {}.', "
            "CLIPood's); zero-shot evaluates it untrained (--steps 0), the others train from it.",
@@ -96,6 +128,13 @@ DOMAINBED = Recipe(
            + "; ".join(f"{f}: {soup_command(f, z)}" for f, z in (("fine-tune", "zero-shot"), ("gmoe", "zero-shot-gmoe"),
                                                               ("adapter-experts", "zero-shot-adapter-experts")))
            + ". The soups need each run's weights: the smoke scale does not keep them (--skip-model-save).",
+           "ImageNet -> shifts (WiSE-FT's and FLYP's evaluation): the same methods trained on ImageNet with every "
+           "evaluation set held out in one run (ImageNet-val, -V2, -R, -Sketch, -A, ObjectNet, R's, A's and "
+           "ObjectNet's classes through their class maps); the head from OpenAI's 80 ImageNet templates; the "
+           "catalogue's schedule (10,001 steps of batch 32, not the papers' epochs: pass --steps to match one); "
+           "each cell the whole held-out set's accuracy at the checkpoint training-domain validation picks, as "
+           "`dgmoe results`' shift table, which adds effective robustness given --shift-fit. At the smoke scale it "
+           "runs on stand-in folders of the suite the launch writes.",
            "Selection: training-domain validation, DomainBed's default."))
 
 RECIPES = (DOMAINBED,)
