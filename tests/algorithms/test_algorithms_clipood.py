@@ -13,13 +13,13 @@ from dgmoe.engine.config import RunConfig
 from dgmoe.engine.setup import prepare_run
 
 MICRO = ["--dataset", "Debug28", "--model", "vit_micro_patch7_clip_28", "--algorithm", "CLIPood", "--progress",
-         "none", "--num-threads", "1", "--checkpoint-freq", "1", "--hparams", '{"batch_size": 4, "clipood_steps": 3}']
+         "none", "--num-threads", "1", "--checkpoint-freq", "1", "--hparams", '{"batch_size": 4}']
 
 
 def _setup(tmp_path, **kw):
     cfg = RunConfig.from_flat(dataset="Debug28", model="vit_micro_patch7_clip_28", head="zeroshot",
-                              algorithm="CLIPood", prompt_templates="domainbed", steps=3, output_dir=str(tmp_path),
-                              progress="none", hparams={"clipood_steps": 3, "lr": 1e-3}, **kw)
+                              algorithm="CLIPood", prompt_templates="domainbed", output_dir=str(tmp_path),
+                              progress="none", hparams={"lr": 1e-3}, **{"steps": 3, **kw})
     return prepare_run(cfg)
 
 
@@ -66,14 +66,47 @@ def test_a_linear_head_is_refused_in_one_line(tmp_path, capsys):
     assert code == 2 and len(err.splitlines()) == 1 and "CLIPood needs" in err and "--head zeroshot" in err, err
 
 
-def test_clipood_trains_and_resumes_as_a_run(tmp_path):
-    from dgmoe.engine.io import read_jsonl
+def test_the_beta_weights_span_the_run_s_steps(tmp_path):
+    """T of Eq. 6 is the run's step count, --steps or the catalogue's, with no setting of its own."""
+    assert "clipood_steps" not in _setup(tmp_path).hparams
+    assert _setup(tmp_path, steps=7).algorithm.total_steps == 7
+    cfg = RunConfig.from_flat(dataset="Debug28", model="vit_micro_patch7_clip_28", head="zeroshot", algorithm="CLIPood",
+                              output_dir=str(tmp_path), progress="none")
+    setup = prepare_run(cfg)
+    assert setup.algorithm.total_steps == setup.n_steps == 5001  # Debug28's catalogue schedule
+    assert float(setup.algorithm.bma_weight_sum) == beta_weight(0, 5001, 0.5)
 
-    argv = ["train", *MICRO, "--head", "zeroshot", "--prompt-templates", "domainbed", "--keep-resume"]
-    assert run([*argv, "--steps", "3", "--output-dir", str(tmp_path / "whole")]) == 0
-    assert run([*argv, "--steps", "2", "--output-dir", str(tmp_path / "half")]) == 0
-    assert run(["train", "--config", str(tmp_path / "half" / "config.json"), "--steps", "3", "--extend"]) == 0
-    whole, half = read_jsonl(tmp_path / "whole" / "results.jsonl"), read_jsonl(tmp_path / "half" / "results.jsonl")
-    assert [r["step"] for r in half] == [r["step"] for r in whole]
-    for key in ("env0_in_acc", "env1_out_loss", "loss"):
-        assert half[-1][key] == pytest.approx(whole[-1][key], abs=1e-6), key
+
+def test_clipood_killed_and_resumed_equals_the_uninterrupted_run_and_refuses_extend(tmp_path, capsys):
+    from run_records import comparable_records
+
+    from dgmoe.engine.sinks import Sink
+    from dgmoe.engine.trainer import train
+
+    class Killed(BaseException):
+        pass
+
+    class KillAfter(Sink):
+        def step(self, step, metrics, train_seconds):
+            if step == 3:  # trained, not saved: the resumed run redoes it from step 2's state
+                raise Killed
+
+    def cfg(out):
+        return RunConfig.from_flat(dataset="Debug28", model="vit_micro_patch7_clip_28", head="zeroshot",
+                                   algorithm="CLIPood", prompt_templates="domainbed", steps=6, checkpoint_freq=2,
+                                   hparams={"batch_size": 4, "lr": 1e-3}, num_threads=1, keep_resume=True,
+                                   progress="none", output_dir=str(out))
+
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    train(cfg(whole))
+    with pytest.raises(Killed):
+        train(cfg(killed), sinks=[KillAfter()])
+    assert not (killed / "done").exists() and [r["step"] for r in comparable_records(killed)] == [0, 2]
+    train(cfg(killed))
+    assert comparable_records(killed) == comparable_records(whole)
+    a, b = (torch.load(run / "resume.pt", weights_only=True)["algorithm"] for run in (whole, killed))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    # a longer schedule reweighs every update already made: --extend is refused in one line
+    code = run(["train", "--config", str(whole / "config.json"), "--steps", "8", "--extend"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "--extend: CLIPood weighs every update" in err, err

@@ -212,3 +212,22 @@ def test_report_shows_the_shift_table(shift_run, cli):
     page = (shift_run / "report" / "index.html").read_text()
     assert "ImageNetShifts: accuracy on ImageNet-val and each shift" in page and "ObjectNet" in page
     assert "hold out several test domains" not in page  # not left out as runs without a table
+
+
+def test_the_smoke_scale_s_stand_in_folders_load_with_every_domain(tmp_path):
+    """The recipes' smoke scale writes these (`dgmoe.recipes.plan.SmokeData`): every domain of the suite holds
+    images, read through the real loader with each domain's own labels; a second write leaves them."""
+    from dgmoe.data.shifts import STAND_INS
+    from dgmoe.data.shifts.stand_in import stand_in_classes
+
+    assert STAND_INS["ImageNetShifts"](tmp_path) is True
+    before = sorted(p.stat().st_mtime_ns for p in tmp_path.rglob("*.png"))
+    assert STAND_INS["ImageNetShifts"](tmp_path) is False
+    assert sorted(p.stat().st_mtime_ns for p in tmp_path.rglob("*.png")) == before
+    ds = get_dataset("ImageNetShifts", tmp_path, img_size=8)
+    labels = {d: sorted(set(env.labels.tolist())) for d, env in zip(ds.domains, ds.environments)}
+    classes = list(stand_in_classes())
+    assert labels["ImageNet"] == labels["ImageNet-val"] == labels["ImageNet-V2"] == classes
+    assert labels["ImageNet-R"] == [FACTS["imagenet_r"].index(c) for c in classes]
+    assert labels["ImageNet-A"] == [FACTS["imagenet_a"].index(c) for c in classes]
+    assert labels["ObjectNet"] == list(range(len(classes)))

@@ -12,7 +12,7 @@ from dgmoe.engine.io import read_jsonl
 BASE = ["--dataset", "Debug28", "--model", "vit_micro_patch7_clip_28", "--head", "zeroshot", "--prompt-templates",
         "domainbed", "--progress", "none", "--num-threads", "1", "--checkpoint-freq", "1", "--seed", "5"]
 RUNS = {"zs": ("ERM", 0, {}), "lpft": ("LPFT", 3, {"linear_steps": 1}), "flyp": ("FLYP", 3, {}),
-        "clipood": ("CLIPood", 3, {"clipood_steps": 3})}
+        "clipood": ("CLIPood", 3, {})}
 
 
 @pytest.fixture(scope="module")

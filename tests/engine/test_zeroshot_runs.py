@@ -145,3 +145,40 @@ def test_one_hugging_face_clipmodel_file_gives_both_towers_of_a_zero_shot_run(tm
     norms = network.get_classifier().weight.norm(dim=1)
     expected = state["logit_scale"].exp().item()  # CLIPModel's own logit_scale
     torch.testing.assert_close(norms, torch.full_like(norms, expected), atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("algorithm", ["ERM", "FLYP"])
+def test_a_full_clip_file_is_read_once_per_run(algorithm, tmp_path, monkeypatch):
+    """The image tower, the zero-shot head and FLYP's trained text tower all come from one read of the file."""
+    import dgmoe.models.pretrained as pretrained
+
+    path = clip_fixture_file("zero_shot", tmp_path)  # an open_clip-format state dict, both towers
+    state = torch.load(path, weights_only=True)
+    small = state["token_embedding.weight"]
+    state["token_embedding.weight"] = torch.cat([small, torch.randn(49408 - len(small), small.shape[1])])
+    torch.save(state, path)
+    reads: list[str] = []
+    real = pretrained.read_state_file
+    monkeypatch.setattr(pretrained, "read_state_file", lambda p: reads.append(str(p)) or real(p))
+    kwargs = {"embed_dim": 32, "depth": 2, "num_heads": 2, "proj_dim": 48}
+    cfg = RunConfig.from_flat(dataset="Debug28", model="vit_base_patch16_clip_quickgelu_224", patch_size=7,
+                              model_kwargs=kwargs, pretrained=str(path), head="zeroshot", algorithm=algorithm,
+                              prompt_templates="domainbed", steps=0 if algorithm == "ERM" else 1,
+                              output_dir=str(tmp_path / "run"), progress="none")
+    setup = prepare_run(cfg)
+    assert reads == [str(path.resolve())]
+    if algorithm == "FLYP":  # its text tower is the file's, as the head's
+        torch.testing.assert_close(setup.algorithm.text_tower.logit_scale.detach(), state["logit_scale"])
+    assert run(["train", "--dataset", "Debug28", "--model", "vit_base_patch16_clip_quickgelu_224", "--patch-size", "7",
+                "--model-kwargs", json.dumps(kwargs), "--pretrained", str(path), "--head", "zeroshot",
+                "--algorithm", algorithm, "--prompt-templates", "domainbed", "--steps", str(cfg.training.steps),
+                "--progress", "none", "--num-threads", "1", "--output-dir", str(tmp_path / "run")]) == 0
+    assert len(reads) == 2  # the whole run (its own setup) read it once more, once
+    # a file rewritten between two reads of one setup is read again (size and mtime are the key)
+    with pretrained.reading_once():
+        pretrained.load_checkpoint_file(path)
+        pretrained.load_checkpoint_file(path)
+        assert len(reads) == 3
+        torch.save({**state, "extra": torch.zeros(3)}, path)
+        pretrained.load_checkpoint_file(path)
+        assert len(reads) == 4

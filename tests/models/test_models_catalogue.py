@@ -4,7 +4,7 @@ import pytest
 
 from dgmoe.models import MODELS, count_parameters, create_model
 from dgmoe.models.catalogue import compact_layout, family_of, summarize_model
-from dgmoe.models.info import build_on_meta
+from dgmoe.models.info import build_on_meta, describe_model
 
 
 @pytest.mark.parametrize("layout,expected", [
@@ -102,3 +102,14 @@ def test_foundation_stand_ins_are_test_sized_towers_of_their_family():
         "vit_micro_patch7_clip_quickgelu_28", "vit_micro_patch7_clip_28", "vit_micro_patch7_dinov2",
         "vit_micro_patch7_reg4_dinov2", "vit_micro_patch7_28"]
     assert summarize_model("vit_micro_patch7_dinov2").description.endswith("test-sized stand-in, no weights")
+    # GMoE on a CLIP tower: the stand-in's GMoE twin (its dense twin the stand-in), GMoE's last-two layout
+    assert [SMOKE.model(n) for n in ("gmoe_base_patch16_clip_quickgelu_224", "gmoe_large_patch14_clip_224",
+                                     "gmoe_small_patch14_dinov2", "gmoe_small_patch16_224")] == [
+        "gmoe_micro_patch7_clip_quickgelu_28", "gmoe_micro_patch7_clip_28", "gmoe_micro_patch7_28",
+        "gmoe_micro_patch7_28"]
+    twin = describe_model("gmoe_micro_patch7_clip_quickgelu_28", num_classes=3)
+    assert twin.is_sparse and twin.activation == "quick_gelu" and twin.num_features == 32
+    assert twin.tower == model_info(clip).tower
+    def sparse(name):
+        return [i for i, b in enumerate(create_model(name, num_classes=3).blocks) if hasattr(b.mlp, "experts")]
+    assert sparse("gmoe_micro_patch7_clip_quickgelu_28") == sparse("gmoe_micro_patch7_28") != []

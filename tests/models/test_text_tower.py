@@ -28,7 +28,9 @@ def test_the_real_text_towers_have_clips_sizes(config, params):
     ("vit_base_patch16_clip_quickgelu_224", tt.OPENAI_B16_TEXT), ("vit_base_patch16_clip_224", tt.OPENCLIP_B16_TEXT),
     ("vit_large_patch14_clip_quickgelu_224", tt.OPENAI_L14_TEXT), ("vit_large_patch14_clip_224", tt.OPENCLIP_L14_TEXT),
     ("gmoe_base_patch16_clip_quickgelu_224", tt.OPENAI_B16_TEXT), ("sfmoe_base_patch16_clip_224", tt.OPENCLIP_B16_TEXT),
-    ("vit_micro_patch7_clip_quickgelu_28", tt.MICRO_OPENAI_TEXT)])
+    ("vit_micro_patch7_clip_quickgelu_28", tt.MICRO_OPENAI_TEXT),
+    ("gmoe_micro_patch7_clip_quickgelu_28", tt.MICRO_OPENAI_TEXT),
+    ("gmoe_micro_patch7_clip_28", tt.MICRO_OPENCLIP_TEXT)])
 def test_each_clip_image_tower_declares_its_text_tower_and_family(model, config):
     info = describe_model(model, num_classes=3)
     assert tt.text_config(info.tower, model) == config

@@ -166,7 +166,11 @@ def test_smoke_scale_needs_no_data_and_is_small(recipe, tmp_path):
             loads = recipe.part(name).pretrained and not text_head(recipe.part(name))  # text heads: seeded towers
             assert c.model.pretrained in (checkpoints if loads else {None})
             assert c.training.steps <= 2 and c.execution.num_threads == 1
-            assert c.data.dataset in ("Debug28", "RotatedMNIST", "GeoMNIST")
+            if c.data.dataset in SMOKE.folder_stand_ins:  # its stand-in folders, written by the launch
+                assert c.execution.data_dir == str((tmp_path / "out" / SMOKE.data_dir).absolute())
+                assert c.data.dataset in {d.dataset for d in plan.data}
+            else:
+                assert c.data.dataset in ("Debug28", "RotatedMNIST", "GeoMNIST")
 
 
 def test_rows_filter_and_unavailable_rows(cli, tmp_path):
@@ -219,3 +223,16 @@ def test_show_foundation_names_its_weights_stand_ins_and_choices(cli):
                  "cvlab-kaist/MoA at ed7bc9d", "ranks 1, 2, 4, 8", "every second block",
                  "adapter experts, GMoE's choices (OpenCLIP ViT-B/16) +"):
         assert text in result.output, text
+
+
+def test_the_robust_fine_tuning_recipe_s_imagenet_table_is_the_shift_suite_s():
+    """Its ImageNet rows name the suite's evaluation domains, in the catalogue's order, and run on its folders."""
+    from dgmoe.recipes.robust_ft import IMAGENET, IMAGENET_COLUMNS
+
+    spec = get_spec(IMAGENET)
+    assert IMAGENET_COLUMNS == spec.eval_domains and spec.shifts is not None
+    recipe = get_recipe("clip-robust-domainbed")
+    rows = [r for r in recipe.rows if any(c.dataset == IMAGENET for c in r.cells)]
+    assert {r.algorithm for r in rows} == {"ERM", "LPFT", "FLYP", "CLIPood"} and len(rows) == 6
+    assert all(tuple(c.column for c in r.cells) == IMAGENET_COLUMNS for r in rows)
+    assert IMAGENET in SMOKE.folder_stand_ins

@@ -66,6 +66,9 @@ class Algorithm(nn.Module):
     NEEDS_TEXT_HEAD: ClassVar[bool] = False
     #: trains CLIP's text tower: the run calls `attach_text(tower, class names, templates)` after building it
     NEEDS_TEXT_TOWER: ClassVar[bool] = False
+    #: reads the run's number of updates (CLIPood's Beta weights span the run): the run calls
+    #: `set_total_steps(n_steps)` after building it, before any update or resume; such a run cannot be extended
+    NEEDS_TOTAL_STEPS: ClassVar[bool] = False
     DESCRIPTION: ClassVar[str] = ""
     REFERENCE: ClassVar[str] = ""
 
@@ -96,6 +99,10 @@ class Algorithm(nn.Module):
         `hparams`; its per-algorithm entries are applied afterwards by `dgmoe.engine.hparams`), given the
         `shared` ones every run has. Names in `shared` may be returned only if listed in `OVERRIDES`."""
         return dict(cls.HPARAMS)
+
+    def set_total_steps(self, n_steps: int) -> None:
+        """The run's number of updates, for an algorithm that declares `NEEDS_TOTAL_STEPS`."""
+        raise NotImplementedError(f"{type(self).__name__} does not read the run's step count (NEEDS_TOTAL_STEPS)")
 
     # ----- building blocks -------------------------------------------------------------------
     def count_updates(self) -> None:

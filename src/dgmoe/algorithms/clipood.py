@@ -9,16 +9,18 @@
   t_c), kept frozen: CLIPood trains the image tower alone.
 - **Beta moving average** (Sec. 4.2, Eq. 6): the evaluated weights are the average of theta_0 (the start), ...,
   theta_T weighted by w_i = Beta(alpha, alpha) density at (i + 0.5) / (T + 1) (`clipood_beta` alpha, their
-  default 0.5; T the run's number of updates, `clipood_steps`), accumulated online as their code does:
+  default 0.5; T the run's number of updates, `--steps` or the catalogue's: handed over by the run,
+  `set_total_steps`), accumulated online as their code does:
   theta_bar <- (theta_bar + r theta_i) / (1 + r), r = w_i / (w_0 + ... + w_{i-1}). Over the parameters, as theirs
   (buffers are the trained network's).
 - **Frozen normalisation**: their training loop runs the network in eval mode ("Freeze all Norm Layers"), so no
   dropout or drop path; dgmoe's CLIPood does the same.
 
 Deliberate differences: their AdamW (lr 5e-6, weight decay 0.1) with a cosine schedule is DomainBed's Adam here
-with the run's `lr` and `weight_decay`; `clipood_steps` must be set to the run's `--steps` for the Beta weights
-to span the run (default 5,001, the catalogue's DomainBed schedule). Checked against the authors' code: the
-moving average by a fixture recorded from their `GeneralMovingAverage` (tests/parity), the loss by its equation.
+with the run's `lr` and `weight_decay`. Since the Beta weights of the first updates depend on the run's length, a
+CLIPood run cannot be extended (`--extend` is refused); a killed run resumes exactly. Checked against the
+authors' code: the moving average by a fixture recorded from their `GeneralMovingAverage` (tests/parity), the
+loss by its equation.
 """
 from __future__ import annotations
 
@@ -67,8 +69,8 @@ class CLIPood(Algorithm):
     HPARAMS = {
         "clipood_lambda": HParam(0.3, fixed(0.3)),
         "clipood_beta": HParam(0.5, fixed(0.5)),
-        "clipood_steps": HParam(5001, fixed(5001)),
     }
+    NEEDS_TOTAL_STEPS = True
 
     # buffers, registered in __init__
     text: torch.Tensor
@@ -91,10 +93,21 @@ class CLIPood(Algorithm):
             self.register_buffer("scale", scale.mean().detach().clone())
         self.network_bma = frozen_copy(network).eval()
         self.register_buffer("bma_count", torch.zeros((), dtype=torch.long))
-        self.register_buffer("bma_weight_sum", torch.tensor(self._weight(0), dtype=torch.float64))
+        self.register_buffer("bma_weight_sum", torch.zeros((), dtype=torch.float64))  # w_0, once T is known
+        self.total_steps: int | None = None
+
+    def set_total_steps(self, n_steps: int) -> None:
+        """T of Eq. 6, the run's number of updates; before the first update (a resume then loads its sums)."""
+        if int(self.bma_count):
+            raise RuntimeError("CLIPood's step count is set before its first update")
+        self.total_steps = int(n_steps)
+        self.bma_weight_sum.fill_(self._weight(0))
 
     def _weight(self, i: int) -> float:
-        return beta_weight(i, int(self.hparams["clipood_steps"]), float(self.hparams["clipood_beta"]))
+        if self.total_steps is None:
+            raise RuntimeError("CLIPood's Beta weights need the run's step count: call set_total_steps(n_steps) "
+                               "(the run does, from --steps)")
+        return beta_weight(i, self.total_steps, float(self.hparams["clipood_beta"]))
 
     def train(self, mode: bool = True) -> "CLIPood":
         super().train(mode)

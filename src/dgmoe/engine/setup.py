@@ -264,7 +264,16 @@ def check_validation_splits(dataset: MultiDomainDataset, splits: list[tuple[np.n
 
 
 def prepare_run(cfg: RunConfig) -> RunSetup:
-    """Resolve names, hyperparameters, data and splits; raise a specific error on any bad input."""
+    """Resolve names, hyperparameters, data and splits; raise a specific error on any bad input. A checkpoint
+    file is read from disk once however many parts of the run read it (a full CLIP file: the image tower, the
+    text head, FLYP's text tower; `reading_once`)."""
+    from dgmoe.models.pretrained import reading_once
+
+    with reading_once():
+        return _prepare_run(cfg)
+
+
+def _prepare_run(cfg: RunConfig) -> RunSetup:
     data, model, alg, seeds = cfg.data, cfg.model, cfg.algorithm, cfg.seeds
     check_device(cfg.execution.device)
     MODELS.get(model.name)                  # unknown names fail before data is read
@@ -334,6 +343,8 @@ def prepare_run(cfg: RunConfig) -> RunSetup:
         names = prompt_class_names(dataset.name, dataset.classes)
         algorithm.attach_text(run_text_tower(cfg, info), names, templates(model.prompt_templates))  # type: ignore[attr-defined]
     n_steps = spec.n_steps if cfg.training.steps is None else cfg.training.steps  # 0: evaluate once
+    if algorithm_cls.NEEDS_TOTAL_STEPS:  # CLIPood: its Beta moving average spans the run's updates
+        algorithm.set_total_steps(n_steps)
     return RunSetup(cfg, dataset, hparams, splits,
                     test_envs, train_envs, img_size, train_tf, eval_tf,
                     n_steps, cfg.training.checkpoint_freq or spec.checkpoint_freq,

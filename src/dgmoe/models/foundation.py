@@ -14,7 +14,9 @@ with timm's options and names, so that their weights load by name and the PEFT t
 - Stand-ins (`vit_micro_patch7_clip_quickgelu_28`, `vit_micro_patch7_clip_28`, `vit_micro_patch7_dinov2`,
   `vit_micro_patch7_reg4_dinov2`): test-sized towers of each family (28 px, 7 px patches, width 96, 6 blocks)
   with the family's own options (CLIP: pre-norm, no patch bias, QuickGELU or GELU, a projection; DINOv2:
-  LayerScale, registers), for CPU tests and the recipes' smoke scale. No weights exist for them.
+  LayerScale, registers), for CPU tests and the recipes' smoke scale, and the GMoE twins of the CLIP-shaped
+  ones (`gmoe_micro_patch7_clip_quickgelu_28`, `gmoe_micro_patch7_clip_28`: their micro text towers). No weights
+  exist for them.
 """
 from __future__ import annotations
 
@@ -192,6 +194,16 @@ def vit_micro_patch7_clip_quickgelu_28(**kwargs):
 @register_model
 def vit_micro_patch7_clip_28(**kwargs):
     return _tower("vit_micro_patch7_clip_28", MICRO_OPENCLIP, **kwargs)
+
+
+@register_model
+def gmoe_micro_patch7_clip_quickgelu_28(**kwargs):
+    return _gmoe("gmoe_micro_patch7_clip_quickgelu_28", MICRO_OPENAI, vit_micro_patch7_clip_quickgelu_28, **kwargs)
+
+
+@register_model
+def gmoe_micro_patch7_clip_28(**kwargs):
+    return _gmoe("gmoe_micro_patch7_clip_28", MICRO_OPENCLIP, vit_micro_patch7_clip_28, **kwargs)
 
 
 @register_model

@@ -26,9 +26,10 @@ Anything else (an unexpected key, a missing key the checkpoint could hold, a sha
 from __future__ import annotations
 
 import logging
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Collection
+from typing import Any, Collection, Iterator
 
 import torch
 import torch.nn as nn
@@ -107,13 +108,51 @@ def _unwrapped(key: str) -> str:
     return key
 
 
+#: the files read while `reading_once` is open: (path, size, mtime) -> what `read_state_file` returned
+_READ_ONCE: list[dict[tuple[str, int, int], Any]] = []
+
+
+@contextmanager
+def reading_once() -> Iterator[None]:
+    """Within this block each checkpoint file is read from disk once: a run's setup reads a full CLIP file for
+    the image tower, the text head and FLYP's trained text tower, and gets the same tensors each time (keyed by
+    the file's path, size and modification time, so a file rewritten in between is read again)."""
+    _READ_ONCE.append({})
+    try:
+        yield
+    finally:
+        _READ_ONCE.pop()
+
+
 def load_checkpoint_file(path: str | Path, keys: tuple[str, ...] = STATE_KEYS) -> dict[str, torch.Tensor]:
     """Read a state dict from `.safetensors`, `.pth`/`.pt`/`.bin` (optionally under one of `keys`), with
-    DDP/torch.compile key prefixes removed as timm does, or raise `CheckpointError` naming the file."""
+    DDP/torch.compile key prefixes removed as timm does, or raise `CheckpointError` naming the file. Inside
+    `reading_once` a file already read is not read again (a new dict of the same tensors: callers rename keys)."""
     path = Path(path)
     if not path.is_file():
         raise missing_checkpoint(path)
-    state: Any  # a state dict, or a checkpoint holding one under a key (checked below)
+    if not _READ_ONCE:
+        state = read_state_file(path)
+    else:
+        stat = path.stat()
+        ident = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+        if ident not in _READ_ONCE[-1]:
+            _READ_ONCE[-1][ident] = read_state_file(path)
+        state = _READ_ONCE[-1][ident]
+    for key in keys:
+        if isinstance(state, dict) and key in state and isinstance(state[key], dict):
+            log.info(f"{path}: the state dict under {key!r}")
+            state = state[key]
+            break
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise CheckpointError(f"{path} does not hold a state dict of tensors")
+    return {_unwrapped(k): v for k, v in state.items()}
+
+
+def read_state_file(path: Path) -> Any:
+    """The object a checkpoint file holds (a state dict, or a checkpoint holding one under a key): the one place
+    dgmoe reads a pretrained file from disk."""
+    state: Any
     try:
         if path.suffix == ".safetensors":
             from safetensors.torch import load_file
@@ -135,14 +174,7 @@ def load_checkpoint_file(path: str | Path, keys: tuple[str, ...] = STATE_KEYS) -
         reason = reason if len(reason) <= 80 else reason[:77] + "..."
         raise CheckpointError(f"cannot read checkpoint {path}: not a .safetensors or .pth/.pt/.bin state dict "
                               f"({type(exc).__name__}: {reason})") from exc
-    for key in keys:
-        if isinstance(state, dict) and key in state and isinstance(state[key], dict):
-            log.info(f"{path}: the state dict under {key!r}")
-            state = state[key]
-            break
-    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise CheckpointError(f"{path} does not hold a state dict of tensors")
-    return {_unwrapped(k): v for k, v in state.items()}
+    return state
 
 
 def adapt_state_dict(model: nn.Module, state: dict[str, torch.Tensor], report: LoadReport,

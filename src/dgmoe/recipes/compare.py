@@ -3,7 +3,8 @@
 Every obtained number comes from the code that makes dgmoe's own tables, on the records of the part that
 runs the row (`<DIR>/<part>`): DomainBed cells from `dgmoe.selection.sweep_accs` and
 `dgmoe.report.tables.cell_accs` (a dataset's average is the Averages table's: per trial seed the mean over
-its test domains, then mean +/- SE over seeds), WILDS cells from `dgmoe.report.wilds.wilds_values`,
+its test domains, then mean +/- SE over seeds), a shift suite's cells (ImageNet -> shifts) from the shift table's
+`dgmoe.report.shifts.shift_values`, WILDS cells from `dgmoe.report.wilds.wilds_values`,
 single-source cells from `dgmoe.report.single_source` (on the other domains' validation splits, the papers'
 wording), costs from the launch's `cost.json` as ratios to the reference row, the synthetic experiment from
 its `synthetic.json`. One table per dataset (single-source: per training domain); rows are the recipe's.
@@ -27,6 +28,7 @@ from dgmoe.recipes.plan import SMOKE, row_model, row_parts
 from dgmoe.recipes.run import COST_FILE, SYNTHETIC_FILE, read_manifest
 from dgmoe.report.collect import load_records
 from dgmoe.report.protocol import protocol_block
+from dgmoe.report.shifts import shift_values, suite_of
 from dgmoe.report.single_source import improvement, ood_improvement, single_source_accs
 from dgmoe.report.tables import cell_accs, dataset_domains
 from dgmoe.report.wilds import wilds_values
@@ -83,6 +85,15 @@ class Obtained:
         return mean_and_se(cell_accs(self._sweeps[(part, selection)], dataset, row.algorithm, label, len(domains),
                                      test_env=env))
 
+    def shifts(self, row: Row, cell: Cell) -> Stats:
+        """A shift suite's cell (ImageNet -> shifts): the whole held-out domain's accuracy at the checkpoint
+        training-domain validation picks, as the shift table (`dgmoe.report.shifts`)."""
+        _, mine = self.mine(row, cell.dataset)
+        if mine.empty:
+            return None
+        values = shift_values(mine, cell.dataset).get((row.algorithm, str(mine["model"].iloc[0])), {})
+        return mean_and_se(values.get(cell.column, []))
+
     def wilds(self, row: Row, cell: Cell) -> Stats:
         _, mine = self.mine(row, cell.dataset)
         if mine.empty or VAL_ENV not in mine.columns or mine[VAL_ENV].isna().all():
@@ -110,6 +121,8 @@ class Obtained:
             return self.single_source_cell(row, cell)
         if self.recipe.kind == "wilds" and cell.column != AVG:
             return self.wilds(row, cell)
+        if suite_of(cell.dataset) is not None:
+            return self.shifts(row, cell)
         return self.domainbed(row, cell.dataset, cell.column, cell.selection or self.recipe.selection or "iid")
 
     def paper(self, cell: Cell) -> float | None:
@@ -210,6 +223,8 @@ def comparison(recipe: Recipe, output_dir: str | Path, latex: bool = False) -> s
         text.append(f"Smoke scale: {stand_in} and narrow backbones stand in for the paper's data and models; each "
                     f"row's average out-of-domain accuracy (%) on {stand_in} checks the pipeline and is not "
                     "comparable with the paper's numbers, which are not shown."
+                    + ("".join(f" Rows on {d}: their first column on its stand-in folders." for d in sorted(
+                        {c.dataset for r in recipe.rows for c in r.cells if c.dataset in SMOKE.folder_stand_ins})))
                     + (" Without pair runs at this scale, it selects by training-domain validation."
                        if recipe.selection == "loo" else ""))
         rows = []
@@ -256,6 +271,9 @@ def _smoke_cell(recipe: Recipe, row: Row) -> Cell:
     """The one number a row has at the smoke scale: its average on the stand-in (single-source: over the
     domains it was not trained on)."""
     stand_in = SMOKE.stand_ins[recipe.kind]
+    own = next((c for c in row.cells if c.dataset in SMOKE.folder_stand_ins), None)
+    if own is not None:  # ImageNet and its shifts run on their own stand-in folders: the row's first column
+        return Cell(own.dataset, own.column)
     if recipe.kind != "single_source":  # no pair runs at the smoke scale: leave-one-domain-out cannot score
         return Cell(stand_in, AVG, selection="iid" if recipe.selection == "loo" else None)
     held_out = row_parts(recipe, row)[0].test_env_sets[0]

@@ -56,7 +56,7 @@ def _settings(settings: Mapping[str, Any]) -> str:
 
 def describe_part(part: Part) -> str:
     """A part's grid and shared settings in one paragraph."""
-    held = ("the WILDS evaluation splits held out" if all(evaluation_envs(d) for d in part.datasets) else
+    held = ("the evaluation sets held out" if all(evaluation_envs(d) for d in part.datasets) else
             f"held-out sets {[list(s) for s in part.test_env_sets]}" if part.test_env_sets else
             "each domain held out alone" if part.single_test_envs else "each domain and each pair held out")
     steps = []
@@ -124,7 +124,12 @@ def smoke_text(recipe: Recipe) -> str:
         return "2,000 training samples, 1 epoch, seed 0, no noisy grid."
     models = ", ".join(dict.fromkeys(f"{r.model} -> {row_model(r, 'smoke')}" for r in recipe.rows
                                      if not r.unavailable))
-    return (f"data {SMOKE.stand_ins[recipe.kind]} ({SMOKE.n_per_domain} images per domain), backbones {models} "
+    folders = sorted({d for p in recipe.parts for d in p.datasets if d in SMOKE.folder_stand_ins})
+    data = SMOKE.stand_ins[recipe.kind] + "".join(f" ({d}: its stand-in folders, written into {SMOKE.data_dir}/)"
+                                                  for d in folders)
+    heads = (f"text heads from the '{SMOKE.prompt_templates}' templates, " if any(
+        "prompt_templates" in p.settings for p in recipe.parts) else "")
+    return (f"data {data} ({SMOKE.n_per_domain} images per domain), {heads}backbones {models} "
             f"({_settings(SMOKE.model_kwargs)}, patch {SMOKE.patch_size}), {SMOKE.steps} steps, 1 hparams setting, "
             "1 trial, one held-out set, " + (f"a dense checkpoint of each backbone's dense twin (written into "
                                              f"{SMOKE.weights_dir}/) for the paper's weights." if recipe.weights

@@ -4,19 +4,21 @@
 their per-dataset settings), all launched into `<output-dir>/<part>`. `missing_inputs` lists, one line each,
 the data folders (through the dataset catalogue) and weight files a paper-scale launch needs and lacks.
 
-The smoke scale (`SMOKE`) keeps each part's algorithms, variants (hparams, model kwargs such as a block
-layout or an expert count, and every other model or algorithm setting such as a PEFT mode and its knobs) and
-held-out-set shape, and swaps the rest for what runs on a CPU in seconds: the datasets for an in-memory
-stand-in of the same kind (`Debug28`; `RotatedMNIST`, which has DomainNet's six domains, for single-source;
-`GeoMNIST`, which has coordinates, for the MoGE tables), the backbones for narrow ones of the same family
-(`vit_micro_patch7_28`, `gmoe_micro_patch7_28`, SF-MoE and MoGE at width 48 on 7 px patches; a ResNet becomes
-the micro ViT; a CLIP or DINOv2 tower its test-sized stand-in, e.g. `vit_micro_patch7_clip_quickgelu_28`,
-`vit_micro_patch7_dinov2`), the paper's weights for a dense checkpoint the launch writes (`SmokeCheckpoint`:
-each backbone's dense twin, loaded with --pretrained as the paper's runs load DeiT: experts copied from the
-FFN, what a dense checkpoint cannot hold initialised, the head and embeddings adapted), a few steps, one
-hparams setting, one trial, one held-out set (the first domain; single-source: the first training domain).
-Parts with CLIP text heads (`--head zeroshot`) load no smoke checkpoint (their stand-in towers keep their seeded
-image and text weights), and a part of `steps` 0 (a zero-shot evaluation) stays at 0 steps.
+The smoke scale (`SMOKE`) keeps each part's algorithms, variants (hparams, model kwargs such as a block layout or
+an expert count, and every other model or algorithm setting such as a PEFT mode and its knobs) and held-out-set
+shape, and swaps the rest for what runs on a CPU in seconds: the datasets for an in-memory stand-in of the same
+kind (`Debug28`; `RotatedMNIST`, which has DomainNet's six domains, for single-source; `GeoMNIST`, which has
+coordinates, for the MoGE tables), the backbones for narrow ones of the same family (`vit_micro_patch7_28`,
+`gmoe_micro_patch7_28`, SF-MoE and MoGE at width 48 on 7 px patches; a ResNet becomes the micro ViT; a CLIP or
+DINOv2 tower its test-sized stand-in, e.g. `vit_micro_patch7_clip_quickgelu_28`, `vit_micro_patch7_dinov2`; GMoE on
+a CLIP tower the stand-in's GMoE twin, `gmoe_micro_patch7_clip_quickgelu_28`), the paper's weights for a dense
+checkpoint the launch writes (`SmokeCheckpoint`: each backbone's dense twin, loaded with --pretrained as the
+paper's runs load DeiT: experts copied from the FFN, what a dense checkpoint cannot hold initialised, the head and
+embeddings adapted), a few steps, one hparams setting, one trial, one held-out set (the first domain;
+single-source: the first training domain). A dataset of `SmokeScale.folder_stand_ins` (ImageNet and its shifts)
+stays itself, on stand-in folders in its published layout that the launch writes (`SmokeData`). Parts with CLIP
+text heads (`--head zeroshot`, prompted with one template) load no smoke checkpoint (their stand-in towers keep
+their seeded image and text weights), and a part of `steps` 0 (a zero-shot evaluation) stays at 0 steps.
 Without pair runs, the smoke summary selects by training-domain validation.
 """
 from __future__ import annotations
@@ -62,13 +64,23 @@ class SmokeScale:
     towers: tuple[tuple[str, str], ...] = (
         ("_clip_quickgelu_", "vit_micro_patch7_clip_quickgelu_28"), ("_clip_", "vit_micro_patch7_clip_28"),
         ("_reg4_dinov2", "vit_micro_patch7_reg4_dinov2"), ("_dinov2", "vit_micro_patch7_dinov2"))
+    #: GMoE on a foundation tower -> the GMoE twin of the tower's stand-in (CLIP's: with the micro text tower)
+    gmoe_towers: tuple[tuple[str, str], ...] = (
+        ("_clip_quickgelu_", "gmoe_micro_patch7_clip_quickgelu_28"), ("_clip_", "gmoe_micro_patch7_clip_28"))
+    #: datasets whose stand-in is their own folder layout with a few random images (the launch writes it into
+    #: `data_dir` under the output dir: `dgmoe.data.shifts.STAND_INS`), e.g. ImageNet and its shifts
+    folder_stand_ins: tuple[str, ...] = ("ImageNetShifts",)
+    data_dir: str = "smoke-data"
+    #: the template set of the stand-ins' text heads: one template ("a photo of a {}."), as 1,000 ImageNet classes
+    #: x 80 templates through the text tower would outweigh the rest of a CPU minute
+    prompt_templates: str = "domainbed"
     weights_dir: str = "smoke-weights"
     weights_classes: int = 1000
 
     def model(self, model: str) -> str:
         """The narrow backbone of `model`'s family."""
         if model.startswith("gmoe_"):
-            return "gmoe_micro_patch7_28"
+            return next((twin for family, twin in self.gmoe_towers if family in model), "gmoe_micro_patch7_28")
         if model.startswith(("sfmoe_", "hybrid_sfmoe_")):
             return "sfmoe_small_patch16_224"
         if model.startswith("moge_"):
@@ -101,6 +113,27 @@ class SmokeCheckpoint:
 
         write_dense_checkpoint(self.path, self.model, seed=0, **dict(self.kwargs))
         return True
+
+
+@dataclass(frozen=True)
+class SmokeData:
+    """The stand-in folders of `dataset` (one of `SmokeScale.folder_stand_ins`) that smoke runs read with
+    --data-dir `path`, written by the launch (`write`)."""
+
+    path: str
+    dataset: str
+
+    def write(self) -> bool:
+        """Write the folders unless they are complete (the same images every time); True if written."""
+        from dgmoe.data.shifts import STAND_INS  # (the data layer: loaded when a launch writes data)
+
+        return STAND_INS[self.dataset](self.path)
+
+
+def smoke_data(part: Part, output_dir: str | Path) -> tuple[SmokeData, ...]:
+    """The stand-in folders `part` reads at the smoke scale (none: it runs on the in-memory stand-in)."""
+    root = Path(output_dir).absolute() / SMOKE.data_dir
+    return tuple(SmokeData(str(root), d) for d in part.datasets if d in SMOKE.folder_stand_ins)
 
 
 def smoke_checkpoints(recipe: Recipe, part: Part, models: Iterable[str],
@@ -212,6 +245,8 @@ def smoke_settings(part: Part) -> dict[str, Any]:
     flat["model_kwargs"] = {**kwargs, **SMOKE.model_kwargs}
     flat["hparams"] = {**flat.get("hparams", {}), **SMOKE.hparams}
     steps = 0 if part.settings.get("steps") == 0 else SMOKE.steps  # a zero-shot evaluation stays untrained
+    if "prompt_templates" in flat:
+        flat["prompt_templates"] = SMOKE.prompt_templates
     return {**flat, "steps": steps, "checkpoint_freq": SMOKE.checkpoint_freq,
             "n_per_domain": SMOKE.n_per_domain, "patch_size": SMOKE.patch_size, **SMOKE.execution}
 
@@ -223,10 +258,11 @@ def part_sweeps(recipe: Recipe, part: Part, algorithms: tuple[str, ...], models:
     (data dir, device, ...); `n_hparams`/`n_trials` replace the part's (paper scale only)."""
     out = str(Path(output_dir) / part.name)
     if scale == "smoke":
-        stand_in = SMOKE.stand_ins[recipe.kind]
+        folders = smoke_data(part, output_dir)
+        datasets = tuple(d.dataset for d in folders) or (SMOKE.stand_ins[recipe.kind],)
         sets = part.test_env_sets[:1] or ((0,),)
-        settings = smoke_settings(part)
-        return [SweepConfig((stand_in,), algorithms, group, out, RunConfig.from_flat(
+        settings = {**smoke_settings(part), **({"data_dir": folders[0].path} if folders else {})}
+        return [SweepConfig(datasets, algorithms, group, out, RunConfig.from_flat(
                     {**settings, "pretrained": checkpoint.path} if checkpoint else settings, base=base),
                     n_hparams=1, n_trials=1, test_env_sets=sets)
                 for checkpoint, group in smoke_checkpoints(recipe, part, models, output_dir).items()]

@@ -5,7 +5,8 @@ Nothing is written before every input is found: `prepare` checks the grid (`chec
 models, hparams overrides), the data folders and the weight files, and raises a `UsageError` listing what is
 missing (one line each). A launch records what it launched in `<output-dir>/recipe.json`, which
 `dgmoe results --recipe` reads; the runs of a part live in `<output-dir>/<part>`, a plain sweep folder. At
-the smoke scale it first writes the dense checkpoints its runs load (`SmokeCheckpoint`).
+the smoke scale it first writes the dense checkpoints its runs load (`SmokeCheckpoint`) and the stand-in folders
+they read (`SmokeData`).
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from dgmoe.recipes.base import SWEEP_KINDS, Recipe
 from dgmoe.recipes.plan import (
     SMOKE,
     SmokeCheckpoint,
+    SmokeData,
     available_rows,
     check_scale,
     missing_inputs,
@@ -30,6 +32,7 @@ from dgmoe.recipes.plan import (
     resolve_weights,
     row_model,
     smoke_checkpoints,
+    smoke_data,
 )
 from dgmoe.sweep.jobs import Job, build_jobs, check_sweep
 from dgmoe.sweep.launchers import LaunchOptions, LaunchReport, launch_sweep
@@ -59,6 +62,7 @@ class Plan:
     rows: tuple[str, ...]
     jobs: Mapping[str, list[Job]]
     checkpoints: tuple[SmokeCheckpoint, ...] = ()
+    data: tuple[SmokeData, ...] = ()
 
 
 def prepare(recipe: Recipe, scale: str, output_dir: str | Path, data_dir: str | None = None,
@@ -85,9 +89,11 @@ def prepare(recipe: Recipe, scale: str, output_dir: str | Path, data_dir: str | 
         raise UsageError("--pretrained is for the paper scale; the smoke scale writes the dense checkpoints it loads")
     jobs: dict[str, list[Job]] = {}
     checkpoints: dict[SmokeCheckpoint, None] = {}
+    data: dict[SmokeData, None] = {}
     for part, algorithms, models in todo:
         if scale == "smoke":
             checkpoints.update((c, None) for c in smoke_checkpoints(recipe, part, models, output_dir) if c)
+            data.update((d, None) for d in smoke_data(part, output_dir))
         for sweep in part_sweeps(recipe, part, algorithms, models, scale, output_dir, base, weights, n_hparams,
                                  n_trials):
             try:
@@ -97,7 +103,8 @@ def prepare(recipe: Recipe, scale: str, output_dir: str | Path, data_dir: str | 
             jobs.setdefault(part.name, []).extend(build_jobs(sweep))
     if scale == "smoke":
         jobs = _train_once(jobs)
-    return Plan(recipe, scale, str(output_dir), tuple(r.label for r in chosen), jobs, tuple(checkpoints))
+    return Plan(recipe, scale, str(output_dir), tuple(r.label for r in chosen), jobs, tuple(checkpoints),
+                tuple(data))
 
 
 def _train_once(jobs: dict[str, list[Job]]) -> dict[str, list[Job]]:
@@ -160,6 +167,9 @@ def launch(plan: Plan, launcher: str, opts: LaunchOptions = LaunchOptions(), ech
         for checkpoint in plan.checkpoints:
             if checkpoint.write():
                 echo(f"wrote {checkpoint.path}: a {checkpoint.model} checkpoint for --pretrained")
+        for folder in plan.data:
+            if folder.write():
+                echo(f"wrote {folder.path}: {folder.dataset}'s stand-in folders for --data-dir")
     for part, jobs in plan.jobs.items():
         echo(f"{part}: {len(jobs)} job(s) into {Path(plan.output_dir) / part}")
     if not opts.submitit_folder:

@@ -4,7 +4,7 @@ evaluated from one run (`imagenet`), and DomainBed-OOP's out-of-pretraining mark
 from __future__ import annotations
 
 from dgmoe.data.catalogue import DatasetSpec, register_dataset
-from dgmoe.data.shifts import imagenet, oop
+from dgmoe.data.shifts import imagenet, oop, stand_in
 from dgmoe.metrics import ShiftSuite
 
 #: the schedule is dgmoe's default, not a paper's (the papers fine-tune for epochs of ImageNet: pass --steps);
@@ -16,4 +16,7 @@ IMAGENET_SHIFTS = register_dataset(DatasetSpec(
     shifts=ShiftSuite(imagenet.ID_DOMAIN, imagenet.SHIFT_DOMAINS), class_names=tuple(imagenet.class_facts()["names"]),
     reference="Deng et al., CVPR 2009, and its shifts (Taori et al., NeurIPS 2020; WiSE-FT Table 1)"))
 
-__all__ = ["IMAGENET_SHIFTS", "imagenet", "oop"]
+#: dataset -> what writes its stand-in folders under a root (the recipes' smoke scale, `dgmoe.recipes.plan`)
+STAND_INS = {"ImageNetShifts": stand_in.write_imagenet_shifts}
+
+__all__ = ["IMAGENET_SHIFTS", "STAND_INS", "imagenet", "oop", "stand_in"]
