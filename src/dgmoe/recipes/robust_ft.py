@@ -1,13 +1,16 @@
-"""The robust fine-tuning baselines of CLIP on DomainBed's five datasets (issue 35's list): zero-shot, linear
-probe, full fine-tuning, LP-FT, FLYP and CLIPood on CLIP ViT-B/16 (OpenAI), every head initialised from the class
-names' text embeddings (`--head zeroshot`, prompt "a photo of a {}.").
+"""The robust fine-tuning baselines of CLIP on DomainBed's five datasets: zero-shot, linear probe, full
+fine-tuning, LP-FT, FLYP and CLIPood on CLIP ViT-B/16 (OpenAI), every head initialised from the class names'
+text embeddings (`--head zeroshot`, prompt "a photo of a {}.").
 
 dgmoe's rows only, for now: the published numbers of these methods on DomainBed are not entered, because the
-papers' tables could not be read and checked here (later papers quote CLIPood's, but a recipe cites the paper's own
-table and row). WiSE-FT is made after the launch by `dgmoe soup RUNS --method wise-ft --zero-shot
-RUNS/zero-shot/...` (a soup of two runs, which a recipe part does not launch), so its row is listed, not
-launched. DomainBed's protocol otherwise: one hparams setting x 3 trials, the catalogue's steps, training-domain
-validation.
+papers' own tables could not be read and checked here (later papers quote CLIPood's, but a recipe cites the
+paper's own table and row). One primary table was checked: DPL (Zhang et al., arXiv 2111.12853) Table 1, row
+'CLIP (template prompt)', zero-shot CLIP ViT-B/16 on four of the five datasets (the foundation-domainbed recipe
+quotes it); it has no DomainNet cell, and a cell without a value reads as a value the paper only plots, so it
+is not entered here. WiSE-FT is made after the launch by `dgmoe soup RUNS
+--method wise-ft --zero-shot RUNS/zero-shot/...` (a soup of two runs, which a recipe part does not launch), so
+its row is listed, not launched. DomainBed's protocol otherwise: one hparams setting x 3 trials, the catalogue's
+steps, training-domain validation.
 """
 from __future__ import annotations
 
@@ -37,7 +40,7 @@ def row(label: str, algorithm: str, part_name: str) -> Row:
 
 DOMAINBED = Recipe(
     "clip-robust-domainbed", "Robust fine-tuning of CLIP (zero-shot, LP, FT, LP-FT, WiSE-FT, FLYP, CLIPood)",
-    "issue 35's list", "CLIP ViT-B/16 with text-initialised heads on DomainBed, train-validation selection",
+    "dgmoe's baselines", "CLIP ViT-B/16 with text-initialised heads on DomainBed, train-validation selection",
     "domainbed",
     rows=(row("zero-shot CLIP (ViT-B/16)", "ERM", "zero-shot"),
           row("linear probe, text-initialised (ViT-B/16)", "ERM", "linear-probe"),
