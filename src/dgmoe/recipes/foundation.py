@@ -16,8 +16,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from dgmoe.recipes import sources
 from dgmoe.recipes.base import Cell, Part, Recipe, Row, Weights, cells
 from dgmoe.recipes.gmoe import FIVE
+from dgmoe.recipes.sources import MOA_CODE
 
 PAPER = "Foundation backbones on DomainBed (DPL, MIRO, MoA and CLIP-Adapter rows, each from its own paper)"
 OPENAI_B16, OPENCLIP_B16 = "vit_base_patch16_clip_quickgelu_224", "vit_base_patch16_clip_224"
@@ -45,7 +47,6 @@ ADAPTER_EXPERTS: dict[str, Any] = {"peft": "adapter_experts", "peft_bottleneck":
 #: moa`'s experts, placement, gate and loss (`dgmoe.models.peft`) and hparams (its registry's lr 5e-5, Adam,
 #: batch 32, weight decay 0; timm's ViT without stochastic depth: `--peft moa`'s drop path default is 0)
 MOA: dict[str, Any] = {"peft": "moa", "hparams": {"lr": FULL_LR}}
-MOA_CODE = "cvlab-kaist/MoA at ed7bc9d"
 LINEAR: dict[str, Any] = {"peft": "linear", "hparams": {"lr": PEFT_LR}}
 FULL: dict[str, Any] = {"peft": "full", "hparams": {"lr": FULL_LR}}
 NO_NUMBER = "dgmoe's own baseline: no published number (obtained only)"
@@ -61,37 +62,21 @@ def own(label: str, model: str, part_name: str) -> Row:
     return Row(label, "ERM", model, tuple(Cell(d) for d in FIVE), part=part_name, added=NO_NUMBER)
 
 
-#: where each published row was checked: the table as its authors' repository shows it
-DPL_TABLE = "shogi880/DPLCLIP at 53b1ff4, imgs/Table_1_dg.png"
-MIRO_TABLE = "kakaobrain/miro at 5238455, assets/main_results.png, which its README calls the paper's Table 1"
-MOA_TABLE = f"{MOA_CODE}, assets/results.png, the table its README and project page show"
-ZERO_SHOT = ("DPL (Zhang et al., Domain Prompt Learning for Efficiently Adapting CLIP to Unseen Domains, arXiv "
-             "2111.12853), Table 1, row 'CLIP (template prompt)': zero-shot CLIP ViT-B/16, prompt 'a photo of a "
-             "{class name}', mean over seeds 1-3 (its +/- is a std, not entered); average 73.7, the abstract's "
-             f"73.7%; no DomainNet cell (checked against {DPL_TABLE})")
-CLIP_ADAPTER = ("CLIP-Adapter (Gao et al., IJCV 2024) as run on DomainBed by later work: NOT CHECKED against a "
-                "primary source: the table these cells were copied from is not recorded and none printing them "
-                "could be read here")
-MIRO_SWAD = ("MIRO (Cha et al., ECCV 2022), Table 1, row 'MIRO + SWAD' of the group 'Using RegNetY-16GF backbone "
-             f"with SWAG pre-training' (batch 16; checked against {MIRO_TABLE})")
-MOA_ROW = ("MoA (Lee et al., Domain Generalization Using Large Pretrained Models with Mixture-of-Adapters, WACV "
-           "2025), its overall results table, row 'ERM_KAdaptaion-MoA' (ViT-B/16, CLIP LAION2B; the table's number "
-           f"in the paper not checked here; checked against {MOA_TABLE})")
-
 DOMAINBED = Recipe(
     "foundation-domainbed", PAPER, "DPL Table 1, MIRO Table 1, MoA's results table",
     "CLIP / DINOv2 backbones, adapters and adapter experts on DomainBed, train-validation selection", "domainbed",
-    rows=(Row("zero-shot CLIP (ViT-B/16)", "ERM", OPENAI_B16, cells(FIVE, "96.1 82.3 82.3 34.1 -"), quoted=ZERO_SHOT,
+    rows=(Row("zero-shot CLIP (ViT-B/16)", "ERM", OPENAI_B16, cells(FIVE, "96.1 82.3 82.3 34.1 -"),
+              quoted=sources.ZERO_SHOT_CLIP,
               unavailable="zero-shot classification needs CLIP's text tower and this recipe's weights are image "
                           "towers: the clip-robust-domainbed recipe runs it (its zero-shot part)"),
           Row("CLIP-Adapter (ViT-B/16)", "ERM", OPENAI_B16, cells(FIVE, "96.4 84.3 82.2 57.5 59.9"),
-              part="clip-adapter", quoted=CLIP_ADAPTER + "; dgmoe runs its adapter style"),
+              part="clip-adapter", quoted=sources.CLIP_ADAPTER + "; dgmoe runs its adapter style"),
           Row("MIRO + SWAD (SWAG RegNetY-16GF)", "MIRO", "regnety_16gf",
-              cells(FIVE, "96.8±0.2 81.7±0.1 83.3±0.1 64.3±0.3 60.7±0.0"), quoted=MIRO_SWAD,
+              cells(FIVE, "96.8±0.2 81.7±0.1 83.3±0.1 64.3±0.3 60.7±0.0"), quoted=sources.MIRO_SWAD_SWAG,
               unavailable="dgmoe has no RegNet backbone (nor SWAG's weights); MIRO and SWAD run on its ViTs"),
           Row("MoA (OpenCLIP ViT-B/16)", "ERM", OPENCLIP_B16,
               cells(FIVE, "97.4±0.2 83.1±0.3 90.6±0.0 52.8±1.4 62.7±0.1"), part="moa",
-              quoted=f"{MOA_ROW}; dgmoe runs its code's configuration ({MOA_CODE})"),
+              quoted=f"{sources.MOA}; dgmoe runs its code's configuration ({MOA_CODE})"),
           own("adapter experts, GMoE's choices (OpenCLIP ViT-B/16)", OPENCLIP_B16, "gmoe-adapter-experts"),
           own("linear probe (CLIP ViT-B/16)", OPENAI_B16, "clip-linear"),
           own("full fine-tune (CLIP ViT-B/16)", OPENAI_B16, "clip-full"),
