@@ -127,7 +127,7 @@ def test_wilds_f1_printed_as_a_fraction(cli, tmp_path):
 
 
 def test_foundation_table_beside_dgmoe_baselines_and_quoted_rows(cli, tmp_path):
-    """issue 25's table: a row dgmoe runs (paper | obtained | diff), a baseline dgmoe adds (no published number:
+    """The foundation recipe: a row dgmoe runs (paper | obtained | diff), a baseline dgmoe adds (no published number:
     obtained only) and a row it cannot run (zero-shot CLIP needs the text tower)."""
     clip = "vit_base_patch16_clip_quickgelu_224"
     for env in range(4):  # the adapter and the linear probe run the same tower, each in its part's folder
@@ -141,5 +141,5 @@ def test_foundation_table_beside_dgmoe_baselines_and_quoted_rows(cli, tmp_path):
     assert (linear["paper"], linear["obtained"], linear["diff"]) == ("-", "90.0 +/- 0.0", "")
     assert _row(result.output, "PACS", "full fine-tune (DINOv2 ViT-B/14) +")["obtained"] == "X"
     assert _row(result.output, "PACS", "zero-shot CLIP (ViT-B/16) *")["obtained"] == "not run"
-    assert _row(result.output, "VLCS", "MoA (OpenCLIP ViT-B/16) *")["paper"] == "83.1"
+    assert _row(result.output, "VLCS", "MoA (OpenCLIP ViT-B/16) *")["paper"] == "83.1 +/- 0.3"
     assert "+: a row dgmoe adds" in result.output and "text tower" in result.output

@@ -1,7 +1,8 @@
 """Paper recipes: the seed papers' tables as data (`dgmoe recipe list | show | launch`, `dgmoe results
---recipe`). One module per paper declares its recipes (`gmoe`, `sfmoe`, `moge`); `base` says what a recipe
-is, `plan` turns one into sweeps (at the paper's scale or a CPU smoke scale), `run` launches it,
-`compare` puts the obtained numbers beside the published ones and `describe` writes `list` and `show`.
+--recipe`). One module per paper declares its recipes (`gmoe`, `sfmoe`, `moge`); `sources` cites the primary
+tables quoted rows come from; `base` says what a recipe is, `plan` turns one into sweeps (at the paper's scale
+or a CPU smoke scale), `run` launches it, `compare` puts the obtained numbers beside the published ones and
+`describe` writes `list` and `show`.
 
 The paper modules (and through them the engine's hyperparameter defaults, hence torch) load on first use of
 `ALL`, `RECIPES`, `get_recipe` or `list_recipes`, so that `dgmoe recipe --help` starts at once."""

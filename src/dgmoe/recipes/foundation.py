@@ -1,24 +1,27 @@
-"""Foundation backbones on DomainBed (issue 25's table): zero-shot CLIP, CLIP-Adapter, MIRO + SWAD on SWAG
-RegNetY-16GF and MoA (mixture of adapters, Lee et al., WACV 2025; run as its released code runs it) on the five
-DomainBed datasets, with dgmoe's CLIP-Adapter-style run, its GMoE-flavoured adapter experts and its own
-linear-probe and full fine-tune baselines on CLIP ViT-B/16 and DINOv2 ViT-B/14, which have no published number
-(obtained only).
+"""Foundation backbones on DomainBed: zero-shot CLIP, CLIP-Adapter, MIRO + SWAD on SWAG RegNetY-16GF and MoA
+(mixture of adapters, Lee et al., WACV 2025; run as its released code runs it) on the five DomainBed datasets,
+with dgmoe's CLIP-Adapter-style run, its GMoE-flavoured adapter experts and its own linear-probe and full
+fine-tune baselines on CLIP ViT-B/16 and DINOv2 ViT-B/14, which have no published number (obtained only).
 
-The published numbers are the issue's table, as the methods' papers print them (averages over the held-out
-domains; the table's avg column is not entered). The rows dgmoe runs keep DomainBed's protocol: one hparams
-setting (the defaults with the part's overrides) x 3 trials, batch 32 per domain, the catalogue's steps
-(5,001; DomainNet 15,001), training-domain validation; the PEFT modes and their knobs are `dgmoe train
---peft ...` (`dgmoe.models.peft`, docs/design.md "Parameter-efficient training"). Where the papers leave a
-setting open, the recipe's notes (and docs/design.md, "Foundation recipes") say what dgmoe runs.
+Each published row is one row of its own paper's table, cited by paper, table and row in `Row.quoted` and
+checked against that table as its authors' repository shows it (the per-dataset averages over the held-out
+domains; the tables' avg column is not entered). A row whose numbers could not be checked against a primary
+table says so. The rows dgmoe runs keep DomainBed's protocol: one hparams setting (the defaults with the part's
+overrides) x 3 trials, batch 32 per domain, the catalogue's steps (5,001; DomainNet 15,001), training-domain
+validation; the PEFT modes and their knobs are `dgmoe train --peft ...` (`dgmoe.models.peft`, docs/design.md
+"Parameter-efficient training"). Where the papers leave a setting open, the recipe's notes (and docs/design.md,
+"Foundation recipe") say what dgmoe runs.
 """
 from __future__ import annotations
 
 from typing import Any
 
+from dgmoe.recipes import sources
 from dgmoe.recipes.base import Cell, Part, Recipe, Row, Weights, cells
 from dgmoe.recipes.gmoe import FIVE
+from dgmoe.recipes.sources import MOA_CODE
 
-PAPER = "Foundation backbones on DomainBed (the 2021-25 literature, dgmoe issue 25)"
+PAPER = "Foundation backbones on DomainBed (DPL, MIRO, MoA and CLIP-Adapter rows, each from its own paper)"
 OPENAI_B16, OPENCLIP_B16 = "vit_base_patch16_clip_quickgelu_224", "vit_base_patch16_clip_224"
 DINOV2_B14 = "vit_base_patch14_dinov2"
 CLIP_OPENAI = Weights("clip_b16_openai", "vit_base_patch16_clip_quickgelu_224.openai.safetensors",
@@ -44,7 +47,6 @@ ADAPTER_EXPERTS: dict[str, Any] = {"peft": "adapter_experts", "peft_bottleneck":
 #: moa`'s experts, placement, gate and loss (`dgmoe.models.peft`) and hparams (its registry's lr 5e-5, Adam,
 #: batch 32, weight decay 0; timm's ViT without stochastic depth: `--peft moa`'s drop path default is 0)
 MOA: dict[str, Any] = {"peft": "moa", "hparams": {"lr": FULL_LR}}
-MOA_CODE = "cvlab-kaist/MoA at ed7bc9d"
 LINEAR: dict[str, Any] = {"peft": "linear", "hparams": {"lr": PEFT_LR}}
 FULL: dict[str, Any] = {"peft": "full", "hparams": {"lr": FULL_LR}}
 NO_NUMBER = "dgmoe's own baseline: no published number (obtained only)"
@@ -61,20 +63,20 @@ def own(label: str, model: str, part_name: str) -> Row:
 
 
 DOMAINBED = Recipe(
-    "foundation-domainbed", PAPER, "issue 25's table",
+    "foundation-domainbed", PAPER, "DPL Table 1, MIRO Table 1, MoA's results table",
     "CLIP / DINOv2 backbones, adapters and adapter experts on DomainBed, train-validation selection", "domainbed",
-    rows=(Row("zero-shot CLIP (ViT-B/16)", "ERM", OPENAI_B16, cells(FIVE, "96.1 82.4 71.5 34.2 56.8"),
-              quoted="CLIP (Radford et al., ICML 2021), as the DG literature reports it",
-              unavailable="zero-shot classification needs CLIP's text tower (class-name prompts); dgmoe builds "
-                          "image towers only"),
+    rows=(Row("zero-shot CLIP (ViT-B/16)", "ERM", OPENAI_B16, cells(FIVE, "96.1 82.3 82.3 34.1 -"),
+              quoted=sources.ZERO_SHOT_CLIP,
+              unavailable="zero-shot classification needs CLIP's text tower and this recipe's weights are image "
+                          "towers: the clip-robust-domainbed recipe runs it (its zero-shot part)"),
           Row("CLIP-Adapter (ViT-B/16)", "ERM", OPENAI_B16, cells(FIVE, "96.4 84.3 82.2 57.5 59.9"),
-              part="clip-adapter", quoted="CLIP-Adapter (Gao et al., IJCV 2024); dgmoe runs its adapter style"),
-          Row("MIRO + SWAD (SWAG RegNetY-16GF)", "MIRO", "regnety_16gf", cells(FIVE, "96.8 81.7 83.3 64.3 60.7"),
-              quoted="MIRO (Cha et al., ECCV 2022)",
+              part="clip-adapter", quoted=sources.CLIP_ADAPTER + "; dgmoe runs its adapter style"),
+          Row("MIRO + SWAD (SWAG RegNetY-16GF)", "MIRO", "regnety_16gf",
+              cells(FIVE, "96.8±0.2 81.7±0.1 83.3±0.1 64.3±0.3 60.7±0.0"), quoted=sources.MIRO_SWAD_SWAG,
               unavailable="dgmoe has no RegNet backbone (nor SWAG's weights); MIRO and SWAD run on its ViTs"),
-          Row("MoA (OpenCLIP ViT-B/16)", "ERM", OPENCLIP_B16, cells(FIVE, "97.4 83.1 90.6 52.8 62.7"),
-              part="moa", quoted=f"MoA (Lee et al., WACV 2025), its comparison with the state of the art, row "
-                                 f"'MoA (OpenCLIP, ViT-B/16)'; dgmoe runs its code's configuration ({MOA_CODE})"),
+          Row("MoA (OpenCLIP ViT-B/16)", "ERM", OPENCLIP_B16,
+              cells(FIVE, "97.4±0.2 83.1±0.3 90.6±0.0 52.8±1.4 62.7±0.1"), part="moa",
+              quoted=f"{sources.MOA}; dgmoe runs its code's configuration ({MOA_CODE})"),
           own("adapter experts, GMoE's choices (OpenCLIP ViT-B/16)", OPENCLIP_B16, "gmoe-adapter-experts"),
           own("linear probe (CLIP ViT-B/16)", OPENAI_B16, "clip-linear"),
           own("full fine-tune (CLIP ViT-B/16)", OPENAI_B16, "clip-full"),
@@ -88,8 +90,16 @@ DOMAINBED = Recipe(
            part("dinov2-linear", DINOV2_B14, "dinov2_b14", LINEAR),
            part("dinov2-full", DINOV2_B14, "dinov2_b14", FULL)),
     weights=(CLIP_OPENAI, CLIP_OPENCLIP, DINOV2),
-    notes=("Zero-shot CLIP and MIRO + SWAD are quoted only: dgmoe has no text tower (zero-shot prompts) and no "
-           "RegNet/SWAG backbone.",
+    notes=("Zero-shot CLIP and MIRO + SWAD are quoted only: this recipe loads image towers (zero-shot needs the "
+           "text tower: clip-robust-domainbed runs it) and dgmoe has no RegNet/SWAG backbone.",
+           "Sources: each published row cites its paper, table and row (`recipe show`, Rows) and was checked against "
+           "that table in its authors' repository, except CLIP-Adapter's, whose source table is not recorded (its "
+           "cells are unchecked). +/- as MIRO's and MoA's tables print them (their captions were not read here).",
+           "Zero-shot CLIP: DPL Table 1 has no DomainNet column. CLIPood (Shu et al., ICML 2023) reports zero-shot "
+           "CLIP ViT-B/16 on all five datasets; its own table could not be read here (later papers quote it, e.g. "
+           "DISAM, Zhang et al., arXiv 2405.18861, Table 2, row 'Zero-shot': 96.2 81.7 82.0 33.4 57.5, average "
+           "70.2), so that row is not entered. dgmoe's zero-shot prompt is 'a photo of a {}.' "
+           "(clip-robust-domainbed).",
            "Classifier: CLIP-Adapter classifies with CLIP's text embeddings of the class names; MoA's code trains a "
            "linear head (DomainBed's ERM nn.Linear) on the 768-d class token, timm's projection head replaced by "
            "an identity. dgmoe's rows train a linear head, initialised at random, on the tower's image embedding "

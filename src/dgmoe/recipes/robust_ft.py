@@ -1,5 +1,5 @@
-"""The robust fine-tuning baselines of CLIP on DomainBed's five datasets and on ImageNet -> shifts (issue 35's
-list): zero-shot, linear probe, full fine-tuning, LP-FT, FLYP and CLIPood on CLIP ViT-B/16 (OpenAI), every head
+"""The robust fine-tuning baselines of CLIP on DomainBed's five datasets and on ImageNet -> shifts:
+zero-shot, linear probe, full fine-tuning, LP-FT, FLYP and CLIPood on CLIP ViT-B/16 (OpenAI), every head
 initialised from the class names' text embeddings (`--head zeroshot`; prompt "a photo of a {}." on DomainBed,
 OpenAI's 80 templates on ImageNet), and the rows no other tool has: GMoE on
 the same tower (`gmoe_base_patch16_clip_quickgelu_224`, experts copied from CLIP's FFN) and GMoE-flavoured adapter
@@ -7,7 +7,10 @@ experts (`--peft adapter_experts`, the foundation recipe's settings), each with 
 
 dgmoe's rows only, for now: the published numbers of these methods on DomainBed are not entered, because the
 papers' tables could not be read and checked here (later papers quote CLIPood's, but a recipe cites the paper's own
-table and row). WiSE-FT is a soup of two runs made after the launch (`soup_command`: `dgmoe soup --method
+table and row). One primary table was checked: DPL (Zhang et al., arXiv 2111.12853) Table 1, row
+'CLIP (template prompt)', zero-shot CLIP ViT-B/16 on four of the five datasets (the foundation-domainbed recipe
+quotes it); it has no DomainNet cell, and a cell without a value reads as a value the paper only plots, so it
+is not entered here. WiSE-FT is a soup of two runs made after the launch (`soup_command`: `dgmoe soup --method
 wise-ft` of a part's fine-tuned runs against the zero-shot run of the same architecture), which a recipe part
 does not launch, so its rows are listed with their command, not launched. Its theta_0 for GMoE and adapter experts
 is their own network at step 0 (GMoE's routers, the adapters' initialisation: WiSE-FT interpolates networks of one
@@ -77,7 +80,7 @@ def soup_command(part_name: str, zero_shot: str) -> str:
 
 DOMAINBED = Recipe(
     "clip-robust-domainbed", "Robust fine-tuning of CLIP (zero-shot, LP, FT, LP-FT, WiSE-FT, FLYP, CLIPood)",
-    "issue 35's list", "CLIP ViT-B/16 with text-initialised heads on DomainBed, train-validation selection",
+    "dgmoe's baselines", "CLIP ViT-B/16 with text-initialised heads on DomainBed, train-validation selection",
     "domainbed",
     rows=(row("zero-shot CLIP (ViT-B/16)", "ERM", "zero-shot"),
           row("linear probe, text-initialised (ViT-B/16)", "ERM", "linear-probe"),
