@@ -24,6 +24,7 @@ Three records, none of which imports dgmoe:
 from __future__ import annotations
 
 import ast
+import copy
 import json
 import platform
 import sys
@@ -157,6 +158,7 @@ def record_open_clip(cases: list, io: dict) -> None:
             ids = _ids(6000 + 10 * k + quick)
             with torch.no_grad():
                 io[f"{case}.ids"], io[f"{case}.out"] = ids, peer.encode_text(ids)
+                io[f"{case}.out64"] = copy.deepcopy(peer).double().encode_text(ids)  # the function, without rounding
             cases.append(dict(case=case, peer="open_clip", peer_version=open_clip.__version__,
                               format="pth", state=manifest, activation="quick_gelu" if quick else "gelu",
                               width=width, heads=heads, layers=layers,
@@ -185,7 +187,15 @@ def record_hf(cases: list, io: dict) -> None:
             ids = _ids(8000 + 10 * k + ("model" in case))
             with torch.no_grad():
                 out = peer(input_ids=ids).text_embeds if "projection" in case else peer.get_text_features(input_ids=ids)
-            io[f"{case}.ids"], io[f"{case}.out"] = ids, out
+                wide = copy.deepcopy(peer).double()
+                default = torch.get_default_dtype()
+                torch.set_default_dtype(torch.float64)  # transformers builds its causal mask in the default dtype
+                try:
+                    out64 = (wide(input_ids=ids).text_embeds if "projection" in case
+                             else wide.get_text_features(input_ids=ids))
+                finally:
+                    torch.set_default_dtype(default)
+            io[f"{case}.ids"], io[f"{case}.out"], io[f"{case}.out64"] = ids, out, out64
             cases.append(dict(case=case, peer="transformers", peer_version=transformers.__version__,
                               format="safetensors", state=manifest, activation=act, width=width, heads=heads,
                               layers=layers, peer_call=(f"{type(peer).__name__}(hidden_act={act!r}, eos_token_id="

@@ -82,16 +82,7 @@ class ERMPlusPlus(Algorithm):
     def _update(self, minibatches: list[Batch], step: int) -> dict[str, float]:
         batch = concat_batches(minibatches)
         linear = self.linear_probing
-        if linear:
-            with torch.no_grad():
-                z = self.features(batch)
-            task = cross_entropy(self.classifier()(z), batch.y)
-            aux = torch.zeros((), device=task.device)
-            self.step(task, self.linear_optimizer)
-        else:
-            task = cross_entropy(self.logits(batch), batch.y)
-            aux = self.moe_aux_loss()
-            self.step(task + aux)
+        task, aux = probe_or_tune(self, batch, linear)
         self.update_average()
         if self.refresh_batch_norm:
             with torch.no_grad():
@@ -106,3 +97,20 @@ class ERMPlusPlus(Algorithm):
 
     def inference_network(self) -> nn.Module:
         return self.network_sma
+
+
+def probe_or_tune(algorithm: Algorithm, batch: Batch, probing: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """One update of a probe-then-fine-tune schedule (ERM++'s linear probe, LP-FT): while `probing`, the head
+    alone on frozen features with the algorithm's `linear_optimizer`; after it, the whole (trainable) network with
+    its `optimizer`, MoE balance loss included. Returns (task loss, auxiliary loss)."""
+    if probing:
+        with torch.no_grad():
+            z = algorithm.features(batch)
+        task = cross_entropy(algorithm.classifier()(z), batch.y)
+        aux = torch.zeros((), device=task.device)
+        algorithm.step(task, getattr(algorithm, "linear_optimizer"))
+    else:
+        task = cross_entropy(algorithm.logits(batch), batch.y)
+        aux = algorithm.moe_aux_loss()
+        algorithm.step(task + aux)
+    return task, aux

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import torch
 
-from dgmoe.algorithms.base import Algorithm, Metrics, concat_batches, cross_entropy, detached
-from dgmoe.algorithms.erm_plus_plus import ERMPlusPlus
+from dgmoe.algorithms.base import Algorithm, Metrics, concat_batches, detached
+from dgmoe.algorithms.erm_plus_plus import ERMPlusPlus, probe_or_tune
 from dgmoe.algorithms.registry import register_algorithm
 from dgmoe.data.base import Batch
 
@@ -48,15 +48,7 @@ class LPFT(Algorithm):
     def _update(self, minibatches: list[Batch], step: int) -> Metrics:
         batch = concat_batches(minibatches)
         probing = self.probing
-        if probing:
-            with torch.no_grad():
-                z = self.features(batch)
-            task = cross_entropy(self.classifier()(z), batch.y)
-            aux = torch.zeros((), device=task.device)
-            self.step(task, self.linear_optimizer)
-        else:
-            task = cross_entropy(self.logits(batch), batch.y)
-            aux = self.moe_aux_loss()
-            self.step(task + aux)
+        task, aux = probe_or_tune(self, batch, probing)
         self.update_count += 1
         return {**detached(loss=task + aux, loss_task=task, loss_aux=aux), "linear_probe": float(probing)}
+
