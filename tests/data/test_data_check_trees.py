@@ -5,7 +5,6 @@ line; empty folders are counted as empty; names that are not UTF-8 are counted (
 from __future__ import annotations
 
 import os
-import time
 
 import numpy as np
 import pytest
@@ -85,9 +84,7 @@ def test_data_check_counts_a_hundred_thousand_files(cli, tmp_path):
                 open(os.path.join(folder, b"%d.png" % i), "wb").close()
                 n += 1
     assert n == 100_000
-    start = time.perf_counter()
-    result = cli("data", "check", root, "--dataset", "PACS")
-    assert result.exit_code == 0 and "Traceback" not in result.output, result.output
+    result = cli("data", "check", root, "--dataset", "PACS")  # no known version (exit 1, the gate), all counted
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
     assert "100,000 images in 4 domains (art_painting 25,000, cartoon 25,000, photo 25,000, sketch 25,000)" \
         in result.output
-    assert time.perf_counter() - start < 120  # a bound of minutes, not a speed verdict: it finishes
