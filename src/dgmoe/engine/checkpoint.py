@@ -107,7 +107,7 @@ def build_network(run_config: dict[str, Any], base: dict[str, str] | None = None
                              f"{recorded} (sha256 {digest}), which is not a file and is not beside it, the run or "
                              "the working directory under any name; put it back at that path")
         path = found
-        if file_sha256(path) != digest:
+        if path == recorded and file_sha256(path) != digest:  # (a file found elsewhere was found by its sha256)
             raise UsageError(f"the base weights {path} are not those the run was trained from (sha256 {digest}); "
                              "restore that file")
         kwargs.update(pretrained=str(path), pretrained_antialias=info["kwargs"].get("pretrained_antialias", True))
