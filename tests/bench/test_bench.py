@@ -2,6 +2,7 @@
 Timings are never asserted; only that every candidate is measured, memory is accounted, and warnings follow
 from injected timings or from the problem's size (never from this machine's speed)."""
 import re
+import sys
 
 import pytest
 import torch
@@ -19,7 +20,7 @@ from dgmoe.bench.timing import (
     summarize_repeats,
     timing_warnings,
 )
-from dgmoe.cli import main
+from dgmoe.cli import main, run
 from dgmoe.moe import MoEConfig, MoEMlp
 from dgmoe.moe.dispatch import capacity_keep_mask, expert_capacity, padded_dispatch, sorted_dispatch
 
@@ -167,14 +168,21 @@ def test_compiled_gmoe_equals_eager_in_eval_and_trains():
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters() if p.requires_grad)
 
 
-def test_bench_stem_command_checks_and_times_the_stem_against_its_previous_formulation():
-    result = CliRunner().invoke(main, ["bench", "stem", "--reference", "previous", "--img-size", "32",
-                                       "--batch-size", "1", "--rounds", "5"])
+def test_bench_stem_command_checks_and_times_the_stem_against_timms():
+    pytest.importorskip("timm")  # the timm extra (the peers' copy: PYTHONPATH=/work/peers)
+    result = CliRunner().invoke(main, ["bench", "stem", "--img-size", "32", "--batch-size", "1", "--rounds", "5"])
     assert result.exit_code == 0, result.output
-    rows = [line for line in result.output.splitlines() if "dgmoe previous formulation" in line]
+    rows = [line for line in result.output.splitlines() if "| timm " in line]
     assert len(rows) == 2 and rows[0].startswith("| inference") and rows[1].startswith("| forward+backward")
     assert "IQR over rounds" in result.output
     assert "WARNING: the stem's inference pass (batch 1 at 32 px) does" in result.output
+
+
+def test_bench_stem_without_timm_says_which_extra_to_install(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "timm", None)  # import timm raises ImportError
+    assert run(["bench", "stem", "--img-size", "32", "--batch-size", "1", "--rounds", "5"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "pip install 'dgmoe[timm]'" in err and "Traceback" not in err
 
 
 def test_back_to_back_calls_are_timed_between_two_syncs():

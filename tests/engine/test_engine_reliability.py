@@ -16,7 +16,7 @@ from dgmoe.algorithms import get_algorithm
 from dgmoe.algorithms.registry import ALGORITHMS
 from dgmoe.engine import rundir
 from dgmoe.engine.config import RunConfig
-from dgmoe.engine.rundir import RunLock, lock_holder
+from dgmoe.engine.lock import RunLock, lock_holder
 from dgmoe.engine.trainer import train
 from dgmoe.errors import DiskFullError, RunLockedError
 from dgmoe.report.collect import RecordError, load_records

@@ -219,13 +219,6 @@ class Algorithm(nn.Module):
         """Numbers about the algorithm's state to add to the checkpoint's record (e.g. SWAD's window)."""
         return {}
 
-    def extra_state(self) -> dict[str, Any]:
-        """Algorithm state that is not a parameter or buffer; saved with the run. The algorithms in this
-        package keep all their state in buffers, so this is empty for them."""
-        return {}
-
-    def load_extra_state(self, state: dict[str, Any]) -> None:
-        pass
 
 
 #: the optimisers with a fused kernel in torch (`fused=True`, on CUDA and on the CPU)

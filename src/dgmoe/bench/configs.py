@@ -82,8 +82,8 @@ class StemBenchConfig(Settings):
     batch_size: int = setting(32, "Images per call.", minimum=1)
     rounds: int = setting(7, _ROUNDS, minimum=MIN_ROUNDS)
     threads: int | None = setting(None, "torch threads [torch's default].", minimum=1)
-    reference: str = setting("auto", "auto: timm's stem when timm imports, else dgmoe's previous weight "
-                                     "standardisation.", choices=("auto", "timm", "previous"))
+    reference: str = setting("auto", "The reference stem: timm's (needs the timm extra); auto and timm are the same "
+                                     "since dgmoe's former formulation was retired.", choices=("auto", "timm"))
 
 
 @dataclass(frozen=True)

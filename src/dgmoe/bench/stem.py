@@ -1,36 +1,21 @@
-"""The R26 stem of the hybrid ViT (`dgmoe.models.hybrid`) against a reference, as a ratio measured in one run.
-
-The reference is timm's `vit_small_r26_s32_224` ResNet stem with the same weights when timm imports,
-and otherwise dgmoe's stem with its previous weight standardisation (mean, biased variance, five
-elementwise/reduction ops, and an explicitly padded input copy for every 'same' convolution). Both
-candidates' outputs are compared before timing, so a ratio is never reported for a stem that computes
-something else.
+"""The R26 stem of the hybrid ViT (`dgmoe.models.hybrid`) against timm's `vit_small_r26_s32_224` ResNet stem
+with the same weights, as a ratio measured in one run (needs the `timm` extra). Both stems' outputs are
+compared before timing, so a ratio is never reported for a stem that computes something else.
 """
 from __future__ import annotations
 
-import copy
 import statistics
-import types
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 from dgmoe.bench.configs import StemBenchConfig
 from dgmoe.bench.timing import Spread, interleaved_times, round_ratios, size_warning, timing_warnings, tune_malloc
+from dgmoe.errors import UsageError
 from dgmoe.models import create_model
-from dgmoe.models.hybrid import StdConv2dSame, pad_same
 
 MODEL = "vit_small_r26_s32_224"
-
-
-def previous_forward(conv: StdConv2dSame, x: torch.Tensor) -> torch.Tensor:
-    """dgmoe's StdConv2dSame.forward before the fused formulation (kept only as a benchmark reference)."""
-    flat = conv.weight.reshape(conv.weight.shape[0], -1)
-    w = (flat - flat.mean(1, keepdim=True)) / torch.sqrt(flat.var(1, unbiased=False, keepdim=True) + conv.eps)
-    x = pad_same(x, conv.kernel_size[0], conv.stride[0])
-    return F.conv2d(x, w.reshape_as(conv.weight), None, conv.stride)
 
 
 def _our_stem(img_size: int) -> torch.nn.Module:
@@ -38,30 +23,17 @@ def _our_stem(img_size: int) -> torch.nn.Module:
     return model.patch_embed.backbone
 
 
-def _timm_stem(ours: torch.nn.Module, img_size: int) -> torch.nn.Module:
-    import timm
-
-    ref = timm.create_model(MODEL, pretrained=False, num_classes=0, img_size=img_size)
-    ref.patch_embed.backbone.load_state_dict(ours.state_dict(), strict=True)
-    return ref.patch_embed.backbone
-
-
-def _previous_stem(ours: torch.nn.Module) -> torch.nn.Module:
-    stem = copy.deepcopy(ours)
-    for module in stem.modules():
-        if isinstance(module, StdConv2dSame):
-            module.forward = types.MethodType(previous_forward, module)  # type: ignore[method-assign]  # this copy only
-    return stem
-
-
 def reference_stem(ours: torch.nn.Module, cfg: StemBenchConfig) -> tuple[str, torch.nn.Module]:
-    if cfg.reference in ("auto", "timm"):
-        try:
-            return f"timm {__import__('timm').__version__}", _timm_stem(ours, cfg.img_size)
-        except ImportError:
-            if cfg.reference == "timm":
-                raise
-    return "dgmoe previous formulation", _previous_stem(ours)
+    """(its name, timm's stem holding `ours`' weights); a `UsageError` when timm does not import."""
+    try:
+        import timm
+    except ImportError as error:
+        raise UsageError(f"bench stem compares with timm's stem, and timm does not import ({error}): install the "
+                         "timm extra (pip install 'dgmoe[timm]')") from None
+    ref = timm.create_model(MODEL, pretrained=False, num_classes=0, img_size=cfg.img_size)
+    stem = ref.get_submodule("patch_embed.backbone")
+    stem.load_state_dict(ours.state_dict(), strict=True)
+    return f"timm {timm.__version__}", stem
 
 
 def bench_stem(cfg: StemBenchConfig) -> tuple[list[dict], list[str]]:

@@ -54,7 +54,7 @@ def capture(step: int, algorithm, progress: RunState, identity: Mapping[str, Any
     return {"step": step, "algorithm": weights, "peft_bases": bases, "records": progress.records,
             "best_val": progress.best_val,
             "optimizers": {k: o.state_dict() for k, o in dict(algorithm.optimizers()).items()},
-            "extra": algorithm.extra_state(), "rng": torch.get_rng_state(), "numpy_rng": numpy_rng_state(),
+            "rng": torch.get_rng_state(), "numpy_rng": numpy_rng_state(),
             "identity": dict(identity or {}), "compiled": compiled}
 
 
@@ -129,7 +129,6 @@ def restore(state: Mapping[str, Any], algorithm) -> RunState:
                          "this run from its start")
     for name, opt in dict(algorithm.optimizers()).items():
         opt.load_state_dict(state["optimizers"][name])
-    algorithm.load_extra_state(state.get("extra", {}))
     torch.set_rng_state(state["rng"])
     if "numpy_rng" in state:  # runs saved before dgmoe drew from numpy have none
         set_numpy_rng_state(state["numpy_rng"])

@@ -15,7 +15,7 @@ import torch.nn as nn
 
 from dgmoe.engine.checkpoint import save_resume_state, save_weights
 from dgmoe.engine.io import read_jsonl, remove_stale_temporaries, write_json_atomic, write_jsonl_atomic
-from dgmoe.engine.lock import LOCK_NAME, RunLock, lock_holder  # noqa: F401  (re-exported)
+from dgmoe.engine.lock import RunLock
 from dgmoe.errors import DiskFullError
 
 DONE_NAME = "done"

@@ -35,9 +35,10 @@ from dgmoe.engine.distributed import DistInfo, barrier, init_from_env, make_grad
 from dgmoe.engine.evaluate import evaluate_domains, online_val_loss, sampled_splits
 from dgmoe.engine.finite import FiniteWatch
 from dgmoe.engine.io import read_jsonl
+from dgmoe.engine.lock import RunLock
 from dgmoe.engine.provenance import as_metadata, provenance
 from dgmoe.engine.resume import RunState, capture, load_checked, restore
-from dgmoe.engine.rundir import RunLock, RunWriter, Schedule, read_done, tidy_finished
+from dgmoe.engine.rundir import RunWriter, Schedule, read_done, tidy_finished
 from dgmoe.engine.runlog import RunLog
 from dgmoe.engine.setup import RunSetup, prepare_run
 from dgmoe.engine.sinks import ConsoleSink, Sink, TensorBoardSink, tensorboard_writer_class

@@ -27,9 +27,6 @@ class LayoutError(UsageError):
         self.position = position
 
 
-_TOKEN = re.compile(r"\s*(?:(\[)|(\])|(,)|([SF])|(x\s*\d+))", re.IGNORECASE)
-
-
 def parse_layout(spec: str) -> Layout:
     """Parse a layout string such as `[F]x8,[S,F]x2` into a tuple of 'S'/'F' letters."""
     letters: list[str] = []

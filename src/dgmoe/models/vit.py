@@ -13,7 +13,6 @@ import torch.nn as nn
 
 from dgmoe.errors import UsageError
 from dgmoe.models.layers import Block, Dropout, PatchEmbed
-from dgmoe.models.resample import resize_pos_embed  # noqa: F401  (re-exported: its former home)
 from dgmoe.moe.layer import no_aux_record
 from dgmoe.scope import restored, snapshot
 
@@ -153,10 +152,6 @@ class VisionTransformer(nn.Module):
                 reset()
 
     # ----- timm API ----------------------------------------------------------------------------
-    @torch.jit.ignore
-    def no_weight_decay(self) -> set[str]:
-        return {"pos_embed", "cls_token", "reg_token"}
-
     def get_classifier(self) -> nn.Module:
         return self.head
 

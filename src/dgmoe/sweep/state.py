@@ -3,7 +3,7 @@
 DomainBed knows DONE (a `done` file), INCOMPLETE (the directory exists) and NOT_LAUNCHED. dgmoe adds
 what a launcher records, so a sweep can be watched and relaunched safely:
 
-- the trainer's own lock (`dgmoe.engine.rundir.RunLock`, an flock the kernel releases when the trainer dies):
+- the trainer's own lock (`dgmoe.engine.lock.RunLock`, an flock the kernel releases when the trainer dies):
   while it is held the job is RUNNING, whatever happened to the launcher or runner that started it (a
   trainer whose launcher was killed keeps running, and a relaunch does not start a second one).
 - `running.json`: written by the job runner (host, pid) and touched every `HEARTBEAT_S` seconds while the
