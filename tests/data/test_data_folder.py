@@ -157,7 +157,7 @@ def test_unknown_dataset_lists_valid_names():
     assert isinstance(e.value, KeyError) and isinstance(e.value, ValueError)
 
 
-def test_catalogue_has_the_issue_datasets():
+def test_catalogue_has_gmoes_and_domainbeds_datasets():
     names = set(list_datasets())
     assert {"PACS", "VLCS", "OfficeHome", "TerraIncognita", "DomainNet", "SVIRO", "CUBDG", "RotatedMNIST",
             "ColoredMNIST"} <= names

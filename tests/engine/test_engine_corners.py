@@ -1,4 +1,4 @@
-"""No silent corruption in the corners (issue 27): a resume state that belongs to another run, a diverging loss, a
+"""No silent corruption in the corners: a resume state that belongs to another run, a diverging loss, a
 folder left by a run that failed before its first record, temporaries of killed writers, unreadable run folders,
 simultaneous sweep launches, a class folder linked into another, a deleted lock file, a huge --steps."""
 from __future__ import annotations
@@ -67,7 +67,7 @@ def test_a_resume_state_of_another_run_is_refused_untouched(tmp_path, cli):
     line = one_line_error(cli(*argv(second, seed=1)), 2)
     assert str(second / "resume.pt") in line and "differs in: seed" in line
     assert snapshot(second) == before
-    # another model's state (issue 30): refused the same way, also when written before states named their run
+    # another model's state: refused the same way, also when written before states named their run
     other = interrupted(tmp_path / "deep", model_kwargs={"depth": 2})
     state = torch.load(other / "resume.pt", weights_only=True)
     shutil.copy(other / "resume.pt", second / "resume.pt")

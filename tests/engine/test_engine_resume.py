@@ -1,4 +1,4 @@
-"""A run killed with SIGKILL and started again ends exactly as an uninterrupted run (issue: never lose a run)."""
+"""A run killed with SIGKILL and started again ends exactly as an uninterrupted run (never lose a run)."""
 import os
 import signal
 import subprocess

@@ -82,7 +82,7 @@ def test_sparse_model_from_its_dense_twin_computes_the_dense_output(name, train,
 @pytest.mark.parametrize("twin", ["vit_tiny_patch16_224", "deit_tiny_patch16_224"])
 @pytest.mark.parametrize("fmt", ["timm.pth", "timm.safetensors", "deit.pth"])
 def test_moge_starts_from_a_vit_or_deit_checkpoint_in_timm_and_deit_formats(twin, fmt, tmp_path):
-    """The issue's snippet: a MoGE from a dense checkpoint saved as timm does (a bare state dict) or as DeiT's
+    """A MoGE from a dense checkpoint saved as timm does (a bare state dict) or as DeiT's
     releases (`{'model': state_dict}`), with another class count."""
     kwargs = dict(img_size=32, patch_size=8, embed_dim=32, num_heads=2)
     state = dgmoe.create_model(twin, num_classes=1000, **kwargs).state_dict()
