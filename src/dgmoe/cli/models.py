@@ -19,7 +19,7 @@ def command(ctx: click.Context, **kw: Any) -> None:
     at the default 1000 classes, input size and a description; with --peft, their trainable and total counts
     under each parameter-efficient mode."""
     from dgmoe.models import list_models
-    from dgmoe.models.catalogue import summarize_model
+    from dgmoe.models.summary import summarize_model
 
     cfg = build_config(ModelsList, ctx, kw)
     pattern, names_only, peft = cfg.pattern, cfg.names_only, cfg.peft
@@ -44,7 +44,7 @@ def command(ctx: click.Context, **kw: Any) -> None:
 
 def show_peft(names: list[str], width: int, modes: list[str]) -> None:
     """One row per model: its full parameter count, then trainable/total (millions) under each mode."""
-    from dgmoe.models.catalogue import peft_counts, summarize_model
+    from dgmoe.models.summary import peft_counts, summarize_model
 
     def cell(counts: tuple[int, int] | None) -> str:
         return "-" if counts is None else f"{counts[1] / 1e6:.3f}M/{counts[0] / 1e6:.2f}M"

@@ -19,7 +19,7 @@ from typing import Callable, Sequence
 from dgmoe.engine.config import RunConfig
 from dgmoe.engine.trainer import train
 from dgmoe.experiments.quickstart_config import QuickstartConfig
-from dgmoe.models.catalogue import summarize_model
+from dgmoe.models.summary import summarize_model
 from dgmoe.records import train_domain_val_acc
 
 QUICKSTART_MODELS = ("vit_micro_patch7_28", "gmoe_micro_patch7_28")

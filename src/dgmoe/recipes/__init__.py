@@ -15,22 +15,22 @@ from dgmoe.recipes.base import Cell, Part, Recipe, Row, Weights
 
 def __getattr__(name: str) -> Any:
     if name in ("ALL", "RECIPES"):
-        from dgmoe.recipes import catalogue
+        from dgmoe.recipes import registry
 
-        return getattr(catalogue, name)
+        return getattr(registry, name)
     raise AttributeError(f"module 'dgmoe.recipes' has no attribute {name!r}")
 
 
 def get_recipe(name: str) -> Recipe:
     """The recipe called `name` (`UnknownNameError`, a usage error, lists the valid names)."""
-    from dgmoe.recipes.catalogue import RECIPES
+    from dgmoe.recipes.registry import RECIPES
 
     return RECIPES.get(name)
 
 
 def list_recipes() -> list[Recipe]:
     """Every recipe, in declaration order."""
-    from dgmoe.recipes.catalogue import ALL
+    from dgmoe.recipes.registry import ALL
 
     return list(ALL)
 
