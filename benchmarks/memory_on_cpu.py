@@ -16,7 +16,7 @@ CHILD = """
 import json, sys, torch
 import dgmoe.moe.layer as layer
 layer._fused_grouped_gemm = lambda device, dtype: dtype == torch.bfloat16  # the GPU's dispatch, on the CPU
-from dgmoe.bench.configs import ModelBenchConfig
+from dgmoe.bench.config import ModelBenchConfig
 from dgmoe.bench.models import _measure_memory_child
 cfg = ModelBenchConfig(batch_size=int(sys.argv[2]), device="cpu", precision="bf16")
 print(json.dumps(_measure_memory_child(sys.argv[1], cfg)))

@@ -106,7 +106,8 @@ def _printed(cli, *args) -> dict:
 
 
 def test_sweep_config_file_round_trips_to_the_same_jobs(cli, tmp_path):
-    from dgmoe.sweep.jobs import SweepConfig, build_jobs
+    from dgmoe.sweep.config import SweepConfig
+    from dgmoe.sweep.jobs import build_jobs
 
     out = tmp_path / "sweep"
     args = ("sweep", "launch", "--datasets", "PACS", "--algorithms", "ERM,CORAL", "--models", "vit_tiny_patch16_224",
@@ -128,25 +129,25 @@ def test_sweep_config_file_round_trips_to_the_same_jobs(cli, tmp_path):
 
 def test_recipe_launch_config_file_round_trips_to_the_same_jobs(cli, tmp_path):
     from dgmoe.recipes import get_recipe
-    from dgmoe.recipes.options import RecipeLaunch
+    from dgmoe.recipes.config import RecipeLaunchConfig
     from dgmoe.recipes.run import prepare
 
     args = ("recipe", "launch", "gmoe-table1", "--scale", "smoke", "--rows", "GMoE-S/16", "--output-dir",
             tmp_path / "r", "--n-trials", "2")
     printed = _printed(cli, *args)
     path = _file(tmp_path, printed)
-    loaded = RecipeLaunch.from_file(path)
-    assert loaded == RecipeLaunch(name="gmoe-table1", scale="smoke", rows=("GMoE-S/16",),
+    loaded = RecipeLaunchConfig.from_file(path)
+    assert loaded == RecipeLaunchConfig(name="gmoe-table1", scale="smoke", rows=("GMoE-S/16",),
                                   output_dir=str(tmp_path / "r"), n_trials=2)
     assert _printed(cli, "recipe", "launch", "--config", path) == printed
     assert _printed(cli, "recipe", "launch", "--config", path, "--n-trials", "1")["n_trials"] == 1
 
-    def job_ids(cfg: RecipeLaunch) -> list[str]:
+    def job_ids(cfg: RecipeLaunchConfig) -> list[str]:
         plan = prepare(get_recipe(cfg.name), cfg.scale, cfg.folder(), cfg.data_dir, cfg.pretrained, cfg.rows, {},
                        cfg.n_hparams, cfg.n_trials)
         return [j.job_id for jobs in plan.jobs.values() for j in jobs]
 
-    assert job_ids(loaded) == job_ids(RecipeLaunch.from_dict(printed)) and job_ids(loaded)
+    assert job_ids(loaded) == job_ids(RecipeLaunchConfig.from_dict(printed)) and job_ids(loaded)
 
 
 def test_a_bad_value_names_its_flag_through_the_one_validator(cli):

@@ -4,13 +4,8 @@ from click.testing import CliRunner
 from md_tables import table_rows
 
 from dgmoe.algorithms import get_algorithm, list_algorithms
-from dgmoe.bench.algorithms import (
-    AlgorithmCost,
-    BenchmarkConfig,
-    benchmark_algorithms,
-    cost_table_markdown,
-    cost_warnings,
-)
+from dgmoe.bench.algorithms import AlgorithmCost, benchmark_algorithms, cost_table_markdown, cost_warnings
+from dgmoe.bench.config import BenchmarkConfig
 from dgmoe.cli.algorithms import command
 
 

@@ -99,7 +99,8 @@ def test_results_show_wilds_columns_with_worst_group_selection(wilds_runs, cli):
 
 
 def test_sweep_holds_out_the_evaluation_splits():
-    from dgmoe.sweep.jobs import SweepConfig, build_jobs
+    from dgmoe.sweep.config import SweepConfig
+    from dgmoe.sweep.jobs import build_jobs
 
     cfg = SweepConfig(datasets=("FMoW", "iWildCam", "Camelyon17"), algorithms=("ERM",), models=("vit",),
                       output_dir="/tmp/x", n_hparams=1, n_trials=1)

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from dgmoe.engine.config import RunConfig
 from dgmoe.engine.trainer import train
-from dgmoe.sweep.jobs import SweepConfig, build_jobs
+from dgmoe.sweep.config import SweepConfig
+from dgmoe.sweep.jobs import build_jobs
 
 TINY = dict(model_kwargs={"depth": 1}, n_per_domain=20, steps=3, checkpoint_freq=2, num_threads=1, progress="none")
 MODEL = "vit_micro_patch7_28"

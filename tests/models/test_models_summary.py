@@ -3,8 +3,8 @@ paper), read from meta-device builds (no weights)."""
 import pytest
 
 from dgmoe.models import MODELS, count_parameters, create_model
-from dgmoe.models.summary import compact_layout, family_of, summarize_model
 from dgmoe.models.info import build_on_meta, describe_model
+from dgmoe.models.summary import compact_layout, family_of, summarize_model
 
 
 @pytest.mark.parametrize("layout,expected", [

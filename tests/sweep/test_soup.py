@@ -16,8 +16,8 @@ from dgmoe.engine.io import read_jsonl
 from dgmoe.engine.trainer import train
 from dgmoe.report.collect import load_records
 from dgmoe.report.results import results_tables
-from dgmoe.sweep.options import DEFAULT_METHODS
-from dgmoe.sweep.soup import SoupOptions, make_soups
+from dgmoe.sweep.config import DEFAULT_METHODS
+from dgmoe.sweep.soup import SoupConfig, make_soups
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +79,7 @@ def test_uniform_soup_of_identical_runs_is_each_run(sweep, tmp_path):
     _, runs, _ = sweep
     for k in range(3):
         shutil.copytree(runs[0], tmp_path / "same" / f"copy{k}")
-    (folder,) = make_soups(tmp_path / "same", options=SoupOptions(methods=("uniform",)))
+    (folder,) = make_soups(tmp_path / "same", options=SoupConfig(methods=("uniform",)))
     soup, run = load_file(str(folder / "model.safetensors")), load_file(str(runs[0] / "best.safetensors"))
     assert soup.keys() == run.keys() and all(torch.equal(soup[k], run[k]) for k in run)
     records = read_jsonl(runs[0] / "results.jsonl")

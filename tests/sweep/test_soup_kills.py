@@ -11,7 +11,7 @@ import pytest
 from kill_points import kill_everywhere
 
 from dgmoe.engine.trainer import train
-from dgmoe.sweep.soup import SoupOptions, make_soups
+from dgmoe.sweep.soup import SoupConfig, make_soups
 
 TINY = dict(dataset="RotatedMNIST", model="vit_micro_patch7_28", model_kwargs={"depth": 1}, n_per_domain=20,
             steps=3, checkpoint_freq=2, num_threads=1, progress="none", test_envs=[0], seed=0, trial_seed=0)
@@ -33,7 +33,7 @@ def _visible_soups_whole(out: Path) -> None:
         assert names == needed, (folder, names)
 
 
-def _kill_everywhere(runs: Path, tmp_path: Path, monkeypatch, start: str, options: SoupOptions) -> int:
+def _kill_everywhere(runs: Path, tmp_path: Path, monkeypatch, start: str, options: SoupConfig) -> int:
     root = tmp_path / "sweep"
     shutil.copytree(runs, root)
     out = root / "soups"
@@ -52,10 +52,10 @@ def _kill_everywhere(runs: Path, tmp_path: Path, monkeypatch, start: str, option
 @pytest.mark.parametrize("start", ["fresh", "replacing"])
 def test_a_soup_killed_at_any_write_point_is_whole_or_absent_and_the_rerun_equals(runs, tmp_path, monkeypatch,
                                                                                     start):
-    points = _kill_everywhere(runs, tmp_path, monkeypatch, start, SoupOptions(methods=("uniform",)))
+    points = _kill_everywhere(runs, tmp_path, monkeypatch, start, SoupConfig(methods=("uniform",)))
     assert points >= (6 if start == "fresh" else 9)  # each file, the folder's moves, the temporaries' removal
 
 
 @pytest.mark.slow
 def test_every_soup_kind_killed_at_any_write_point(runs, tmp_path, monkeypatch):
-    assert _kill_everywhere(runs, tmp_path, monkeypatch, "replacing", SoupOptions()) >= 30
+    assert _kill_everywhere(runs, tmp_path, monkeypatch, "replacing", SoupConfig()) >= 30

@@ -106,15 +106,15 @@ def test_a_zero_shot_run_without_partner_is_refused(wise, tmp_path, capsys):
 
 
 def test_a_soup_is_kept_only_for_the_same_alpha_grid(wise):
-    from dgmoe.sweep.options import SoupOptions
+    from dgmoe.sweep.config import SoupConfig
     from dgmoe.sweep.soup import make_soups
 
-    options = SoupOptions(methods=("wise-ft",), zero_shot=str(wise / "zs"), which="last", alphas=(0.0, 0.5, 1.0))
+    options = SoupConfig(methods=("wise-ft",), zero_shot=str(wise / "zs"), which="last", alphas=(0.0, 0.5, 1.0))
     chosen = next(f for f in (wise / "soups").iterdir() if f.name.startswith("wise-ft_"))
     before = (chosen / "results.jsonl").stat().st_mtime_ns
     make_soups(wise, options=options)  # the same grid: every soup kept
     assert (chosen / "results.jsonl").stat().st_mtime_ns == before
-    make_soups(wise, options=SoupOptions(methods=("wise-ft",), zero_shot=str(wise / "zs"), which="last",
+    make_soups(wise, options=SoupConfig(methods=("wise-ft",), zero_shot=str(wise / "zs"), which="last",
                                          alphas=(0.0, 1.0)))  # another grid: the chosen soup is made again
     info = read_jsonl(chosen / "results.jsonl")[0]["args"]["soup"]
     assert [c["alpha"] for c in info["curve"]] == [0.0, 1.0]

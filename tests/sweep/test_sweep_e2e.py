@@ -14,8 +14,9 @@ import pytest
 
 from dgmoe.engine.config import RunConfig
 from dgmoe.sweep import state
-from dgmoe.sweep.jobs import SweepConfig, build_jobs
-from dgmoe.sweep.launchers import LaunchOptions, launch_sweep
+from dgmoe.sweep.config import LaunchConfig, SweepConfig
+from dgmoe.sweep.jobs import build_jobs
+from dgmoe.sweep.launchers import launch_sweep
 from dgmoe.sweep.state import JobState, job_state
 
 TINY = dict(n_per_domain=32, model_kwargs={"depth": 2, "embed_dim": 32, "num_heads": 2}, img_size=28, patch_size=7)
@@ -47,7 +48,7 @@ def test_real_jobs_launched_twice_run_once(tmp_path, launcher):
     if launcher.startswith("submitit"):
         pytest.importorskip("submitit", reason="the submitit launchers need `pip install dgmoe[slurm]`")
     jobs = _jobs(tmp_path, n=2, steps=4, freq=2)
-    opts = LaunchOptions(max_workers=2)
+    opts = LaunchConfig(max_workers=2)
     first = launch_sweep(jobs, launcher, opts, echo=lambda s: None)
     assert sorted(o.outcome for o in first.outcomes) == ["done", "done"], [
         (j.dir / "stderr.log").read_text()[-2000:] for j in jobs]
@@ -89,7 +90,7 @@ def test_real_job_killed_midway_resumes(tmp_path):
             proc.wait()
     assert job_state(job.dir) is JobState.FAILED
     assert not (job.dir / "done").exists()
-    again = launch_sweep([job], "local", LaunchOptions(), echo=lambda s: None)
+    again = launch_sweep([job], "local", LaunchConfig(), echo=lambda s: None)
     assert again.launched == 1 and [o.outcome for o in again.outcomes] == ["done"]
     assert "resuming" in (job.dir / "stderr.log").read_text()
     assert _record_steps(job) == list(range(0, 300, 20)) + [299]

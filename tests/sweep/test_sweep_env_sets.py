@@ -5,8 +5,9 @@ import sys
 import pytest
 
 from dgmoe.engine.config import RunConfig
-from dgmoe.sweep.jobs import SweepConfig, build_jobs, read_manifest
-from dgmoe.sweep.launchers import LaunchOptions, launch_sweep
+from dgmoe.sweep.config import LaunchConfig, SweepConfig
+from dgmoe.sweep.jobs import build_jobs, read_manifest
+from dgmoe.sweep.launchers import launch_sweep
 
 
 def _cfg(tmp_path, name="sweep", **kw):
@@ -36,7 +37,7 @@ def test_one_launch_over_several_sweep_folders(tmp_path):
     b = build_jobs(_cfg(tmp_path, "b", test_env_sets=((1,), (2,))))
     report = launch_sweep(a + b, "dummy", echo=lambda s: None)
     assert report.launched == 3 and not (tmp_path / "a").exists()
-    quick = LaunchOptions(train_command=(sys.executable, "-c", "pass"), max_workers=2)  # a run that does nothing
+    quick = LaunchConfig(train_command=(sys.executable, "-c", "pass"), max_workers=2)  # a run that does nothing
     report = launch_sweep(a + b, "local", quick, echo=lambda s: None)
     assert report.launched == 3 and len(report.outcomes) == 3
     assert [j.job_id for j in read_manifest(tmp_path / "a")] == [j.job_id for j in a]

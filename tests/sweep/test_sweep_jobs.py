@@ -8,10 +8,10 @@ import pytest
 from dgmoe.engine.config import RunConfig
 from dgmoe.errors import UsageError
 from dgmoe.seeding import seed_hash
+from dgmoe.sweep.config import SweepConfig
 from dgmoe.sweep.jobs import (
     Job,
     LegacySweepError,
-    SweepConfig,
     build_jobs,
     check_sweep,
     count_domains,

@@ -19,8 +19,9 @@ import pytest
 
 from dgmoe.engine.config import RunConfig
 from dgmoe.sweep import state
-from dgmoe.sweep.jobs import SweepConfig, build_jobs
-from dgmoe.sweep.launchers import LaunchOptions, launch_sweep
+from dgmoe.sweep.config import LaunchConfig, SweepConfig
+from dgmoe.sweep.jobs import build_jobs
+from dgmoe.sweep.launchers import launch_sweep
 from dgmoe.sweep.state import JobState, job_state
 from dgmoe.sweep.status import sweep_status
 
@@ -74,7 +75,7 @@ def fake(tmp_path, monkeypatch):
                       base=RunConfig.from_flat(data_dir=str(tmp_path), steps=4),
                       output_dir=str(tmp_path / "sweep"), n_hparams=1, n_trials=1, single_test_envs=True)
     jobs = build_jobs(cfg, n_domains={"Fake": N_JOBS})
-    opts = LaunchOptions(train_command=(sys.executable, str(script)), max_workers=2, heartbeat_s=0.2)
+    opts = LaunchConfig(train_command=(sys.executable, str(script)), max_workers=2, heartbeat_s=0.2)
     return jobs, opts, log
 
 

@@ -32,10 +32,11 @@ import multiprocessing as mp
 import resource
 import statistics
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
-from dgmoe.bench.timing import MIN_ROUNDS, MIN_WARMUP, Spread, timing_warnings
+from dgmoe.bench.config import BenchmarkConfig
+from dgmoe.bench.timing import Spread, timing_warnings
 from dgmoe.engine.progress import Progress
 from dgmoe.tables import markdown_table
 
@@ -43,33 +44,6 @@ WARMUP_OFF = {"irm_penalty_anneal_iters": 0, "vrex_penalty_anneal_iters": 0, "pe
               "rdm_penalty_anneal_iters": 0, "sma_start_iter": 0}
 WARMUP_OFF.update({"ib_penalty_anneal_iters": 0, "eqrm_burnin_iters": 0})  # IB_ERM, IB_IRM, EQRM
 WARMUP_OFF.update({"iters": 0, "linear_steps": -1, "ermpp_sma_start_iter": 0})  # TRM, ERM++: full steps from the first
-
-
-@dataclass(frozen=True)
-class BenchmarkConfig:
-    backbone: str
-    algorithms: tuple[str, ...]
-    steps: int = 6
-    warmup: int = 1
-    domains: int = 3
-    batch_per_domain: int = 16
-    img_size: int = 32
-    patch_size: int | None = 4  # None: the model's own (ResNets and hybrid stems take none)
-    num_classes: int = 7
-    threads: int = 1
-    seed: int = 0
-    device: str = "cpu"
-    model_overrides: tuple[tuple[str, Any], ...] = field(default_factory=tuple)
-    group_size: int = 12  # worker processes alive at once, ERM's included
-
-    def __post_init__(self) -> None:
-        if "ERM" not in self.algorithms:
-            raise ValueError("the cost table is relative to ERM: include 'ERM' in algorithms")
-        if self.group_size < 2:
-            raise ValueError(f"group_size counts ERM's worker too: need >= 2, got {self.group_size}")
-        if self.steps < MIN_ROUNDS or self.warmup < MIN_WARMUP:
-            raise ValueError(f"need steps >= {MIN_ROUNDS} timed steps (for a median and its spread) and warmup >= "
-                             f"{MIN_WARMUP}, got steps={self.steps}, warmup={self.warmup}")
 
 
 @dataclass(frozen=True)

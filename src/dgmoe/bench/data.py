@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from dgmoe.bench.configs import DataBenchConfig
+from dgmoe.bench.config import DataBenchConfig
 from dgmoe.bench.timing import device_sync
 from dgmoe.data.loaders import TrainBatches
 from dgmoe.engine.config import RunConfig

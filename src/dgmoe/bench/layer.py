@@ -44,7 +44,7 @@ import torch
 import torch.nn as nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from dgmoe.bench.configs import LayerBenchConfig
+from dgmoe.bench.config import LayerBenchConfig
 from dgmoe.bench.moa import MOA_CANDIDATES, moa_layer
 from dgmoe.bench.peers import peer_dispatches
 from dgmoe.bench.timing import (

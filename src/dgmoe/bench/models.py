@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 from dgmoe.algorithms.base import use_fused_kernel
-from dgmoe.bench.configs import ModelBenchConfig
+from dgmoe.bench.config import ModelBenchConfig
 from dgmoe.bench.timing import (
     Spread,
     calls_per_round,

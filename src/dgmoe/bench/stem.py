@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from dgmoe.bench.configs import StemBenchConfig
+from dgmoe.bench.config import StemBenchConfig
 from dgmoe.bench.timing import Spread, interleaved_times, round_ratios, size_warning, timing_warnings, tune_malloc
 from dgmoe.errors import UsageError
 from dgmoe.models import create_model

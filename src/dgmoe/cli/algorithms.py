@@ -5,9 +5,8 @@ from typing import Any
 
 import click
 
-from dgmoe.bench.algorithms import BenchmarkConfig
-from dgmoe.bench.configs import AlgorithmBenchRun
-from dgmoe.cli.configs import AlgorithmsList
+from dgmoe.bench.config import AlgorithmBenchConfig, BenchmarkConfig
+from dgmoe.cli.config import AlgorithmsListConfig
 from dgmoe.cli.options import ListFlagsGroup, build_config, config_options
 
 
@@ -23,13 +22,13 @@ def algorithm_rows() -> list[tuple[str, int, str, str]]:
 
 
 @click.group("algorithms", cls=ListFlagsGroup, invoke_without_command=True)
-@config_options(AlgorithmsList)
+@config_options(AlgorithmsListConfig)
 @click.pass_context
 def command(ctx: click.Context, **kw: Any) -> None:
     """List the registered DG algorithms with a one-line description and the paper they implement."""
     if ctx.invoked_subcommand is not None:
         return
-    references = build_config(AlgorithmsList, ctx, kw).references
+    references = build_config(AlgorithmsListConfig, ctx, kw).references
     for name, min_domains, description, reference in algorithm_rows():
         need = f" [needs >= {min_domains} training domains]" if min_domains > 1 else ""
         click.echo(f"{name:9s} {description}{need}")
@@ -38,14 +37,14 @@ def command(ctx: click.Context, **kw: Any) -> None:
 
 
 @command.command("bench")
-@config_options(AlgorithmBenchRun)
+@config_options(AlgorithmBenchConfig)
 @click.pass_context
 def bench(ctx: click.Context, **kw: Any) -> None:
     """Training step time and peak memory per algorithm relative to ERM (GMoE Table 16's form)."""
     from dgmoe.algorithms import list_algorithms
     from dgmoe.bench.algorithms import benchmark_algorithms, cost_table_markdown, cost_warnings
 
-    cfg = build_config(AlgorithmBenchRun, ctx, kw)
+    cfg = build_config(AlgorithmBenchConfig, ctx, kw)
     algorithms, img_size, patch_size, domains, threads, device = (cfg.algorithms, cfg.img_size, cfg.patch_size,
                                                                   cfg.domains, cfg.threads, cfg.device)
     names = (tuple(list_algorithms()) if algorithms.strip() == "all"

@@ -7,7 +7,7 @@ from typing import Any, Iterator
 
 import click
 
-from dgmoe.analysis.options import AttentionAnalysis, CubAnalysis, RoutingAnalysis
+from dgmoe.analysis.config import AttentionAnalysisConfig, CubAnalysisConfig, RoutingAnalysisConfig
 from dgmoe.cli.options import ListFlagsGroup, build_config, config_options
 from dgmoe.errors import UsageError
 
@@ -40,7 +40,7 @@ def _sparse(run_dir: Path, model: object) -> None:
                          f"sparse model (gmoe_*, sfmoe_*, moge_*); `dgmoe analyze attention {run_dir}` takes any ViT")
 
 
-def _run_images(cfg: RoutingAnalysis | AttentionAnalysis) -> tuple[Path, Any]:
+def _run_images(cfg: RoutingAnalysisConfig | AttentionAnalysisConfig) -> tuple[Path, Any]:
     """(the run folder, its model with the images the analysis draws) for an image analysis's settings."""
     from dgmoe.analysis.pipeline import load_run_images
 
@@ -54,13 +54,13 @@ def command() -> None:
 
 
 @command.command("routing")
-@config_options(RoutingAnalysis)
+@config_options(RoutingAnalysisConfig)
 @click.pass_context
 def routing(ctx: click.Context, **kw: Any) -> None:
     """Top-1 expert of every patch per MoE block, drawn over the images, and expert usage per domain."""
     from dgmoe.analysis.pipeline import analyze_routing
 
-    cfg = build_config(RoutingAnalysis, ctx, kw)
+    cfg = build_config(RoutingAnalysisConfig, ctx, kw)
     run_dir, run = _run_images(cfg)
     _sparse(run_dir, run.model)
     with _writing(run_dir, _path(cfg.out_dir)) as out:
@@ -69,13 +69,13 @@ def routing(ctx: click.Context, **kw: Any) -> None:
 
 
 @command.command("attention")
-@config_options(AttentionAnalysis)
+@config_options(AttentionAnalysisConfig)
 @click.pass_context
 def attention(ctx: click.Context, **kw: Any) -> None:
     """Per-head CLS attention maps of one block and the head-redundancy score per domain."""
     from dgmoe.analysis.pipeline import analyze_attention
 
-    cfg = build_config(AttentionAnalysis, ctx, kw)
+    cfg = build_config(AttentionAnalysisConfig, ctx, kw)
     run_dir, run = _run_images(cfg)
     with _writing(run_dir, _path(cfg.out_dir)) as out:
         click.echo(analyze_attention(run, out, cfg.show, cfg.block))
@@ -83,14 +83,14 @@ def attention(ctx: click.Context, **kw: Any) -> None:
 
 
 @command.command("cub", short_help="Part x expert and attribute x expert histograms on CUB-DG.")
-@config_options(CubAnalysis)
+@config_options(CubAnalysisConfig)
 @click.pass_context
 def cub(ctx: click.Context, **kw: Any) -> None:
     """Part x expert histograms (GMoE Fig. 3b) and attribute x expert matrices (SF-MoE Fig. 5) on CUB-DG."""
     from dgmoe.analysis.pipeline import analyze_cub
     from dgmoe.engine.checkpoint import load_run
 
-    cfg = build_config(CubAnalysis, ctx, kw)
+    cfg = build_config(CubAnalysisConfig, ctx, kw)
     run_dir = Path(cfg.run_dir)
     model, _ = load_run(run_dir, which=cfg.which)
     _sparse(run_dir, model)

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from dgmoe.bench.configs import DataBenchConfig, LayerBenchConfig, MemoryBenchConfig, ModelBenchConfig, StemBenchConfig
+from dgmoe.bench.config import DataBenchConfig, LayerBenchConfig, MemoryBenchConfig, ModelBenchConfig, StemBenchConfig
 from dgmoe.cli.options import ListFlagsGroup, build_config, config_from_options, config_options, run_options
 
 #: the `dgmoe train` settings that describe what `bench data` loads and steps (not where results go)

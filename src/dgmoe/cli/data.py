@@ -6,7 +6,7 @@ from typing import Any, cast
 
 import click
 
-from dgmoe.cli.configs import DataCheckConfig, DataInfoConfig, DataPrepareConfig
+from dgmoe.cli.config import DataCheckConfig, DataInfoConfig, DataPrepareConfig
 from dgmoe.cli.options import ListFlagsGroup, build_config, config_options
 from dgmoe.errors import DataMismatchError, UsageError
 

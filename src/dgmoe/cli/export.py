@@ -6,7 +6,7 @@ from typing import Any
 import click
 
 from dgmoe.cli.options import build_config, config_options
-from dgmoe.engine.export import PeftExport
+from dgmoe.engine.export import PeftExportConfig
 
 
 @click.group("export")
@@ -15,7 +15,7 @@ def command() -> None:
 
 
 @command.command("peft")
-@config_options(PeftExport)
+@config_options(PeftExportConfig)
 @click.pass_context
 def peft(ctx: click.Context, **kw: Any) -> None:
     """Write the LoRA weights (and the classifier) of a `--peft lora` run as a peft adapter folder
@@ -23,5 +23,5 @@ def peft(ctx: click.Context, **kw: Any) -> None:
     run's architecture with its base weights (the run's --pretrained file)."""
     from dgmoe.engine.export import export_peft
 
-    folder = export_peft(build_config(PeftExport, ctx, kw))
+    folder = export_peft(build_config(PeftExportConfig, ctx, kw))
     click.echo(f"wrote the peft adapter {folder}")

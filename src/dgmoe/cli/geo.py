@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from dgmoe.cli.options import ListFlagsGroup, build_config, config_options
-from dgmoe.experiments.geo_config import GeoAnalyzeConfig, GeoBenchmarkRun, GeoBenchSettings, SentinelConfig
+from dgmoe.experiments.config import GeoAnalyzeConfig, GeoBenchConfig, GeoBenchmarkRunConfig, SentinelConfig
 
 
 @click.group("geo", cls=ListFlagsGroup)
@@ -17,14 +17,14 @@ def command() -> None:
 
 
 @command.command("benchmark")
-@config_options(GeoBenchmarkRun)
-@config_options(GeoBenchSettings)
+@config_options(GeoBenchmarkRunConfig)
+@config_options(GeoBenchConfig)
 @click.pass_context
 def benchmark(ctx: click.Context, **kw: Any) -> None:
     """Train and compare methods on GeoMNIST; prints (and saves) a Markdown table."""
     from dgmoe.experiments.geo import results_table, run_geo_benchmark
 
-    run, settings = build_config(GeoBenchmarkRun, ctx, kw), build_config(GeoBenchSettings, ctx, kw)
+    run, settings = build_config(GeoBenchmarkRunConfig, ctx, kw), build_config(GeoBenchConfig, ctx, kw)
     output_dir, select = run.output_dir, run.select
     rows = run_geo_benchmark(output_dir, list(run.methods), list(run.seeds), settings, select, log=click.echo)
     table = _protocol(output_dir, select) + "\n\n" + results_table(rows)

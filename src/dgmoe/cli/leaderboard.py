@@ -8,7 +8,7 @@ import click
 
 from dgmoe.cli.options import build_config, config_options
 from dgmoe.errors import UsageError
-from dgmoe.report.options import LeaderboardConfig
+from dgmoe.report.config import LeaderboardConfig
 
 
 @click.command("leaderboard")

@@ -6,13 +6,13 @@ from typing import Any
 
 import click
 
-from dgmoe.cli.configs import ModelsList
+from dgmoe.cli.config import ModelsListConfig
 from dgmoe.cli.options import build_config, config_options
 from dgmoe.peft_config import PEFT_MODES
 
 
 @click.command("models")
-@config_options(ModelsList)
+@config_options(ModelsListConfig)
 @click.pass_context
 def command(ctx: click.Context, **kw: Any) -> None:
     """List registered models (optionally matching a glob PATTERN such as 'gmoe*') with their parameter count
@@ -21,7 +21,7 @@ def command(ctx: click.Context, **kw: Any) -> None:
     from dgmoe.models import list_models
     from dgmoe.models.summary import summarize_model
 
-    cfg = build_config(ModelsList, ctx, kw)
+    cfg = build_config(ModelsListConfig, ctx, kw)
     pattern, names_only, peft = cfg.pattern, cfg.names_only, cfg.peft
     names = list_models(pattern)
     if not names:

@@ -7,7 +7,7 @@ import click
 
 from dgmoe.cli.options import build_config, config_options
 from dgmoe.errors import UsageError
-from dgmoe.experiments.quickstart_config import QuickstartConfig
+from dgmoe.experiments.config import QuickstartConfig
 
 
 @click.command("quickstart")

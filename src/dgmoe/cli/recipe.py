@@ -12,7 +12,7 @@ from dgmoe.cli.sweep import TrainFlagsAfterDash, launch_options, launcher_option
 from dgmoe.engine.config import ExecutionConfig
 from dgmoe.errors import DgmoeError, UsageError
 from dgmoe.recipes import get_recipe, list_recipes  # the paper modules load on first use
-from dgmoe.recipes.options import RecipeLaunch
+from dgmoe.recipes.config import RecipeLaunchConfig
 from dgmoe.settings import flag, key_of
 
 #: the `dgmoe train` flags a recipe launch passes on (after `--`): where and how jobs execute, never what
@@ -36,13 +36,13 @@ def list_cmd() -> None:
 
 
 @command.command("show")
-@config_options(RecipeLaunch, only=("name",))
+@config_options(RecipeLaunchConfig, only=("name",))
 @click.pass_context
 def show(ctx: click.Context, **kw: Any) -> None:
     """A recipe's published numbers, rows, sweeps (grid, hparams, steps), weights and launch command."""
     from dgmoe.recipes.describe import show_text
 
-    click.echo(show_text(get_recipe(build_config(RecipeLaunch, ctx, kw).name)))
+    click.echo(show_text(get_recipe(build_config(RecipeLaunchConfig, ctx, kw).name)))
 
 
 def _execution(flags: tuple[str, ...], ctx: click.Context) -> dict[str, Any]:
@@ -58,7 +58,7 @@ def _execution(flags: tuple[str, ...], ctx: click.Context) -> dict[str, Any]:
 
 
 @command.command("launch", cls=TrainFlagsAfterDash, context_settings={"show_default": True})
-@config_options(RecipeLaunch, click_required=False)
+@config_options(RecipeLaunchConfig, click_required=False)
 @config_file_options("recipe launch")
 @launcher_options
 @click.argument("flags", nargs=-1, type=click.UNPROCESSED, metavar="[-- EXECUTION_FLAGS...]")
@@ -74,7 +74,7 @@ def launch(ctx: click.Context, flags: tuple[str, ...], config_file: str | None, 
     from dgmoe.recipes.run import MissingInputsError, describe_jobs, prepare
     from dgmoe.recipes.run import launch as run_plan
 
-    cfg = build_config(RecipeLaunch, ctx, kw, RecipeLaunch.from_file(config_file) if config_file else None)
+    cfg = build_config(RecipeLaunchConfig, ctx, kw, RecipeLaunchConfig.from_file(config_file) if config_file else None)
     if kw["print_config"]:
         print_config(cfg)
         return

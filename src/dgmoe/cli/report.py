@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from dgmoe.cli.options import build_config, config_options
-from dgmoe.report.options import ReportConfig
+from dgmoe.report.config import ReportConfig
 
 
 @click.command("report")

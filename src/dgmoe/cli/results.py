@@ -10,7 +10,7 @@ import click
 from dgmoe.cli.options import build_config, config_options
 from dgmoe.engine.io import write_text_atomic
 from dgmoe.errors import UsageError
-from dgmoe.report.options import ResultsConfig
+from dgmoe.report.config import ResultsConfig
 
 T = TypeVar("T")
 

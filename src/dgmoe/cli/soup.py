@@ -7,12 +7,12 @@ from typing import Any
 import click
 
 from dgmoe.cli.options import build_config, config_options
-from dgmoe.sweep.options import SoupOptions, SoupRun
+from dgmoe.sweep.config import SoupConfig, SoupRunConfig
 
 
 @click.command("soup")
-@config_options(SoupRun)
-@config_options(SoupOptions)
+@config_options(SoupRunConfig)
+@config_options(SoupConfig)
 @click.pass_context
 def command(ctx: click.Context, **kw: Any) -> None:
     """Average the weights of the finished runs under RUNS_DIR (DiWA, model soups, model ratatouille) and
@@ -23,7 +23,7 @@ def command(ctx: click.Context, **kw: Any) -> None:
     """
     from dgmoe.sweep.soup import make_soups
 
-    run, options = build_config(SoupRun, ctx, kw), build_config(SoupOptions, ctx, kw)
+    run, options = build_config(SoupRunConfig, ctx, kw), build_config(SoupConfig, ctx, kw)
     runs_dir, out_dir = Path(run.runs_dir), Path(run.out_dir) if run.out_dir else None
     folders = make_soups(runs_dir, out_dir, options, echo=lambda s: click.echo(s, err=True))
     click.echo(f"{len(folders)} soup run folder(s) under {out_dir or runs_dir / 'soups'}; `dgmoe results "

@@ -21,9 +21,8 @@ from dgmoe.cli.options import (
 from dgmoe.engine.config import RunConfig
 from dgmoe.errors import DgmoeError, UsageError
 from dgmoe.settings import flag
-from dgmoe.sweep.jobs import GRID_KEYS, SweepConfig, build_jobs, check_sweep
-from dgmoe.sweep.launchers import LaunchOptions
-from dgmoe.sweep.options import DeleteConfig, EstimateConfig, StatusConfig
+from dgmoe.sweep.config import DeleteConfig, EstimateConfig, LaunchConfig, StatusConfig, SweepConfig
+from dgmoe.sweep.jobs import GRID_KEYS, build_jobs, check_sweep
 
 
 def _parse_pairs(values: tuple[str, ...], option: str) -> dict[str, float]:
@@ -40,13 +39,13 @@ def _parse_pairs(values: tuple[str, ...], option: str) -> dict[str, float]:
 
 
 def launcher_options(fn: Callable) -> Callable:
-    """Add the launcher options (generated from `LaunchOptions`) to a click command."""
-    return config_options(LaunchOptions)(fn)
+    """Add the launcher options (generated from `LaunchConfig`) to a click command."""
+    return config_options(LaunchConfig)(fn)
 
 
-def launch_options(ctx: click.Context, kw: dict[str, Any]) -> LaunchOptions:
-    """The `LaunchOptions` the launcher options given describe."""
-    return build_config(LaunchOptions, ctx, kw)
+def launch_options(ctx: click.Context, kw: dict[str, Any]) -> LaunchConfig:
+    """The `LaunchConfig` the launcher options given describe."""
+    return build_config(LaunchConfig, ctx, kw)
 
 
 @click.group("sweep", cls=ListFlagsGroup)

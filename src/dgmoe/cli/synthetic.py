@@ -1,5 +1,5 @@
 """`dgmoe synthetic`: the Theorem-1 experiment of GMoE App. B.2 (tables, JSON and PNG figures). Its options
-are generated from `SyntheticConfig` (the experiment) and `SyntheticRun` (where and how it runs)."""
+are generated from `SyntheticConfig` (the experiment) and `SyntheticRunConfig` (where and how it runs)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,17 +9,17 @@ import click
 
 from dgmoe.cli.options import build_config, config_options
 from dgmoe.engine.progress import Mode
-from dgmoe.experiments.synthetic_config import SET_BY_THE_EXPERIMENT, SyntheticConfig, SyntheticRun
+from dgmoe.experiments.config import SET_BY_THE_EXPERIMENT, SyntheticConfig, SyntheticRunConfig
 from dgmoe.settings import comma_floats
 
 
 @click.command("synthetic")
-@config_options(SyntheticRun)
+@config_options(SyntheticRunConfig)
 @config_options(SyntheticConfig, skip=SET_BY_THE_EXPERIMENT)
 @click.pass_context
 def command(ctx: click.Context, **kw: Any) -> None:
     """Train the MLP and the FCN of GMoE App. B.2 and test them under both feature shifts (CPU, minutes)."""
-    run = build_config(SyntheticRun, ctx, kw)
+    run = build_config(SyntheticRunConfig, ctx, kw)
     cfg = build_config(SyntheticConfig, ctx, kw)
     import torch
 

@@ -12,7 +12,7 @@ from dgmoe.settings import Settings, existing_folder, setting
 
 
 @dataclass(frozen=True)
-class PeftExport(Settings):
+class PeftExportConfig(Settings):
     """`dgmoe export peft RUN_DIR --out DIR`."""
 
     run_dir: str = setting("", "A finished (or checkpointed) `--peft lora` run folder.", argument=True, required=True,
@@ -23,7 +23,7 @@ class PeftExport(Settings):
                          choices=("best", "last"))
 
 
-def export_peft(options: PeftExport) -> Path:
+def export_peft(options: PeftExportConfig) -> Path:
     """Write the run's LoRA as a peft adapter folder; returns it. Refused before anything is written when the
     run is not a LoRA run or DIR already holds an adapter."""
     from safetensors.torch import save_file

@@ -26,7 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from dgmoe.data.geo.geomnist import GEO_REGIONS, REGION_NAMES, geo_domains
-from dgmoe.experiments.geo_config import GeoBenchSettings
+from dgmoe.experiments.config import GeoBenchConfig
 from dgmoe.selection import worst_group_checkpoint
 from dgmoe.tables import markdown_table
 
@@ -47,7 +47,7 @@ def _register() -> None:
     import dgmoe.models.moge  # noqa: F401
 
 
-def train_config(method: str, seed: int, settings: GeoBenchSettings, output_root: str | Path,
+def train_config(method: str, seed: int, settings: GeoBenchConfig, output_root: str | Path,
                  test_envs: Sequence[int] | None = None, tag: str | None = None):
     from dgmoe.engine.config import RunConfig
 
@@ -114,7 +114,7 @@ def summarize_run(run_dir: str | Path, held_out: Sequence[str], which: str = "va
     return summarize(per_region, sizes, held_out, val_worst, record["step"])
 
 
-def moge_se_summary(run_dir: str | Path, settings: GeoBenchSettings, seed: int) -> dict[str, float]:
+def moge_se_summary(run_dir: str | Path, settings: GeoBenchConfig, seed: int) -> dict[str, float]:
     """MoGE-SE from a finished MoGE run (last weights): shared expert only + a new linear head."""
     from dgmoe.data import domain_splits, get_dataset, get_transforms
     from dgmoe.engine.checkpoint import load_run, saved_run
@@ -153,7 +153,7 @@ def nearest_training_region(region: str, training: Sequence[str]) -> str:
     return min(training, key=lambda t: angle(centre[region], centre[t]))
 
 
-def per_region_summary(seed: int, settings: GeoBenchSettings, output_root: str | Path,
+def per_region_summary(seed: int, settings: GeoBenchConfig, output_root: str | Path,
                        which: str = "val_worst") -> dict[str, float]:
     """One ERM model per training region; each test region is predicted by its own (or nearest) model."""
     from dgmoe.engine.checkpoint import read_run_config
@@ -176,7 +176,7 @@ def per_region_summary(seed: int, settings: GeoBenchSettings, output_root: str |
 
 
 def run_geo_benchmark(output_root: str | Path, methods: Sequence[str] = ("ERM", "ERM+LE", "MoGE", "MoGE-SE"),
-                      seeds: Sequence[int] = (0, 1, 2), settings: GeoBenchSettings = GeoBenchSettings(),
+                      seeds: Sequence[int] = (0, 1, 2), settings: GeoBenchConfig = GeoBenchConfig(),
                       which: str = "val_worst", log=print) -> list[dict[str, Any]]:
     """Train (or reuse finished) runs and return one summary row per (method, seed)."""
     from dgmoe.engine.trainer import train

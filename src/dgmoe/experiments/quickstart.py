@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 
 from dgmoe.engine.config import RunConfig
 from dgmoe.engine.trainer import train
-from dgmoe.experiments.quickstart_config import QuickstartConfig
+from dgmoe.experiments.config import QuickstartConfig
 from dgmoe.models.summary import summarize_model
 from dgmoe.records import train_domain_val_acc
 

@@ -34,7 +34,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from dgmoe.engine.progress import Mode, Progress
-from dgmoe.experiments.synthetic_config import SyntheticConfig
+from dgmoe.experiments.config import SyntheticConfig
 from dgmoe.seeding import seed_hash
 from dgmoe.tables import markdown_table
 

@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Literal, Mapping
 
-from dgmoe.experiments.synthetic_config import SyntheticConfig
+from dgmoe.experiments.config import SyntheticConfig
 
 Kind = Literal["domainbed", "single_source", "wilds", "cost", "synthetic"]
 KINDS: tuple[str, ...] = ("domainbed", "single_source", "wilds", "cost", "synthetic")

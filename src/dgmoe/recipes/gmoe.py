@@ -13,7 +13,7 @@ entered as GMoE prints them.
 from __future__ import annotations
 
 from dgmoe.data.catalogue import dataset_hparams
-from dgmoe.experiments.synthetic_config import SyntheticConfig
+from dgmoe.experiments.config import SyntheticConfig
 from dgmoe.recipes.base import Cell, Part, Recipe, Row, Weights, cells, columns
 from dgmoe.recipes.sources import FISHR_R50, MIRO_R50, SWAD_R50
 

@@ -33,7 +33,7 @@ from typing import Any, Iterable, Mapping
 from dgmoe.engine.config import RunConfig
 from dgmoe.errors import UsageError
 from dgmoe.recipes.base import Part, Recipe, Row
-from dgmoe.sweep.jobs import SweepConfig
+from dgmoe.sweep.config import SweepConfig
 
 SCALES = ("paper", "smoke")
 MERGED = ("hparams", "model_kwargs")  # settings whose per-dataset values are merged into the part's

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
-from dgmoe.bench.algorithms import BenchmarkConfig
+from dgmoe.bench.config import BenchmarkConfig
 from dgmoe.engine.config import RunConfig
 from dgmoe.engine.io import write_json_atomic
 from dgmoe.errors import UsageError
@@ -34,8 +34,9 @@ from dgmoe.recipes.plan import (
     smoke_checkpoints,
     smoke_data,
 )
+from dgmoe.sweep.config import LaunchConfig
 from dgmoe.sweep.jobs import Job, build_jobs, check_sweep
-from dgmoe.sweep.launchers import LaunchOptions, LaunchReport, launch_sweep
+from dgmoe.sweep.launchers import LaunchReport, launch_sweep
 
 MANIFEST = "recipe.json"
 COST_FILE = "cost.json"
@@ -148,7 +149,7 @@ def read_manifest(output_dir: str | Path) -> dict:
         raise UsageError(f"{path} is not a dgmoe recipe manifest ({err})") from None
 
 
-def launch(plan: Plan, launcher: str, opts: LaunchOptions = LaunchOptions(), echo: Echo = print,
+def launch(plan: Plan, launcher: str, opts: LaunchConfig = LaunchConfig(), echo: Echo = print,
            relaunch_queued: bool = False, seed: int = 0, device: str = "cpu") -> list[LaunchReport]:
     """Launch a prepared plan: each part's jobs with `launch_sweep`, or the in-process measurement."""
     recipe = plan.recipe

@@ -7,7 +7,7 @@ import importlib
 from typing import Any
 
 _WHERE = {"estimate_study": "estimate", "Job": "jobs", "SweepConfig": "jobs", "build_jobs": "jobs",
-          "check_sweep": "jobs", "LAUNCHERS": "launchers", "LaunchOptions": "launchers", "launch_sweep": "launchers",
+          "check_sweep": "jobs", "LAUNCHERS": "launchers", "LaunchConfig": "launchers", "launch_sweep": "launchers",
           "JobState": "state", "job_state": "state", "delete_incomplete": "status", "sweep_status": "status"}
 __all__ = list(_WHERE)
 

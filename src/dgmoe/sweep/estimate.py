@@ -23,7 +23,8 @@ from typing import Mapping, Sequence
 
 from dgmoe.engine.config import RunConfig
 from dgmoe.engine.hparams import run_hparams
-from dgmoe.sweep.jobs import SweepConfig, build_jobs
+from dgmoe.sweep.config import SweepConfig
+from dgmoe.sweep.jobs import build_jobs
 from dgmoe.tables import markdown_table
 
 

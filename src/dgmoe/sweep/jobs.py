@@ -20,65 +20,20 @@ import itertools
 import json
 import os
 import random
-import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from dgmoe.engine.config import RunConfig
 from dgmoe.engine.io import write_json_atomic
 from dgmoe.seeding import seed_hash
-from dgmoe.settings import ConfigError, Settings, setting
+from dgmoe.sweep.config import DEFAULT_TRAIN_COMMAND, SweepConfig
 
-DEFAULT_TRAIN_COMMAND: tuple[str, ...] = (sys.executable, "-m", "dgmoe", "train")
 MANIFEST_NAME = "sweep.json"
 MANIFEST_LOCK = ".sweep.json.lock"
 MANIFEST_VERSION = 2
 #: the run settings each job takes from the grid; a sweep's base config cannot set them
 GRID_KEYS = ("dataset", "algorithm", "model", "test_envs", "hparams_seed", "trial_seed", "seed", "output_dir")
-
-
-@dataclass(frozen=True)
-class SweepConfig(Settings):
-    """What `dgmoe sweep launch` sweeps over (DomainBed's `sweep.py` flags, plus `models`).
-
-    `base` holds every other run setting, shared by all jobs (steps, image size, hparams overrides, data dir,
-    device, ...); the grid sets its dataset, algorithm, model, test envs, seeds and output dir per job.
-    `dgmoe sweep launch` generates its options from these fields; `--print-config` writes this config and
-    `--config` reads it back.
-    """
-
-    DOMAINBED_FLAGS: ClassVar[bool] = True
-
-    datasets: tuple[str, ...] = setting((), "Dataset names.", required=True, commas=True)
-    algorithms: tuple[str, ...] = setting((), "Algorithm names.", required=True, commas=True)
-    models: tuple[str, ...] = setting((), "Backbone names.", required=True, commas=True)
-    output_dir: str = setting("", "Sweep directory; one sub-directory per job.", required=True)
-    base: RunConfig = field(default_factory=RunConfig)
-    n_hparams: int = setting(20, "Hparam draws per cell (seed 0 = defaults).", minimum=1)
-    n_hparams_from: int = setting(0, "First hparams seed.", minimum=0)
-    n_trials: int = setting(3, "Trial seeds 0..n-1.", minimum=1)
-    single_test_envs: bool = setting(False, "Only single held-out domains (no pairs for leave-one-domain-out "
-                                            "selection).")
-    only_test_envs: tuple[int, ...] = setting((), "Keep only held-out sets within these domains (e.g. an ablation "
-                                                  "on one domain).", minimum=0)
-    test_env_sets: tuple[tuple[int, ...], ...] = setting(
-        (), "Explicit held-out sets instead of DomainBed's singles (and pairs), each a comma list, e.g. every "
-            "domain but one for single-source runs (GMoE Tables 3 and 12); a dataset with evaluation-only domains "
-            "keeps those.")
-    shared_init: bool = setting(False, "One run seed per dataset and trial (DomainBed: one per job), so that every "
-                                       "hparams draw and algorithm starts from the same initialisation and `dgmoe "
-                                       "soup` can average them (DiWA).")
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        for envs in self.test_env_sets:
-            if not envs or len(set(envs)) != len(envs) or min(envs) < 0:
-                raise ConfigError(f"a held-out set must name distinct domain indices >= 0, got {list(envs)}")
-
-    @property
-    def data_dir(self) -> str | None:
-        return self.base.execution.data_dir
 
 
 @dataclass(frozen=True)

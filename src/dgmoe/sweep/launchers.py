@@ -26,55 +26,23 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from dgmoe.registry import Registry
-from dgmoe.settings import Settings, comma_ints, setting
 from dgmoe.sweep import state
-from dgmoe.sweep.jobs import DEFAULT_TRAIN_COMMAND, GRID_KEYS, Job, shuffled, write_manifest
+from dgmoe.sweep.config import LaunchConfig
+from dgmoe.sweep.jobs import GRID_KEYS, Job, shuffled, write_manifest
 from dgmoe.sweep.runner import JobOutcome, JobRunner
 from dgmoe.sweep.state import JobState
 
 Echo = Callable[[str], None]
 
 
-@dataclass(frozen=True)
-class LaunchOptions(Settings):
-    """Where and how the jobs of a sweep run: the launcher options of `dgmoe sweep launch` and `dgmoe recipe
-    launch` (generated from these fields)."""
-
-    launcher: str = setting("local", "One of dummy, local, submitit, submitit-local. dummy: print the jobs; local: a "
-                                     "pool on this machine; submitit: Slurm (a job array); submitit-local: submitit's "
-                                     "local executor.")
-    max_workers: int = setting(1, "local: jobs at once.", minimum=1)
-    gpus: tuple[int, ...] | None = setting(None, "local: comma list of GPU ids, one job per GPU at a time.",
-                                           parser=comma_ints, minimum=0)
-    train_command: tuple[str, ...] = setting(
-        DEFAULT_TRAIN_COMMAND, "Command that trains one job, called as `<command> --config <job>/job.json`.",
-        parser=shlex.split, shown="python -m dgmoe train")
-    seed: int = setting(0, "Seed of the launch order shuffle (not of the runs).", minimum=0)
-    relaunch_queued: bool = setting(False, "Also relaunch jobs marked queued (e.g. a lost Slurm array).",
-                                    flags=("--relaunch-queued",))
-    heartbeat_s: float = setting(state.HEARTBEAT_S, "Seconds between the heartbeats of a running job.", minimum=0,
-                                 exclusive_min=True)
-    wait: bool = setting(True, "submitit: wait for the jobs to end (--no-wait: return after submitting).")
-    slurm_partition: str | None = setting(None, "Slurm partition [the cluster's default].")
-    slurm_gpus_per_node: int = setting(1, "GPUs per job.", minimum=0)
-    slurm_cpus_per_task: int = setting(8, "CPU cores per job.", minimum=1)
-    slurm_mem_gb: float | None = setting(None, "Memory per job in GB [the cluster's default].", minimum=0,
-                                         exclusive_min=True)
-    slurm_array_parallelism: int = setting(64, "Jobs of the array running at once.", minimum=1)
-    timeout_min: int = setting(24 * 60, "Per-job time limit in minutes (Slurm requeues the job).", minimum=1)
-    slurm_extra: dict[str, Any] = setting({}, 'More sbatch settings as JSON, e.g. \'{"account": "abc"}\' (Slurm\'s '
-                                              "slurm_additional_parameters).")
-    submitit_folder: str | None = setting(None, "submitit: folder of its logs [<output-dir>/.submitit].")
-    submitit_cluster: str | None = setting(None, "submitit: the executor [Slurm when found, else local].",
-                                           choices=("slurm", "local", "debug"))
 
 
-Launcher = Callable[[Sequence[JobRunner], LaunchOptions, Echo], list[JobOutcome]]
+Launcher = Callable[[Sequence[JobRunner], LaunchConfig, Echo], list[JobOutcome]]
 LAUNCHERS: Registry[Launcher] = Registry("launcher")
 
 
 @LAUNCHERS.register("dummy")
-def dummy_launcher(runners: Sequence[JobRunner], opts: LaunchOptions, echo: Echo) -> list[JobOutcome]:
+def dummy_launcher(runners: Sequence[JobRunner], opts: LaunchConfig, echo: Echo) -> list[JobOutcome]:
     for r in runners:
         echo(f"Dummy launcher: {shlex.join([*r.train_command, *r.config.to_argv(always=GRID_KEYS)])}")
     return []
@@ -86,7 +54,7 @@ INTERRUPTED_RETURNCODES = (-signal.SIGINT, -signal.SIGTERM, 130, 143)
 
 
 @LAUNCHERS.register("local")
-def local_launcher(runners: Sequence[JobRunner], opts: LaunchOptions, echo: Echo) -> list[JobOutcome]:
+def local_launcher(runners: Sequence[JobRunner], opts: LaunchConfig, echo: Echo) -> list[JobOutcome]:
     """Run jobs concurrently, each as its own process (threads only wait on them)."""
     slots: queue.SimpleQueue[tuple[tuple[str, str], ...]] = queue.SimpleQueue()
     n_slots = len(opts.gpus) if opts.gpus else opts.max_workers
@@ -127,7 +95,7 @@ def local_launcher(runners: Sequence[JobRunner], opts: LaunchOptions, echo: Echo
     return outcomes
 
 
-def _submitit_launch(executor: Any, runners: Sequence[JobRunner], opts: LaunchOptions,
+def _submitit_launch(executor: Any, runners: Sequence[JobRunner], opts: LaunchConfig,
                      echo: Echo, launcher: str) -> list[JobOutcome]:
     for r in runners:  # before submitting, so a job that starts at once clears the marker itself
         state.mark_submitted(Path(r.job_dir), launcher)
@@ -150,14 +118,14 @@ def _submitit_launch(executor: Any, runners: Sequence[JobRunner], opts: LaunchOp
     return outcomes
 
 
-def _submitit_folder(runners: Sequence[JobRunner], opts: LaunchOptions) -> str:
+def _submitit_folder(runners: Sequence[JobRunner], opts: LaunchConfig) -> str:
     if opts.submitit_folder:
         return opts.submitit_folder
     return str(Path(runners[0].job_dir).parent / ".submitit" / "%j")
 
 
 @LAUNCHERS.register("submitit")
-def submitit_launcher(runners: Sequence[JobRunner], opts: LaunchOptions, echo: Echo) -> list[JobOutcome]:
+def submitit_launcher(runners: Sequence[JobRunner], opts: LaunchConfig, echo: Echo) -> list[JobOutcome]:
     """A Slurm job array, one GPU job per task; `slurm_array_parallelism` caps how many run at once."""
     if not runners:
         return []
@@ -178,7 +146,7 @@ def submitit_launcher(runners: Sequence[JobRunner], opts: LaunchOptions, echo: E
 
 
 @LAUNCHERS.register("submitit-local")
-def submitit_local_launcher(runners: Sequence[JobRunner], opts: LaunchOptions,
+def submitit_local_launcher(runners: Sequence[JobRunner], opts: LaunchConfig,
                             echo: Echo) -> list[JobOutcome]:
     if not runners:
         return []
@@ -209,7 +177,7 @@ class LaunchReport:
 RELAUNCHABLE = (JobState.NOT_LAUNCHED, JobState.INCOMPLETE, JobState.FAILED)
 
 
-def launch_sweep(jobs: Sequence[Job], launcher: str, opts: LaunchOptions = LaunchOptions(),
+def launch_sweep(jobs: Sequence[Job], launcher: str, opts: LaunchConfig = LaunchConfig(),
                  echo: Echo = print, relaunch_queued: bool = False, seed: int = 0) -> LaunchReport:
     """Launch the jobs of a sweep that are not done, running or queued (see module docstring)."""
     launch_fn = LAUNCHERS.get(launcher)

@@ -44,7 +44,7 @@ from dgmoe.engine.setup import RunSetup, prepare_run
 from dgmoe.errors import UsageError
 from dgmoe.selection import python_argmax
 from dgmoe.sweep import wise_ft
-from dgmoe.sweep.options import METHODS, SoupOptions
+from dgmoe.sweep.config import METHODS, SoupConfig
 from dgmoe.sweep.soup_members import SOUP_KEY, LeftOut, Member, check_shared, find_members
 
 
@@ -194,7 +194,7 @@ class Ensemble(nn.Module):
 class _Evaluator:
     """The data, splits and an algorithm of one (dataset, held-out domains, trial seed), built once."""
 
-    def __init__(self, member: Member, options: SoupOptions):
+    def __init__(self, member: Member, options: SoupConfig):
         run = member.run.replace(device=options.device, **({"data_dir": options.data_dir} if options.data_dir
                                                                else {}))
         self.setup: RunSetup = prepare_run(run)
@@ -321,7 +321,7 @@ def _refuse_left_out(root: Path, left_out: Sequence[LeftOut]) -> None:
                      "them (each soup then says so in its record and its table row)")
 
 
-def make_soups(root: Path, out: Path | None = None, options: SoupOptions = SoupOptions(),
+def make_soups(root: Path, out: Path | None = None, options: SoupConfig = SoupConfig(),
                echo: Callable[[str], None] = lambda s: None) -> list[Path]:
     """Every soup of `options.methods` over the finished runs under `root`, written under `out` (default
     root/soups); returns their folders. A soup folder of the same identity (`Plan.identity`) is kept as it is;

@@ -11,7 +11,7 @@ from dgmoe.settings import Settings, existing_folder, setting
 
 
 @dataclass(frozen=True)
-class ModelsList(Settings):
+class ModelsListConfig(Settings):
     """`dgmoe models [PATTERN]`."""
 
     pattern: str | None = setting(None, "A glob of model names such as 'gmoe*'.", argument=True)
@@ -23,7 +23,7 @@ class ModelsList(Settings):
 
 
 @dataclass(frozen=True)
-class AlgorithmsList(Settings):
+class AlgorithmsListConfig(Settings):
     """`dgmoe algorithms`."""
 
     references: bool = setting(True, "Print each algorithm's paper reference.")

@@ -8,7 +8,7 @@ from dgmoe.settings import Settings, existing_folder, setting
 
 
 @dataclass(frozen=True)
-class RunAnalysis(Settings):
+class RunAnalysisConfig(Settings):
     """Which run, which of its weights, where the figures go."""
 
     run_dir: str = setting("", "A trained run folder.", argument=True, required=True, parser=existing_folder)
@@ -18,7 +18,7 @@ class RunAnalysis(Settings):
 
 
 @dataclass(frozen=True)
-class SampledAnalysis(RunAnalysis):
+class SampledAnalysisConfig(RunAnalysisConfig):
     """An analysis of a seeded sample of each domain's images."""
 
     data_dir: str | None = setting(None, "Dataset root (default: the run's data_dir).")
@@ -27,7 +27,7 @@ class SampledAnalysis(RunAnalysis):
 
 
 @dataclass(frozen=True)
-class RoutingAnalysis(SampledAnalysis):
+class RoutingAnalysisConfig(SampledAnalysisConfig):
     """`dgmoe analyze routing`."""
 
     show: int = setting(4, "Maps drawn per domain.", minimum=1)
@@ -36,7 +36,7 @@ class RoutingAnalysis(SampledAnalysis):
 
 
 @dataclass(frozen=True)
-class AttentionAnalysis(SampledAnalysis):
+class AttentionAnalysisConfig(SampledAnalysisConfig):
     """`dgmoe analyze attention`."""
 
     show: int = setting(2, "Images drawn per domain.", minimum=1)
@@ -44,7 +44,7 @@ class AttentionAnalysis(SampledAnalysis):
 
 
 @dataclass(frozen=True)
-class CubAnalysis(RunAnalysis):
+class CubAnalysisConfig(RunAnalysisConfig):
     """`dgmoe analyze cub`."""
 
     cub_dir: str = setting("", "Folder holding CUB_DG/ (see dgmoe.data.cub for the layout).", required=True,

@@ -3,9 +3,9 @@ generated from these fields (`dgmoe.cli.options`); the benchmarks take them (and
 rebuild them from their JSON). This module imports no torch, so that `dgmoe bench --help` starts at once."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
-from dgmoe.bench.algorithms import BenchmarkConfig
 from dgmoe.bench.timing import MIN_ROUNDS, MIN_WARMUP
 from dgmoe.settings import Settings, comma_ints, comma_names, setting
 
@@ -13,6 +13,33 @@ DEFAULT_MODELS = ("vit_small_patch16_224", "gmoe_small_patch16_224", "sfmoe_smal
                   "moge_small_patch16_224", "resnet50")
 PRECISIONS = ("fp32", "bf16")
 _ROUNDS = f"Timed rounds (at least {MIN_ROUNDS}), after 2 untimed warm-up rounds."
+
+
+@dataclass(frozen=True)
+class BenchmarkConfig:
+    backbone: str
+    algorithms: tuple[str, ...]
+    steps: int = 6
+    warmup: int = 1
+    domains: int = 3
+    batch_per_domain: int = 16
+    img_size: int = 32
+    patch_size: int | None = 4  # None: the model's own (ResNets and hybrid stems take none)
+    num_classes: int = 7
+    threads: int = 1
+    seed: int = 0
+    device: str = "cpu"
+    model_overrides: tuple[tuple[str, Any], ...] = field(default_factory=tuple)
+    group_size: int = 12  # worker processes alive at once, ERM's included
+
+    def __post_init__(self) -> None:
+        if "ERM" not in self.algorithms:
+            raise ValueError("the cost table is relative to ERM: include 'ERM' in algorithms")
+        if self.group_size < 2:
+            raise ValueError(f"group_size counts ERM's worker too: need >= 2, got {self.group_size}")
+        if self.steps < MIN_ROUNDS or self.warmup < MIN_WARMUP:
+            raise ValueError(f"need steps >= {MIN_ROUNDS} timed steps (for a median and its spread) and warmup >= "
+                             f"{MIN_WARMUP}, got steps={self.steps}, warmup={self.warmup}")
 
 
 @dataclass(frozen=True)
@@ -97,7 +124,7 @@ class DataBenchConfig(Settings):
 
 
 @dataclass(frozen=True)
-class AlgorithmBenchRun(Settings):
+class AlgorithmBenchConfig(Settings):
     """`dgmoe algorithms bench`: one `dgmoe.bench.algorithms.BenchmarkConfig` per backbone (whose defaults these
     are)."""
 

@@ -11,7 +11,7 @@ from dgmoe.settings import Settings, setting
 
 
 @dataclass(frozen=True)
-class RecipeLaunch(Settings):
+class RecipeLaunchConfig(Settings):
     """A recipe launch (`dgmoe.recipes.run.prepare` builds its jobs)."""
 
     name: str = setting("", "The recipe (see `dgmoe recipe list`).", argument=True, required=True)
