@@ -135,10 +135,15 @@ def check_model_name(name: str, known: Sequence[str] | Registry = MODEL_NAMES) -
                                f"{OFFLINE_HELP}")
 
 
+def check_model(name: str) -> None:
+    """Refuse an unknown model name with the registry's own error, without torch."""
+    check_model_name(name)
+    _light("model", MODEL_NAMES).get(name)
+
+
 def check_names(dataset: str, model: str, algorithm: str) -> None:
     """Refuse an unknown model, algorithm or dataset name with the registry's own error, without torch."""
-    check_model_name(model)
-    _light("model", MODEL_NAMES).get(model)
+    check_model(model)
     _light("algorithm", ALGORITHM_NAMES).get(algorithm)
     _light("dataset", list(DATASET_DOMAINS)).get(dataset)
 

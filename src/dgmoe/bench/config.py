@@ -7,11 +7,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dgmoe.bench.timing import MIN_ROUNDS, MIN_WARMUP
+from dgmoe.names import check_model
 from dgmoe.settings import Settings, comma_ints, comma_names, setting
 
 DEFAULT_MODELS = ("vit_small_patch16_224", "gmoe_small_patch16_224", "sfmoe_small_patch16_224",
                   "moge_small_patch16_224", "resnet50")
 PRECISIONS = ("fp32", "bf16")
+
+
+def model_names(text: str) -> tuple[str, ...]:
+    """A comma list of registered model names; an unknown one is refused with the registry's error, before the
+    benchmark starts its worker processes."""
+    names = comma_names(text)
+    for name in names:
+        check_model(name)
+    return names
+
+
 _ROUNDS = f"Timed rounds (at least {MIN_ROUNDS}), after 2 untimed warm-up rounds."
 
 
@@ -68,7 +80,7 @@ class ModelBenchConfig(Settings):
     """`dgmoe bench models`: train step, inference, memory, params and FLOPs of whole models
     (`dgmoe.bench.models`); the first model is the reference."""
 
-    models: tuple[str, ...] = setting(DEFAULT_MODELS, "Comma list; the first is the reference.", parser=comma_names)
+    models: tuple[str, ...] = setting(DEFAULT_MODELS, "Comma list; the first is the reference.", parser=model_names)
     img_size: int = setting(224, "Image size in pixels.", minimum=1)
     batch_size: int = setting(32, "Images per step.", minimum=1)
     num_classes: int = setting(7, "Classes of the head.", minimum=1)
@@ -88,7 +100,7 @@ class MemoryBenchConfig(Settings):
     """`dgmoe bench memory`: peak training memory per model and batch size (`dgmoe.bench.models`)."""
 
     models: tuple[str, ...] = setting(("vit_small_patch16_224", "gmoe_small_patch16_224"),
-                                      "Comma list; the first is the reference.", parser=comma_names)
+                                      "Comma list; the first is the reference.", parser=model_names)
     batch_sizes: tuple[int, ...] = setting((16, 32, 96), "Comma list. 96 is DomainBed's step (32 images x 3 "
                                                          "training domains).", parser=comma_ints, minimum=1)
     img_size: int = setting(224, "Image size in pixels.", minimum=1)

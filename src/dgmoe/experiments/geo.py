@@ -26,6 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from dgmoe.data.geo.geomnist import GEO_REGIONS, REGION_NAMES, geo_domains
+from dgmoe.errors import UsageError
 from dgmoe.experiments.config import GeoBenchConfig
 from dgmoe.selection import worst_group_checkpoint
 from dgmoe.tables import markdown_table
@@ -184,7 +185,7 @@ def run_geo_benchmark(output_root: str | Path, methods: Sequence[str] = ("ERM", 
     _register()
     unknown = [m for m in methods if m not in METHODS and m not in DERIVED]
     if unknown:
-        raise ValueError(f"unknown methods {unknown}; valid: {', '.join([*METHODS, *DERIVED])}")
+        raise UsageError(f"unknown methods {unknown}; valid: {', '.join([*METHODS, *DERIVED])}")
     rows = []
     for seed in seeds:
         for method in methods:
