@@ -2,7 +2,7 @@
 config of every other command: sweeps, launchers, benchmarks, experiments, data), so that a new setting is one
 declaration (`dgmoe.settings.setting`): its flag, type, default, help and constraints come from the field.
 Every option and argument of every command is a `SettingOption` or `SettingArgument` of a config field, but
-`--config`/`--print-config` (`config_file_options`) and `--help`; `tests/test_cli_options.py` checks it.
+`--config`/`--print-config` (`config_file_options`) and `--help`; `tests/cli/test_cli_options.py` checks it.
 
 `bool` fields become `--name/--no-name`, `tuple[int, ...]` a repeatable flag, `dict` a JSON-object flag,
 `choices` (or a `Literal`) a `click.Choice`, a field with a `parser` one text option parsed by it (comma
