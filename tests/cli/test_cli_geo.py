@@ -19,3 +19,9 @@ def test_encoders_lists_the_registered_location_encoders(cli):
 
 def test_analyze_refuses_a_folder_that_is_not_a_run(cli, tmp_path):
     refused(cli, "geo", "analyze", tmp_path, says=("not a dgmoe run folder",))
+
+
+def test_an_unknown_method_is_refused_before_any_run(cli, tmp_path):
+    refused(cli, "geo", "benchmark", "--methods", "nope", "--output-dir", tmp_path / "geo",
+            says=("unknown methods ['nope']", "MoGE"))
+    assert not (tmp_path / "geo").exists()

@@ -180,12 +180,12 @@ def run_geo_benchmark(output_root: str | Path, methods: Sequence[str] = ("ERM", 
                       seeds: Sequence[int] = (0, 1, 2), settings: GeoBenchConfig = GeoBenchConfig(),
                       which: str = "val_worst", log=print) -> list[dict[str, Any]]:
     """Train (or reuse finished) runs and return one summary row per (method, seed)."""
-    from dgmoe.engine.trainer import train
-
-    _register()
     unknown = [m for m in methods if m not in METHODS and m not in DERIVED]
     if unknown:
         raise UsageError(f"unknown methods {unknown}; valid: {', '.join([*METHODS, *DERIVED])}")
+    from dgmoe.engine.trainer import train
+
+    _register()
     rows = []
     for seed in seeds:
         for method in methods:
