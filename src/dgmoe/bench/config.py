@@ -137,8 +137,7 @@ class DataBenchConfig(Settings):
 
 @dataclass(frozen=True)
 class AlgorithmBenchConfig(Settings):
-    """`dgmoe algorithms bench`: one `dgmoe.bench.algorithms.BenchmarkConfig` per backbone (whose defaults these
-    are)."""
+    """`dgmoe algorithms bench`: one `BenchmarkConfig` per backbone (whose defaults these are)."""
 
     backbones: tuple[str, ...] = setting(("vit_tiny_patch16_224", "gmoe_tiny_patch16_224"), "Registered model name; "
                                          "repeat for several tables.", flags=("--backbone",))
