@@ -26,6 +26,11 @@ from dgmoe.moe.kernels.gemm import ACT_CODES, ACT_NONE, grouped_rows, grouped_we
 from dgmoe.moe.sync_free import compute_dtype, sorted_assignments
 
 
+def _upcast(device: torch.device) -> bool:
+    """16-bit tiles are multiplied in fp32 off the GPU (`gemm.py`: the interpreter's bf16 dot is wrong)."""
+    return device.type != "cuda"
+
+
 def _blocks(device: torch.device) -> tuple[int, int, int]:
     """(rows, columns, reduction) per program: small tiles under the interpreter, where they only cost time."""
     return (16, 16, 16) if device.type != "cuda" else (64, 64, 32)
@@ -45,7 +50,7 @@ def _rows(x, src, expert_sorted, w, strides, cols, *, bias=None, scale=None, z=N
                        num_rows, reduce_dim, cols, x.stride(0), *strides,
                        GATHER=src is not None, SCATTER=out_index is not None, HAS_BIAS=bias is not None,
                        HAS_SCALE=scale is not None, STORE_PRE=bool(pre), ACT=act, ACT_GRAD=act_grad,
-                       PRECISION=precision, BM=bm, BN=bn, BK=bk)
+                       PRECISION=precision, UPCAST=_upcast(x.device), BM=bm, BN=bn, BK=bk)
     return (out, pre_out) if pre else out
 
 
@@ -59,7 +64,8 @@ def _weight_grad(left, right, token_sorted, offsets, num_experts, *, gather_left
     grid = (num_experts, triton.cdiv(p, bm), triton.cdiv(q, bn))
     grouped_weight_grad[grid](left, right, token_sorted, scale if scale is not None else left, offsets, dw, db, p, q,
                               GATHER_L=gather_left, GATHER_R=gather_right, HAS_SCALE=scale is not None,
-                              HAS_DB=with_bias, PRECISION=precision, BP=bm, BQ=bn, BR=bk)
+                              HAS_DB=with_bias, PRECISION=precision, UPCAST=_upcast(left.device),
+                              BP=bm, BQ=bn, BR=bk)
     return dw, db
 
 

@@ -13,7 +13,10 @@ output row (the un-permuted (token, choice) slot: the GEMM-scatter).
 `grouped_weight_grad` computes dW_e = L_e^T R_e and optionally db_e = sum of L_e's rows, over expert e's
 segment of sorted rows, with L and R optionally gathered by the token index and L scaled per row: one program
 per (expert, BP x BQ tile), the loop over the segment's rows bounded by the device offsets. Both accumulate in
-fp32; fp32 inputs multiply in IEEE fp32 unless `PRECISION` is "tf32".
+fp32; fp32 inputs multiply in IEEE fp32 unless `PRECISION` is "tf32". `UPCAST` converts 16-bit operands to
+fp32 before `tl.dot`: Triton's interpreter multiplies bf16 tiles as their raw uint16 bits (triton 3.9), and
+the product of two bf16 (or fp16) numbers is exact in fp32, so the upcast dot is the tensor-core dot's value
+(fp32 accumulation); on a GPU it stays off.
 """
 from __future__ import annotations
 
@@ -48,7 +51,7 @@ def grouped_rows(X, src_index, expert_sorted, W, bias, scale, Z, pre_out, out, o
                  num_rows, K, cols_out, stride_x, stride_we, stride_wk, stride_wn,
                  GATHER: tl.constexpr, SCATTER: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_SCALE: tl.constexpr,
                  STORE_PRE: tl.constexpr, ACT: tl.constexpr, ACT_GRAD: tl.constexpr, PRECISION: tl.constexpr,
-                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+                 UPCAST: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     pid_m, pid_n = tl.program_id(0), tl.program_id(1)
     rows = pid_m * BM + tl.arange(0, BM)
     row_ok = rows < num_rows
@@ -71,6 +74,8 @@ def grouped_rows(X, src_index, expert_sorted, W, bias, scale, Z, pre_out, out, o
             a = tl.load(X + src[:, None] * stride_x + ks[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
             w = tl.load(W + e * stride_we + ks[:, None] * stride_wk + cols[None, :] * stride_wn,
                         mask=k_ok[:, None] & col_ok[None, :], other=0.0)
+            if UPCAST:
+                a, w = a.to(tl.float32), w.to(tl.float32)
             acc = tl.dot(a, w, acc, input_precision=PRECISION)
         if HAS_BIAS:
             acc += tl.load(bias + e * cols_out + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
@@ -94,7 +99,7 @@ def grouped_rows(X, src_index, expert_sorted, W, bias, scale, Z, pre_out, out, o
 @triton.jit
 def grouped_weight_grad(L, R, row_index, scale, offsets, dW, db, P, Q,
                         GATHER_L: tl.constexpr, GATHER_R: tl.constexpr, HAS_SCALE: tl.constexpr,
-                        HAS_DB: tl.constexpr, PRECISION: tl.constexpr,
+                        HAS_DB: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
                         BP: tl.constexpr, BQ: tl.constexpr, BR: tl.constexpr):
     e, pid_p, pid_q = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     start = tl.load(offsets + e - 1, mask=e > 0, other=0).to(tl.int32)
@@ -121,6 +126,8 @@ def grouped_weight_grad(L, R, row_index, scale, offsets, dW, db, P, Q,
             s = tl.load(scale + rs, mask=r_ok, other=0.0).to(tl.float32)
             left = (left.to(tl.float32) * s[:, None]).to(L.dtype.element_ty)
         right = tl.load(R + ri[:, None] * Q + qs[None, :], mask=r_ok[:, None] & q_ok[None, :], other=0.0)
+        if UPCAST:
+            left, right = left.to(tl.float32), right.to(tl.float32)
         acc = tl.dot(tl.trans(left), right, acc, input_precision=PRECISION)
         if HAS_DB:
             acc_b += tl.sum(left.to(tl.float32), axis=0)
