@@ -101,9 +101,9 @@ class _FusedExperts(torch.autograd.Function):
         dw1, db1 = _weight_grad(gz1, x, token_sorted, offsets, num_experts, gather_right=True, precision=precision)
         dw2, db2 = _weight_grad(g, a1, token_sorted, offsets, num_experts, gather_left=True, scale=gate_sorted,
                                 precision=precision)
-        dgate = (g.index_select(0, token_sorted).float() * y.float()).sum(-1).index_select(0, inverse).to(ctx.gate_dtype)
-        return (dx.to(x.dtype), dgate, dw1.to(w1.dtype), db1.to(w1.dtype), dw2.to(w2.dtype), db2.to(w2.dtype),
-                None, None, None)
+        dgate = (g.index_select(0, token_sorted).float() * y.float()).sum(-1).index_select(0, inverse)
+        return (dx.to(x.dtype), dgate.to(ctx.gate_dtype), dw1.to(w1.dtype), db1.to(w1.dtype), dw2.to(w2.dtype),
+                db2.to(w2.dtype), None, None, None)
 
 
 def expert_dispatch(x: torch.Tensor, expert_idx: torch.Tensor, gates: torch.Tensor, experts: Experts,
