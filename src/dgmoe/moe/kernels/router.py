@@ -51,7 +51,8 @@ class _Route(torch.autograd.Function):
         imp_part, load_part = new(blocks, num_experts), logits.new_zeros(blocks, num_experts)
         route_forward[(blocks,)](logits, noise if with_noise else logits, noisy, probs, gates, idx, kth, imp_part,
                                  load_part, num_rows, num_experts, float(sigma) if with_noise else 1.0,
-                                 K=top_k, RENORM=renormalize, NOISE=with_noise, LOAD=with_noise, BT=_ROWS, BE=width)
+                                 K=top_k, KP=max(triton.next_power_of_2(top_k), 2), RENORM=renormalize,
+                                 NOISE=with_noise, LOAD=with_noise, BT=_ROWS, BE=width)
         ctx.save_for_backward(logits, noisy, probs, gates, idx, kth)
         ctx.mark_non_differentiable(idx)
         ctx.config = (float(sigma) if with_noise else 1.0, top_k, renormalize, with_noise, width)

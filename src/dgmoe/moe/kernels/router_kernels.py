@@ -17,8 +17,8 @@ import triton.language as tl
 @triton.jit
 def route_forward(S, noise, noisy_out, probs_out, gates_out, idx_out, kth_out, imp_part, load_part,
                   num_rows, num_experts, sigma,
-                  K: tl.constexpr, RENORM: tl.constexpr, NOISE: tl.constexpr, LOAD: tl.constexpr,
-                  BT: tl.constexpr, BE: tl.constexpr):
+                  K: tl.constexpr, KP: tl.constexpr, RENORM: tl.constexpr, NOISE: tl.constexpr,
+                  LOAD: tl.constexpr, BT: tl.constexpr, BE: tl.constexpr):
     pid = tl.program_id(0)
     rows = pid * BT + tl.arange(0, BT)
     cols = tl.arange(0, BE)
@@ -36,22 +36,26 @@ def route_forward(S, noise, noisy_out, probs_out, gates_out, idx_out, kth_out, i
     tl.store(noisy_out + at, noisy, mask=ok)
     tl.store(probs_out + at, p, mask=ok)
     remaining = tl.where(col_ok[None, :], p, -1.0)
-    total = tl.zeros((BT,), dtype=tl.float32)
+    slots = tl.arange(0, KP)
+    top_gates = tl.zeros((BT, KP), dtype=tl.float32)
+    top_idx = tl.zeros((BT, KP), dtype=tl.int32)
     for j in tl.static_range(K):
         best = tl.max(remaining, axis=1)
         pos = tl.min(tl.where(remaining == best[:, None], cols[None, :], BE), axis=1)
-        tl.store(gates_out + rows * K + j, best, mask=row_ok)
-        tl.store(idx_out + rows * K + j, pos.to(tl.int64), mask=row_ok)
-        total += best
+        top_gates = tl.where(slots[None, :] == j, best[:, None], top_gates)
+        top_idx = tl.where(slots[None, :] == j, pos[:, None], top_idx)
         remaining = tl.where(cols[None, :] == pos[:, None], -1.0, remaining)
     if RENORM:
-        total = tl.where(row_ok, total, 1.0)
-        for j in tl.static_range(K):
-            g = tl.load(gates_out + rows * K + j, mask=row_ok, other=1.0)
-            tl.store(gates_out + rows * K + j, g / total, mask=row_ok)
+        total = tl.sum(top_gates, axis=1)
+        top_gates = top_gates / tl.where(row_ok, total, 1.0)[:, None]
+    kept = row_ok[:, None] & (slots[None, :] < K)
+    tl.store(gates_out + rows[:, None] * K + slots[None, :], top_gates, mask=kept)
+    tl.store(idx_out + rows[:, None] * K + slots[None, :], top_idx.to(tl.int64), mask=kept)
     tl.store(imp_part + pid * num_experts + cols, tl.sum(tl.where(ok, p, 0.0), axis=0), mask=col_ok)
     if LOAD:
         left = noisy
+        kth = tl.zeros((BT,), dtype=tl.float32)
+        kth_pos = tl.zeros((BT,), dtype=tl.int32)
         for j in tl.static_range(K):
             kth = tl.max(left, axis=1)
             kth_pos = tl.min(tl.where(left == kth[:, None], cols[None, :], BE), axis=1)
