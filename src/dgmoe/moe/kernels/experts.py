@@ -5,7 +5,7 @@ the dispatch signature of `dgmoe.moe.dispatch.masked_dispatch` and no host reads
 
 Forward, over the A = T*k assignments sorted by expert on the device (`sorted_assignments`):
 1. gather-GEMM: z1 = x[token] @ W1_e^T + b1_e, a1 = act(z1) (rows gathered in the prologue; bias and
-   activation in the epilogue; z1 and a1 kept for the backward);
+   activation in the epilogue; z1 kept for the backward, which recomputes a1 from it as it loads it);
 2. GEMM-scatter: y = a1 @ W2_e^T + b2_e (kept for the gate gradient), times the gate, written to the
    assignment's (token, choice) row; then the sum over the k choices (a reduction: no atomics).
 Backward: grad a1 -> grad z1 as a gather-GEMM of the output gradient with W2_e, gate and act'(z1) in its
@@ -55,7 +55,7 @@ def _rows(x, src, expert_sorted, w, strides, cols, *, bias=None, scale=None, z=N
 
 
 def _weight_grad(left, right, token_sorted, offsets, num_experts, *, gather_left=False, gather_right=False,
-                 scale=None, with_bias=True, precision="ieee"):
+                 scale=None, with_bias=True, act_right=ACT_NONE, precision="ieee"):
     """(dW [N, P, Q] = per expert left^T right, db [N, P] = per expert sum of left's rows), fp32."""
     p, q = left.shape[1], right.shape[1]
     dw = torch.empty(num_experts, p, q, device=left.device, dtype=torch.float32)
@@ -64,7 +64,7 @@ def _weight_grad(left, right, token_sorted, offsets, num_experts, *, gather_left
     grid = (num_experts, triton.cdiv(p, bm), triton.cdiv(q, bn))
     grouped_weight_grad[grid](left, right, token_sorted, scale if scale is not None else left, offsets, dw, db, p, q,
                               GATHER_L=gather_left, GATHER_R=gather_right, HAS_SCALE=scale is not None,
-                              HAS_DB=with_bias, PRECISION=precision, UPCAST=_upcast(left.device),
+                              HAS_DB=with_bias, ACT_R=act_right, PRECISION=precision, UPCAST=_upcast(left.device),
                               BP=bm, BQ=bn, BR=bk)
     return dw, db
 
@@ -84,13 +84,13 @@ class _FusedExperts(torch.autograd.Function):
                        act=act, precision=precision)
         out_k, y = _rows(a1, None, expert_sorted, w2, (dim * hidden, 1, hidden), dim, bias=b2, scale=gate_sorted,
                          pre=True, out_index=order, out_dtype=torch.float32, precision=precision)
-        ctx.save_for_backward(x, w1, w2, gate_sorted, z1, a1, y, *routing)
+        ctx.save_for_backward(x, w1, w2, gate_sorted, z1, y, *routing)  # a1 = act(z1) is recomputed as loaded
         ctx.act, ctx.precision, ctx.k, ctx.gate_dtype = act, precision, k, weights.dtype
         return out_k.view(num_tokens, k, dim).sum(1).to(x.dtype)
 
     @staticmethod
     def backward(ctx, grad):  # type: ignore[override]
-        x, w1, w2, gate_sorted, z1, a1, y, expert_sorted, token_sorted, order, inverse, offsets = ctx.saved_tensors
+        x, w1, w2, gate_sorted, z1, y, expert_sorted, token_sorted, order, inverse, offsets = ctx.saved_tensors
         num_experts, hidden, dim = w1.shape
         num_tokens, k, precision = x.shape[0], ctx.k, ctx.precision
         g = grad.to(x.dtype).contiguous()
@@ -99,8 +99,8 @@ class _FusedExperts(torch.autograd.Function):
         dx = _rows(gz1, None, expert_sorted, w1, (hidden * dim, dim, 1), dim, out_index=order,
                    out_dtype=torch.float32, precision=precision).view(num_tokens, k, dim).sum(1)
         dw1, db1 = _weight_grad(gz1, x, token_sorted, offsets, num_experts, gather_right=True, precision=precision)
-        dw2, db2 = _weight_grad(g, a1, token_sorted, offsets, num_experts, gather_left=True, scale=gate_sorted,
-                                precision=precision)
+        dw2, db2 = _weight_grad(g, z1, token_sorted, offsets, num_experts, gather_left=True, scale=gate_sorted,
+                                act_right=ctx.act, precision=precision)
         dgate = (g.index_select(0, token_sorted).float() * y.float()).sum(-1).index_select(0, inverse)
         return (dx.to(x.dtype), dgate.to(ctx.gate_dtype), dw1.to(w1.dtype), db1.to(w1.dtype), dw2.to(w2.dtype),
                 db2.to(w2.dtype), None, None, None)

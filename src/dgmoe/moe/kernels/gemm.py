@@ -11,7 +11,8 @@ derivative times the input (backward), a per-row scale (the gate), and a scatter
 output row (the un-permuted (token, choice) slot: the GEMM-scatter).
 
 `grouped_weight_grad` computes dW_e = L_e^T R_e and optionally db_e = sum of L_e's rows, over expert e's
-segment of sorted rows, with L and R optionally gathered by the token index and L scaled per row: one program
+segment of sorted rows, with L and R optionally gathered by the token index, L scaled per row and R passed
+through the activation as it is loaded (so the backward needs the pre-activation only): one program
 per (expert, BP x BQ tile), the loop over the segment's rows bounded by the device offsets. Both accumulate in
 fp32; fp32 inputs multiply in IEEE fp32 unless `PRECISION` is "tf32". `UPCAST` converts 16-bit operands to
 fp32 before `tl.dot`: Triton's interpreter multiplies bf16 tiles as their raw uint16 bits (triton 3.9), and
@@ -99,7 +100,7 @@ def grouped_rows(X, src_index, expert_sorted, W, bias, scale, Z, pre_out, out, o
 @triton.jit
 def grouped_weight_grad(L, R, row_index, scale, offsets, dW, db, P, Q,
                         GATHER_L: tl.constexpr, GATHER_R: tl.constexpr, HAS_SCALE: tl.constexpr,
-                        HAS_DB: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+                        HAS_DB: tl.constexpr, ACT_R: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
                         BP: tl.constexpr, BQ: tl.constexpr, BR: tl.constexpr):
     e, pid_p, pid_q = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     start = tl.load(offsets + e - 1, mask=e > 0, other=0).to(tl.int32)
@@ -126,6 +127,8 @@ def grouped_weight_grad(L, R, row_index, scale, offsets, dW, db, P, Q,
             s = tl.load(scale + rs, mask=r_ok, other=0.0).to(tl.float32)
             left = (left.to(tl.float32) * s[:, None]).to(L.dtype.element_ty)
         right = tl.load(R + ri[:, None] * Q + qs[None, :], mask=r_ok[:, None] & q_ok[None, :], other=0.0)
+        if ACT_R != 0:  # R holds pre-activations: the activation applied as it is loaded (prologue)
+            right = _activation(right.to(tl.float32), ACT_R).to(R.dtype.element_ty)
         if UPCAST:
             left, right = left.to(tl.float32), right.to(tl.float32)
         acc = tl.dot(tl.trans(left), right, acc, input_precision=PRECISION)
