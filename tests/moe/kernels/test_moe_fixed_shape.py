@@ -63,3 +63,20 @@ def test_slots_are_distinct_and_dropped_assignments_share_the_scratch_row():
     assert placed.unique().numel() == placed.numel() and (placed < experts.num_experts * 30).all()
     assert (slot[~keep.reshape(-1)] == experts.num_experts * 30).all()
     assert ((placed // 30) == idx.reshape(-1)[keep.reshape(-1)]).all()
+
+
+def test_fixed_shape_dispatch_under_bf16_autocast_is_within_bf16_roundoff():
+    """Under autocast the batched matmuls run in bf16 (bf16 outputs): against the float64 mask loop on the
+    bf16-rounded inputs, within lambda sqrt(n) u_bf16 (tests/moe/kernels/roundoff.py)."""
+    from roundoff import assert_close_roundoff
+
+    experts, x, idx, gates = _case(tokens=21, dim=16, hidden=32)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = fixed_shape_dispatch(x, idx, gates, experts)
+    ref_experts = Experts(4, 16, 32).double()
+    with torch.no_grad():
+        for p, q in zip(ref_experts.parameters(), experts.parameters()):
+            p.copy_(q.to(torch.bfloat16).double())
+    ref = masked_dispatch(x.to(torch.bfloat16).double(), idx, gates.double(), ref_experts)
+    # roundings: the two matmuls' depths, their bf16 outputs and the activation's, the gate sum
+    assert_close_roundoff(got.detach(), ref.detach(), torch.bfloat16, 16 + 32 + 2 + 4, "out")
