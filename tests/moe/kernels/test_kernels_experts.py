@@ -82,6 +82,17 @@ def test_experts_without_rows_get_zero_gradients_and_blocks_may_straddle_experts
         assert (g[[1, 3]] == 0).all() and (g[[0, 2]] != 0).any()
 
 
+def test_only_the_gradients_asked_for_are_computed():
+    """Frozen experts (e.g. PEFT) get no gradients; the input's and the gates' are unchanged."""
+    experts, x, idx, gates = _case(tokens=21, dim=16, hidden=16, num_experts=3, k=2)
+    full = _run(expert_dispatch, experts, x, idx, gates)
+    experts.requires_grad_(False)
+    frozen = _run(expert_dispatch, experts, x, idx, gates)
+    assert all(g is None for g in frozen[3:])
+    torch.testing.assert_close(frozen[1], full[1], rtol=0, atol=0)
+    torch.testing.assert_close(frozen[2], full[2], rtol=0, atol=0)
+
+
 def test_tf32_only_where_asked():
     """allow_tf32 passes TF32 to the fp32 products (on a GPU: 10-bit mantissas, unit roundoff 2^-11); the
     result stays within TF32's roundoff of the float64 reference (the interpreter multiplies in fp32)."""

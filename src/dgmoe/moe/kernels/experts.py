@@ -37,10 +37,10 @@ def _blocks(device: torch.device) -> tuple[int, int, int]:
 
 
 def _rows(x, src, expert_sorted, w, strides, cols, *, bias=None, scale=None, z=None, pre=None, out_index=None,
-          out_rows=None, act=ACT_NONE, act_grad=ACT_NONE, out_dtype=None, precision="ieee"):
+          act=ACT_NONE, act_grad=ACT_NONE, out_dtype=None, precision="ieee"):
     """One `grouped_rows` launch; `strides` = (per expert, per reduction index, per output column) of w."""
     num_rows, reduce_dim = src.shape[0] if src is not None else x.shape[0], x.shape[1]
-    out = torch.empty(out_rows or num_rows, cols, device=x.device, dtype=out_dtype or x.dtype)
+    out = torch.empty(num_rows, cols, device=x.device, dtype=out_dtype or x.dtype)
     pre_out = torch.empty(num_rows, cols, device=x.device, dtype=x.dtype) if pre else out
     bm, bn, bk = _blocks(x.device)
     grid = (triton.cdiv(num_rows, bm), triton.cdiv(cols, bn))
@@ -94,17 +94,26 @@ class _FusedExperts(torch.autograd.Function):
         num_experts, hidden, dim = w1.shape
         num_tokens, k, precision = x.shape[0], ctx.k, ctx.precision
         g = grad.to(x.dtype).contiguous()
-        gz1 = _rows(g, token_sorted, expert_sorted, w2, (dim * hidden, hidden, 1), hidden, scale=gate_sorted, z=z1,
-                    act_grad=ctx.act, precision=precision)
-        dx = _rows(gz1, None, expert_sorted, w1, (hidden * dim, dim, 1), dim, out_index=order,
-                   out_dtype=torch.float32, precision=precision).view(num_tokens, k, dim).sum(1)
-        dw1, db1 = _weight_grad(gz1, x, token_sorted, offsets, num_experts, gather_right=True, precision=precision)
-        dw2, db2 = _weight_grad(g, z1, token_sorted, offsets, num_experts, gather_left=True, scale=gate_sorted,
-                                act_right=ctx.act, precision=precision)
-        dgate = (g.index_select(0, token_sorted).float() * y.float()).sum(-1).index_select(0, inverse)
-        return (dx.to(x.dtype), dgate.to(ctx.gate_dtype), dw1.to(w1.dtype), db1.to(w1.dtype), dw2.to(w2.dtype),
-                db2.to(w2.dtype), None, None, None)
-
+        need_x, need_gate, need_w1, need_b1, need_w2, need_b2 = ctx.needs_input_grad[:6]
+        dx = dgate = dw1 = db1 = dw2 = db2 = None
+        if need_x or need_w1 or need_b1:
+            gz1 = _rows(g, token_sorted, expert_sorted, w2, (dim * hidden, hidden, 1), hidden, scale=gate_sorted,
+                        z=z1, act_grad=ctx.act, precision=precision)
+            if need_x:
+                dx = _rows(gz1, None, expert_sorted, w1, (hidden * dim, dim, 1), dim, out_index=order,
+                           out_dtype=torch.float32, precision=precision).view(num_tokens, k, dim).sum(1).to(x.dtype)
+            if need_w1 or need_b1:
+                dw1, db1 = _weight_grad(gz1, x, token_sorted, offsets, num_experts, gather_right=True,
+                                        precision=precision)
+                dw1, db1 = dw1.to(w1.dtype), db1.to(w1.dtype)
+        if need_w2 or need_b2:
+            dw2, db2 = _weight_grad(g, z1, token_sorted, offsets, num_experts, gather_left=True, scale=gate_sorted,
+                                    act_right=ctx.act, precision=precision)
+            dw2, db2 = dw2.to(w2.dtype), db2.to(w2.dtype)
+        if need_gate:
+            dgate = (g.index_select(0, token_sorted).float() * y.float()).sum(-1).index_select(0, inverse)
+            dgate = dgate.to(ctx.gate_dtype)
+        return dx, dgate, dw1, db1, dw2, db2, None, None, None
 
 def expert_dispatch(x: torch.Tensor, expert_idx: torch.Tensor, gates: torch.Tensor, experts: Experts,
                     keep: torch.Tensor | None = None, allow_tf32: bool = False) -> torch.Tensor:

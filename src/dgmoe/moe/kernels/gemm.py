@@ -54,7 +54,7 @@ def grouped_rows(X, src_index, expert_sorted, W, bias, scale, Z, pre_out, out, o
                  STORE_PRE: tl.constexpr, ACT: tl.constexpr, ACT_GRAD: tl.constexpr, PRECISION: tl.constexpr,
                  UPCAST: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     pid_m, pid_n = tl.program_id(0), tl.program_id(1)
-    rows = pid_m * BM + tl.arange(0, BM)
+    rows = (pid_m * BM + tl.arange(0, BM)).to(tl.int64)  # 64-bit offsets: rows x columns may pass 2^31
     row_ok = rows < num_rows
     cols = pid_n * BN + tl.arange(0, BN)
     col_ok = cols < cols_out
@@ -111,7 +111,7 @@ def grouped_weight_grad(L, R, row_index, scale, offsets, dW, db, P, Q,
     acc = tl.zeros((BP, BQ), dtype=tl.float32)
     acc_b = tl.zeros((BP,), dtype=tl.float32)
     for r0 in range(start, end, BR):
-        rs = r0 + tl.arange(0, BR)
+        rs = (r0 + tl.arange(0, BR)).to(tl.int64)
         r_ok = rs < end
         token = tl.load(row_index + rs, mask=r_ok, other=0)
         if GATHER_L:
