@@ -1,9 +1,11 @@
 """Tolerances from the unit roundoff, not guessed: a sum of n rounded products deviates from the exact one
-by about lambda sqrt(n) u times the magnitude of its terms (Higham & Mary 2019, "A new approach to
-probabilistic rounding error analysis", Thm. 2.8: with probability >= 1 - 2n exp(-lambda^2 / 2) per entry;
-lambda = 6 makes that failure probability < 1e-6 at the depths here). The reference runs in float64 on the
-same (rounded) inputs, so only the kernels' roundings count; `n` is the longest chain of roundings one output
-passes through (the reduction depths of the GEMMs it depends on, plus one per stored intermediate)."""
+by at most about lambda sqrt(n) u times the sum of the terms' magnitudes, with probability at least
+1 - 2n exp(-lambda^2 / 2) (Higham & Mary 2019, "A new approach to probabilistic rounding error analysis",
+SIAM J. Sci. Comput. 41(5)); lambda = 6 makes that failure probability < 1e-6 at the depths here. The
+reference runs in float64 on the same (rounded) inputs, so only the kernels' roundings count; `n` is the
+longest chain of roundings one output passes through (the reduction depths of the GEMMs it depends on, plus
+one per stored intermediate), and the reference's largest entry stands in for the terms' magnitudes (the
+expert cases draw weights of variance 1 / fan-in, so the terms and the results have the same scale)."""
 from __future__ import annotations
 
 import math

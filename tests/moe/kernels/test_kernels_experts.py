@@ -55,7 +55,7 @@ def _check(experts, x, idx, gates, keep=None, dtype=torch.float32, **kw):
     for name, a, b in zip(NAMES, got, ref):
         depth = forward_depth + (tokens if name.startswith("fc") else 0)  # weight gradients sum over rows
         assert a.dtype == (gates.dtype if name == "gates" else torch.float32)
-        assert_close_roundoff(a, b, dtype if name != "gates" else dtype, depth, name)
+        assert_close_roundoff(a, b, dtype, depth, name)
     return got
 
 
