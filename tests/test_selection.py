@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from dgmoe.report.collect import load_records
-from dgmoe.report.tables import format_mean
+from dgmoe.report.tables import mean_cell
 from dgmoe.selection import (
     IIDAccuracySelection,
     LeaveOneOutSelection,
@@ -52,12 +52,12 @@ def selected(records: pd.DataFrame, method, test_env=0, trial_seed=0) -> dict:
 
 def test_domainbed_standard_error_vector():
     # DomainBed's pinned case: population std (ddof=0) / sqrt(n), in percent.
-    assert format_mean([0.1, 0.2, 0.3])[1] == "20.0 +/- 4.7"
-    assert format_mean([0.1, 0.2, 0.3], latex=True)[1] == "20.0 $\\pm$ 4.7"
+    assert mean_cell([0.1, 0.2, 0.3]).render() == "20.0 +/- 4.7"
+    assert mean_cell([0.1, 0.2, 0.3]).render(latex=True) == "20.0 $\\pm$ 4.7"
     mean, se = mean_and_se([0.6, 0.7])
     assert mean == pytest.approx(65.0) and se == pytest.approx(5.0 / 2**0.5)
-    assert format_mean([]) == (None, "X")
-    assert format_mean([0.42])[1] == "42.0 +/- 0.0"
+    assert mean_cell([]).render() == "X" and mean_cell([]).mean is None
+    assert mean_cell([0.42]).render() == "42.0 +/- 0.0"
 
 
 @pytest.fixture

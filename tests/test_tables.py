@@ -1,40 +1,86 @@
-"""`dgmoe.tables` is the one table renderer: byte for byte what pandas/tabulate print for the results tables,
-and no source file builds a Markdown table by hand."""
-import random
+"""`dgmoe.tables` is the one table renderer and `dgmoe.document` the table model: byte for byte what
+pandas/tabulate print for the results tables (recorded from tabulate, which dgmoe does not depend on), every
+format of a table from one `Table` of cells that carry their numbers, and no source file builds a Markdown table
+by hand or prints one through pandas."""
+import csv
+import io
+import json
 import re
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
-from dgmoe.tables import markdown_table, render_table
+from dgmoe.document import MISSING, Cell, Document, Heading, Protocol, Table, Text
+from dgmoe.tables import markdown_table
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "dgmoe"
+FIXTURE = Path(__file__).resolve().parent / "parity" / "fixtures" / "tabulate_pipe.json"
 
 
 def test_markdown_tables_match_tabulates_pipe_format():
-    rng = random.Random(0)
-    letters = "ab +/-.X_1±"
-    for _ in range(300):
-        cols, n = rng.randint(1, 5), rng.randint(1, 4)
-        header = [("h" + "".join(rng.choice(letters) for _ in range(rng.randint(0, 10)))).strip() for _ in range(cols)]
-        rows = [["".join(rng.choice(letters) for _ in range(rng.randint(0, 14))) for _ in range(cols)]
-                for _ in range(n)]
-        align = ["left"] + ["right"] * (cols - 1)
-        expected = pd.DataFrame(rows, columns=header).to_markdown(index=False, disable_numparse=True,
-                                                                   colalign=align)
-        assert markdown_table(header, rows) == expected
+    recorded = json.loads(FIXTURE.read_text(encoding="utf-8"))
+    assert recorded["peer"].startswith("tabulate 0.10.0") and len(recorded["cases"]) == 200
+    for case in recorded["cases"]:
+        assert markdown_table(case["header"], case["rows"]) == case["markdown"], case
 
 
 def test_alignment_padding_and_latex():
     assert markdown_table(["a", "bb"], [["x", 1]], left=2).splitlines() == ["| a   | bb   |", "|:----|:-----|",
                                                                          "| x   | 1    |"]
-    assert "x \\& y & 1 \\\\" in render_table(["a", "b"], [["x & y", "1"]], latex=True)
+    assert "x \\& y & 1 \\\\" in Table.make("t", ["a", "b"], [["x & y", 1]]).latex()
     with pytest.raises(ValueError, match="2 cells"):
         markdown_table(["a", "b"], [["only one"]])
+    with pytest.raises(ValueError, match="every row needs 2 cells"):
+        Table.make("t", ["a", "b"], [["only one"]])
 
 
-def test_no_markdown_table_is_built_by_hand():
-    rule = re.compile(r"""["']\|:?-{3}""")  # a string literal that starts a rule line such as "|---|" or "|:---"
+def test_cells_render_their_numbers():
+    c = Cell(mean=20.0, se=4.714)
+    assert (c.render(), c.render(latex=True), c.numbers()) == ("20.0 +/- 4.7", "20.0 $\\pm$ 4.7", (20.0, 4.7))
+    assert Cell(mean=12.345, unit="%").render(latex=True) == "12.3\\%"
+    assert Cell(mean=1.25, signed=True, decimals=2).render() == "+1.25"
+    assert Cell(mean=70.0, suffix=" (partial)").render() == "70.0 (partial)"
+    assert MISSING.render() == "X" and MISSING.numbers() == (None, None)
+    assert Cell("a_b").render(latex=True) == "a\\_b"
+
+
+def _results_table() -> Table:
+    return Table.make("PACS", ["Algorithm", "art_painting", "cartoon", "Avg"],
+                      [["ERM / vit|x", Cell(mean=72.46, se=0.44), MISSING, MISSING],
+                       ["CORAL", Cell(mean=80.0, se=1.25), Cell(mean=70.0, se=0.0, suffix=" (1/2)"),
+                        Cell(mean=75.0)]],
+                      [Text("a note")])
+
+
+def test_csv_latex_and_markdown_come_from_one_table():
+    table = _results_table()
+    doc = Document((Heading("dgmoe results", 1), Protocol((("Selection", "oracle"),)),
+                    Heading("Model selection: oracle", 2), table))
+    md, tex, rows = doc.markdown(), doc.latex(), list(csv.DictReader(io.StringIO(doc.csv())))
+    assert "| ERM / vit\\|x |   72.5 +/- 0.4 |                  X |     X |" in md
+    assert "ERM / vit\\textbar{}x & 72.5 $\\pm$ 0.4 & X & X \\\\" in tex
+    assert "\\textbf{art\\_painting}" in tex and "\n\n% a note\n" in tex and "\n\na note\n" in md
+    assert rows[0] == {"section": "protocol", "table": "", "row": "Selection", "column": "", "cell": "oracle",
+                       "mean": "", "se": ""}
+    cells = rows[1:]
+    assert len(cells) == 2 * 3  # every cell but the row labels
+    assert cells[0] == {"section": "Model selection: oracle", "table": "PACS", "row": "ERM / vit|x",
+                        "column": "art_painting", "cell": "72.5 +/- 0.4", "mean": "72.5", "se": "0.4"}
+    assert [(r["cell"], r["mean"], r["se"]) for r in cells[3:]] == [
+        ("80.0 +/- 1.2", "80.0", "1.2"), ("70.0 +/- 0.0 (1/2)", "70.0", "0.0"), ("75.0", "75.0", "")]
+    for c, r in zip((c for row in table.rows for c in row[1:]), cells):  # the numbers each format shows
+        assert (float(r["mean"]) if r["mean"] else None, float(r["se"]) if r["se"] else None) == c.numbers()
+        assert f" {r['cell'].replace('|', chr(92) + '|')} " in md and c.render(latex=True) in tex
+    html = doc.html(id_prefix="r")
+    assert '<h3 id="r-pacs">PACS</h3>' in html and '<td class="l">ERM / vit|x</td><td>72.5 +/- 0.4</td>' in html
+
+
+def test_no_markdown_table_is_built_by_hand_or_parsed():
+    rule = re.compile(r"""["']\|:?-{2,}""")  # a string literal that starts a rule line such as "|--|" or "|:---"
     hand = [str(p.relative_to(SRC)) for p in SRC.rglob("*.py") if rule.search(p.read_text())]
     assert not hand, hand
+    pandas_markdown = [str(p.relative_to(SRC)) for p in SRC.rglob("*.py")
+                       if re.search(r"\.to_markdown\(|import tabulate|from tabulate", p.read_text())]
+    assert not pandas_markdown, pandas_markdown
+    pyproject = (SRC.parents[1] / "pyproject.toml").read_text()
+    assert "tabulate" not in pyproject.split("[project.optional-dependencies]")[0]

@@ -1,4 +1,5 @@
-"""The one table renderer: a Markdown pipe table or a booktabs `tabular`, from a header and rows of strings.
+"""The one table renderer: a Markdown pipe table, a booktabs `tabular` or an HTML table, from a header and rows
+of strings (the table model, `dgmoe.document`, renders through it).
 
 It sits at the bottom of the package (no imports of dgmoe, numpy or pandas) so that every package that prints
 a table (results tables in `dgmoe.report`, analysis summaries, benchmark and sweep estimates, experiment
@@ -7,13 +8,13 @@ disable_numparse=True)` prints through tabulate's "pipe" format, byte for byte: 
 as wide as its widest cell and at least its title plus two, one space of padding, ':' on the aligned side.
 
 Every cell is user text as far as this module knows (a run's `--label`, a domain folder's name), so each format
-escapes what would change its structure: a Markdown cell's `|` is written `\\|` (GitHub's escaped pipe, which
-`table_cells` reads back), LaTeX's specials are escaped (`latex_escape`), and in every format a control character
-(a newline, a tab) is shown as its escape (`\\n`, `\\t`, `\\x07`): a table row is one line, and no cell can move
-another one column over.
+escapes what would change its structure: a Markdown cell's `|` is written `\\|` (GitHub's escaped pipe), LaTeX's
+specials are escaped (`latex_escape`), and in every format a control character (a newline, a tab) is shown as its
+escape (`\\n`, `\\t`, `\\x07`): a table row is one line, and no cell can move another one column over.
 """
 from __future__ import annotations
 
+import html
 import re
 import unicodedata
 from typing import Any, Literal, Sequence
@@ -47,16 +48,12 @@ def latex_escape(text: str) -> str:
 
 def _cell(value: Any) -> str:
     """A Markdown cell: one line, its pipes escaped."""
-    return "" if value is None else one_line(str(value).strip()).replace("|", "\\|")
+    return shown(value).replace("|", "\\|")
 
 
-def table_cells(line: str) -> list[str]:
-    """The cells of one row of a Markdown pipe table, as the text they show (an escaped `\\|` read back as `|`):
-    the inverse of `markdown_table`'s rows."""
-    inner = line.strip()
-    inner = inner[1:] if inner.startswith("|") else inner
-    inner = inner[:-1] if inner.endswith("|") and not inner.endswith("\\|") else inner
-    return [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", inner)]
+def shown(value: Any) -> str:
+    """The text a cell shows: stripped, on one line (`one_line`); what a Markdown cell reads back as."""
+    return "" if value is None else one_line(str(value).strip())
 
 
 def _pad(text: str, width: int, align: Align) -> str:
@@ -88,20 +85,34 @@ def markdown_table(header: Sequence[Any], rows: Sequence[Sequence[Any]], left: i
     return "\n".join([line(head), sep, *(line(r) for r in body)])
 
 
-def render_table(header: Sequence[Any], rows: Sequence[Sequence[Any]], latex: bool = False, left: int = 1) -> str:
-    """A Markdown pipe table (`markdown_table`), or a booktabs `tabular`; labels are escaped for LaTeX."""
-    if not latex:
-        return markdown_table(header, rows, left)
-    lines = [
+def latex_table(header: Sequence[Any], rows: Sequence[Sequence[Any]]) -> str:
+    """A booktabs `tabular`: the first column left, the others centred; the header escaped (`latex_escape`) and
+    bold, the cells written as given (already LaTeX)."""
+    return "\n".join([
         "\\begin{tabular}{l" + "c" * (len(header) - 1) + "}",
         "\\toprule",
         " & ".join(f"\\textbf{{{latex_escape(str(h))}}}" for h in header) + " \\\\",
         "\\midrule",
-        *(" & ".join([latex_escape(str(r[0])), *map(str, r[1:])]) + " \\\\" for r in rows),
+        *(" & ".join(map(str, r)) + " \\\\" for r in rows),
         "\\bottomrule",
         "\\end{tabular}",
-    ]
-    return "\n".join(lines)
+    ])
+
+
+def html_table(head: Sequence[str], body: Sequence[Sequence[str]], left: int = 1) -> str:
+    """An HTML table of ready HTML cells in a horizontally scrolling box (a wide table never widens the page);
+    the first `left` columns (text) left-aligned, the others (numbers) right-aligned."""
+    def attr(j: int) -> str:
+        return ' class="l"' if j < left else ""
+
+    rows = ["<tr>" + "".join(f"<th{attr(j)}>{c}</th>" for j, c in enumerate(head)) + "</tr>"]
+    rows += ["<tr>" + "".join(f"<td{attr(j)}>{c}</td>" for j, c in enumerate(r)) + "</tr>" for r in body]
+    return '<div class="scroll"><table>\n' + "\n".join(rows) + "\n</table></div>"
+
+
+def html_text(text: str) -> str:
+    """Plain text as HTML: escaped, on one line."""
+    return html.escape(one_line(text), quote=False)
 
 
 def heading(text: str, level: int, latex: bool = False) -> str:
@@ -110,9 +121,20 @@ def heading(text: str, level: int, latex: bool = False) -> str:
     return "#" * level + " " + one_line(text)
 
 
-def table_block(title: str, header: Sequence[Any], rows: Sequence[Sequence[Any]], latex: bool = False) -> str:
-    """A level-3 heading and its table (a LaTeX table centred)."""
-    body = render_table(header, rows, latex)
-    if latex:
-        body = "\\begin{center}\n" + body + "\n\\end{center}"
-    return heading(title, 3, latex) + "\n\n" + body
+def slugify(text: str) -> str:
+    """An anchor id from heading text: lower case, runs of other characters as '-'."""
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "section"
+
+
+class Anchors:
+    """Unique anchor ids of one page: `<prefix>-<slug of the text>`, then `-2`, `-3`, ... for repeats."""
+
+    def __init__(self, prefix: str | None) -> None:
+        self.prefix, self.used = prefix, set[str]()
+
+    def __call__(self, text: str) -> str:
+        found, k = f"{self.prefix}-{slugify(text)}", 2
+        while found in self.used:
+            found, k = f"{self.prefix}-{slugify(text)}-{k}", k + 1
+        self.used.add(found)
+        return found

@@ -12,16 +12,19 @@ from md_tables import table_rows
 from dgmoe.report.html import build_report, markdown_to_html
 
 
-def test_markdown_subset():
+def test_markdown_rendering():
+    """Included Markdown goes through markdown-it-py: CommonMark, pipe tables in a scrolling box, raw HTML and
+    `javascript:` links kept as text."""
     md = "# Title\n\nSome `code` and **bold** <x>.\n\n| a | b |\n|:--|--:|\n| 1 | 2 |\n| 3 | 4 |\n\n- one\n- two\n" \
-         "- a *wrapped*\n  item\n\n```\nraw <b>\n```\n"
+         "- a *wrapped*\n  item\n\n```\nraw <b>\n```\n\n[x](javascript:alert(1)) [y](docs/a.md)\n"
     out = markdown_to_html(md, heading_offset=1)
     assert "<h2>Title</h2>" in out
     assert "<p>Some <code>code</code> and <strong>bold</strong> &lt;x&gt;.</p>" in out
-    assert '<tr><th class="l">a</th><th>b</th></tr>' in out and '<tr><td class="l">3</td><td>4</td></tr>' in out
-    assert '<div class="scroll"><table>' in out  # a wide table scrolls inside the page
-    assert "<ul><li>one</li><li>two</li><li>a <em>wrapped</em> item</li></ul>" in out
-    assert "<pre><code>raw &lt;b&gt;</code></pre>" in out
+    assert '<th style="text-align:left">a</th>' in out and '<td style="text-align:right">4</td>' in out
+    assert '<div class="scroll"><table>' in out and "</table></div>" in out  # a wide table scrolls in the page
+    assert "<li>one</li>" in out and "<li>a <em>wrapped</em>\nitem</li>" in out
+    assert "<pre><code>raw &lt;b&gt;\n</code></pre>" in out
+    assert "javascript:" not in out.replace("[x](javascript:alert(1))", "") and '<a href="docs/a.md">y</a>' in out
 
 
 def test_heading_anchors_are_unique():

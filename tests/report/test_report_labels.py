@@ -10,9 +10,8 @@ import json
 import re
 
 import pytest
+from md_tables import table_cells
 from recipe_sweep import write_run
-
-from dgmoe.tables import table_cells
 
 DOMAINS = ("d0", "d1", "d2", "d3")
 CORAL = "CORAL / vit_micro_patch7_28"

@@ -1,20 +1,21 @@
 """Every table kind `dgmoe results` prints or writes (DomainBed, WILDS, single-source, a recipe's comparison, the
-report's HTML) carries the protocol lines; the CSV export holds the numbers the Markdown and LaTeX tables show."""
+report's HTML) carries the protocol lines; the CSV export holds the numbers the Markdown and LaTeX tables show,
+all three rendered from one `Document`."""
 import csv
 import io
+import re
 
 import pytest
 from recipe_sweep import write_run
 
 from dgmoe.data.catalogue import get_spec
 from dgmoe.recipes import get_recipe
-from dgmoe.recipes.compare import comparison
+from dgmoe.recipes.compare import comparison_document
 from dgmoe.report.collect import load_records
-from dgmoe.report.exports import latex_numbers, tables_csv
 from dgmoe.report.pages import results_section
 from dgmoe.report.protocol import protocol_items
-from dgmoe.report.results import results_tables
-from dgmoe.report.single_source import single_source_table
+from dgmoe.report.results import results_document
+from dgmoe.report.single_source import single_source_document
 
 PACS, FMOW = get_spec("PACS").domains, get_spec("FMoW").domains
 NAMES = ("Selection", "Steps", "Trials", "Hparams draws", "Pretrained weights", "Dataset version", "dgmoe")
@@ -40,20 +41,32 @@ def root(tmp_path_factory):
 
 
 def _kinds(root):
-    """(name, Markdown, LaTeX) of every table kind."""
+    """(name, Document) of every table kind."""
     main = load_records(root / "dg")
     both = load_records(root, include_unfinished=False)
     both = both[both["test_envs"].map(len) != 3]  # (the single-source runs have their own tables)
     ss = load_records(root / "ss")
     recipe = get_recipe("gmoe-table1")
-    return [("domainbed", results_tables(main, hparams=True), results_tables(main, latex=True, hparams=True)),
-            ("wilds", results_tables(both), results_tables(both, latex=True)),
-            ("single-source", single_source_table(ss), single_source_table(ss, latex=True)),
-            ("recipe", comparison(recipe, root / "dg"), comparison(recipe, root / "dg", latex=True))]
+    return [("domainbed", results_document(main, hparams=True)), ("wilds", results_document(both)),
+            ("single-source", single_source_document(ss)), ("recipe", comparison_document(recipe, root / "dg"))]
+
+
+def _latex_numbers(latex: str) -> list[tuple[float | None, float | None]]:
+    """(mean, se) of every data cell of every booktabs table of a LaTeX text, in order, read back from the text."""
+    out: list[tuple[float | None, float | None]] = []
+    inside = False
+    for line in latex.splitlines():
+        inside = (inside or line.startswith("\\midrule")) and not line.startswith("\\bottomrule")
+        if inside and line.endswith("\\\\"):
+            for cell in line[:-2].split(" & ")[1:]:
+                found = re.match(r"^([+-]?\d+(?:\.\d+)?)(?:\\%)?(?: \$\\pm\$ (\d+(?:\.\d+)?))?", cell)
+                out.append((float(found[1]), float(found[2]) if found[2] else None) if found else (None, None))
+    return out
 
 
 def test_every_table_kind_states_its_protocol(root):
-    for kind, markdown, latex in _kinds(root):
+    for kind, document in _kinds(root):
+        markdown, latex = document.markdown(), document.latex()
         for name in NAMES:
             assert f"\n- {name}: " in markdown, (kind, name)
             assert f"\n% Protocol: {name}: " in latex, (kind, name)
@@ -69,21 +82,23 @@ def test_protocol_values(root):
 
 
 def test_csv_and_latex_hold_the_markdown_numbers(root):
-    for kind, markdown, latex in _kinds(root):
-        rows = list(csv.DictReader(io.StringIO(tables_csv(markdown))))
+    for kind, document in _kinds(root):
+        markdown, latex = document.markdown(), document.latex()
+        rows = list(csv.DictReader(io.StringIO(document.csv())))
         cells = [r for r in rows if r["section"] != "protocol"]
         assert cells, kind
         assert [r["row"] for r in rows if r["section"] == "protocol"] == list(NAMES)
         as_csv = [(float(r["mean"]) if r["mean"] else None, float(r["se"]) if r["se"] else None) for r in cells]
-        assert as_csv == latex_numbers(latex), kind
+        assert as_csv == _latex_numbers(latex), kind
         assert any(se is not None for _, se in as_csv) or kind == "single-source", kind
         for r in cells:  # each CSV cell is the Markdown cell, verbatim
             assert f" {r['cell']} " in markdown, (kind, r)
 
 
 def test_selected_runs_per_domain_and_trial(root):
-    text = results_tables(load_records(root / "dg"), selection="iid", hparams=True)
-    rows = [r for r in csv.DictReader(io.StringIO(tables_csv(text))) if r["table"] == "PACS: selected runs"]
+    document = results_document(load_records(root / "dg"), selection="iid", hparams=True)
+    text = document.markdown()
+    rows = [r for r in csv.DictReader(io.StringIO(document.csv())) if r["table"] == "PACS: selected runs"]
     assert len(rows) == 4 * 2 * 7  # (one CSV row per cell of the table)
     lines = [line for line in text.split("### PACS: selected runs")[1].split("\n\n")[1].splitlines()[2:]]
     assert len(lines) == 4 * 2  # every domain x trial seed

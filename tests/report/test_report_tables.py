@@ -5,6 +5,8 @@ The sweep below is written by the test; every cell's value is chosen so it can b
 """
 from __future__ import annotations
 
+import csv
+import io
 import itertools
 import json
 import os
@@ -14,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from dgmoe.report.collect import RecordError, load_records
-from dgmoe.report.results import results_tables
+from dgmoe.report.results import results_document, results_tables
 
 GOLDEN = Path(__file__).parents[1] / "golden"
 PACS = ["art_painting", "cartoon", "photo", "sketch"]
@@ -201,6 +203,26 @@ def test_markdown_golden(records):
 
 def test_latex_golden(records):
     check_golden(results_tables(records, "all", latex=True), "results_tables.tex")
+
+
+def test_markdown_latex_and_csv_come_from_one_document(records):
+    """The golden Markdown and LaTeX and the CSV export are renderings of one `Document`: each CSV row is a cell
+    of its tables, with the numbers the cell prints in both formats."""
+    document = results_document(records, "all")
+    check_golden(document.markdown(), "results_tables.md")
+    check_golden(document.latex(), "results_tables.tex")
+    rows = [r for r in csv.DictReader(io.StringIO(document.csv())) if r["section"] != "protocol"]
+    cells = [(section, table, row, column, c) for section, table in document.tables() for row in table.rows
+             for column, c in zip(table.columns[1:], row[1:])]
+    assert len(rows) == len(cells) > 0
+    for r, (section, table, row, column, c) in zip(rows, cells):
+        assert (r["section"], r["table"], r["row"], r["column"]) == (section, table.title, row[0].text, column)
+        mean, se = c.numbers()
+        assert (r["cell"], r["mean"], r["se"]) == (c.render(), "" if mean is None else repr(mean),
+                                                   "" if se is None else repr(se))
+        if mean is not None:  # the same number in the Markdown and the LaTeX the golden files hold
+            assert c.render().startswith(f"{mean:.1f}") and c.render(latex=True).startswith(f"{mean:.1f}")
+    assert any(r["se"] for r in rows) and any(r["cell"] == "X" for r in rows)
 
 
 def test_cli_prints_and_writes(sweep_root, tmp_path, cli):

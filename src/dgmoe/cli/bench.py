@@ -16,11 +16,12 @@ BENCH_DATA_SETTINGS = ("dataset", "test_envs", "holdout_fraction", "img_size", "
 
 
 def _print_table(result: tuple[list[dict], list[str]] | list[dict]) -> None:
-    """The rows as a Markdown table, then every warning (`WARNING: ...`), or a line saying there is none."""
-    import pandas as pd
+    """The rows as a Markdown table (floats to 3 decimals), then every warning (`WARNING: ...`), or a line saying
+    there is none."""
+    from dgmoe.document import Table
 
     rows, warnings = result if isinstance(result, tuple) else (result, None)
-    click.echo(pd.DataFrame(rows).to_markdown(index=False, floatfmt=".3f"))
+    click.echo(Table.from_records("bench", rows, decimals=3).markdown(title=False))
     if warnings is None:
         return
     for line in dict.fromkeys(warnings):

@@ -45,7 +45,7 @@ def _protocol(output_dir: str, select: str) -> str:
         warnings.simplefilter("ignore")
         records = load_records(output_dir)
     how = "best validation worst-region accuracy" if select == "val_worst" else "last checkpoint"
-    return protocol_block(records, how)
+    return protocol_block(records, how).markdown()
 
 
 @command.command("sentinel")

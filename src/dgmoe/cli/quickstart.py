@@ -21,18 +21,17 @@ def command(ctx: click.Context, **kw: Any) -> None:
         if ctx.get_parameter_source("test_envs") != click.core.ParameterSource.DEFAULT:
             raise UsageError("--test-env is the old spelling of --test-envs; give one of them")
         test_envs = (cfg.test_env,)
-    import pandas as pd
-
+    from dgmoe.document import Cell, Table
     from dgmoe.engine.trainer import main_log_config
     from dgmoe.experiments.quickstart import quickstart
 
     main_log_config()
     rows = quickstart(output_dir, dataset, test_envs, steps, seed=seed, eval_sample=cfg.eval_sample)
-    table = pd.DataFrame(rows)
-    for col in ("in-domain acc", "out-of-domain acc"):
-        table[col] = (100 * table[col]).map("{:.1f}".format)
-    table["train time (s)"] = table["train time (s)"].map("{:.0f}".format)
+    percent = ("in-domain acc", "out-of-domain acc")
+    table = Table.from_records("quickstart", [
+        {**r, **{k: Cell(mean=100 * r[k]) for k in percent}, "train time (s)": Cell(mean=r["train time (s)"],
+                                                                                     decimals=0)} for r in rows])
     domains = f"test domain{'s' if len(test_envs) > 1 else ''} {rows[0]['test domain']}"
     click.echo(f"\n{dataset}, {domains} (selection: training-domain validation)\n")
-    click.echo(table.to_markdown(index=False))
+    click.echo(table.markdown(title=False))
     click.echo(f"\nRun folders: {output_dir}/<model>; tables over many runs: dgmoe results {output_dir}")

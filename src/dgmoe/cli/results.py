@@ -8,6 +8,7 @@ from typing import Any, Callable, TypeVar
 import click
 
 from dgmoe.cli.options import build_config, config_options
+from dgmoe.document import Document
 from dgmoe.engine.io import write_text_atomic
 from dgmoe.errors import UsageError
 from dgmoe.report.config import ResultsConfig
@@ -56,31 +57,27 @@ def command(ctx: click.Context, **kw: Any) -> None:
     if single_source and selection is not None:
         raise click.UsageError("--selection does not apply with --single-source (training-domain validation)")
     from dgmoe.report.collect import load_records  # pandas: loaded once the arguments are known to be right
-    from dgmoe.report.results import results_tables
-    from dgmoe.report.single_source import single_source_table
+    from dgmoe.report.results import results_document
+    from dgmoe.report.single_source import single_source_document
 
     try:
         records = _echo_warnings(lambda: load_records(runs_dir, include_unfinished=include_unfinished))
         if records.empty:
             raise UsageError(f"no records: no finished run with a results.jsonl under {runs_dir}")
-
-        def render(as_latex: bool) -> str:
-            if single_source:
-                return single_source_table(records, baseline=baseline, ood_split=ood_split,  # type: ignore[arg-type]
-                                           improvement_kind="absolute" if absolute else "relative", latex=as_latex)
-            return results_tables(records, selection=selection or "all", latex=as_latex,
-                                  complete_trials=complete_trials, hparams=show_hparams, shift_fit=cfg.shift_fit)
-
-        text = render(latex)
-        markdown = render(False) if csv_export and latex else text
+        if single_source:
+            document = single_source_document(records, baseline=baseline, ood_split=ood_split,  # type: ignore[arg-type]
+                                              improvement_kind="absolute" if absolute else "relative")
+        else:
+            document = results_document(records, selection=selection or "all", complete_trials=complete_trials,
+                                        hparams=show_hparams, shift_fit=cfg.shift_fit)
     except UsageError:
         raise
     except (ValueError, KeyError) as err:
         raise UsageError(str(err)) from None
     stem = runs_dir / ("results_single_source" if single_source else "results")
-    _show(text, None if no_save else stem.with_suffix(".tex" if latex else ".md"))
+    _show(document.text(latex), None if no_save else stem.with_suffix(".tex" if latex else ".md"))
     if csv_export:
-        _write_csv(markdown, stem.with_suffix(".csv"))
+        _write_csv(document, stem.with_suffix(".csv"))
     if write_page:
         _write_page(runs_dir, records, f"Results: {runs_dir.name}", selection or "all")
 
@@ -103,14 +100,13 @@ def _show(text: str, path: Path | None) -> None:
         click.echo(f"wrote {path}", err=True)
 
 
-def _write_csv(markdown: str, path: Path) -> None:
-    from dgmoe.report.exports import tables_csv
-
-    write_text_atomic(path, tables_csv(markdown))
+def _write_csv(document: Document, path: Path) -> None:
+    """The CSV export (`Document.csv`): every cell of every table, from the cells the text shows."""
+    write_text_atomic(path, document.csv())
     click.echo(f"wrote {path}", err=True)
 
 
-def _write_page(runs_dir: Path, records, title: str, selection: str, intro: str | None = None) -> None:
+def _write_page(runs_dir: Path, records, title: str, selection: str, intro: Document | None = None) -> None:
     from dgmoe.report.publish import results_page
 
     try:
@@ -123,21 +119,19 @@ def _write_page(runs_dir: Path, records, title: str, selection: str, intro: str 
 def _recipe_results(runs_dir: Path, name: str, latex: bool, no_save: bool, csv_export: bool = False,
                     write_page: bool = False) -> None:
     from dgmoe.recipes import get_recipe
-    from dgmoe.recipes.compare import comparison
+    from dgmoe.recipes.compare import comparison_document
 
     recipe = get_recipe(name)
     try:
-        text = _echo_warnings(lambda: comparison(recipe, runs_dir, latex=latex))
-        markdown = comparison(recipe, runs_dir) if (csv_export or write_page) and latex else text
+        document = _echo_warnings(lambda: comparison_document(recipe, runs_dir))
     except UsageError:
         raise
     except (ValueError, KeyError) as err:
         raise UsageError(str(err)) from None
-    _show(text, None if no_save else runs_dir / ("results_recipe.tex" if latex else "results_recipe.md"))
+    _show(document.text(latex), None if no_save else runs_dir / f"results_recipe.{'tex' if latex else 'md'}")
     if csv_export:
-        _write_csv(markdown, runs_dir / "results_recipe.csv")
+        _write_csv(document, runs_dir / "results_recipe.csv")
     if write_page:
         from dgmoe.recipes.compare import all_records
 
-        intro = markdown if not latex else comparison(recipe, runs_dir)
-        _write_page(runs_dir, all_records(runs_dir), f"Recipe {recipe.name}: results", "all", intro)
+        _write_page(runs_dir, all_records(runs_dir), f"Recipe {recipe.name}: results", "all", document)

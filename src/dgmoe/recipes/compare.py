@@ -22,6 +22,9 @@ import numpy as np
 import pandas as pd
 
 from dgmoe.data.catalogue import get_spec
+from dgmoe.document import MISSING as NO_CELL
+from dgmoe.document import Block, Document, Heading, Table, Text
+from dgmoe.document import Cell as TableCell
 from dgmoe.errors import UsageError
 from dgmoe.recipes.base import AVG, OOD_AVG, SELECTION_NAMES, SELECTION_SHORT, Cell, Recipe, Row, column_keys
 from dgmoe.recipes.plan import SMOKE, row_model, row_parts
@@ -33,7 +36,6 @@ from dgmoe.report.single_source import improvement, ood_improvement, single_sour
 from dgmoe.report.tables import cell_accs, dataset_domains
 from dgmoe.report.wilds import wilds_values
 from dgmoe.selection import VAL_ENV, mean_and_se, sweep_accs
-from dgmoe.tables import heading, table_block
 
 Stats = tuple[float, float] | None  # mean and SE in % (cost: a ratio)
 MISSING = "X"
@@ -187,10 +189,10 @@ class SyntheticFile:
 Source = Obtained | CostFile | SyntheticFile
 
 
-def _fmt(value: float | None, se: float | None, digits: int) -> str:
+def _fmt(value: float | None, se: float | None, digits: int) -> TableCell:
     if value is None:
-        return "-"
-    return f"{value:.{digits}f}" + (f" +/- {se:.{digits}f}" if se is not None and not np.isnan(se) else "")
+        return TableCell("-")
+    return TableCell(mean=value, se=se if se is not None and not np.isnan(se) else None, decimals=digits)
 
 
 def _column_title(cell: Cell, recipe: Recipe) -> str:
@@ -202,7 +204,12 @@ def _column_title(cell: Cell, recipe: Recipe) -> str:
 
 
 def comparison(recipe: Recipe, output_dir: str | Path, latex: bool = False) -> str:
-    """The text `dgmoe results DIR --recipe NAME` prints (see the module docstring)."""
+    """The text `dgmoe results DIR --recipe NAME` prints (see the module docstring), Markdown or LaTeX."""
+    return comparison_document(recipe, output_dir).text(latex)
+
+
+def comparison_document(recipe: Recipe, output_dir: str | Path) -> Document:
+    """The paper's table beside the obtained numbers (see the module docstring)."""
     output_dir = Path(output_dir)
     manifest = read_manifest(output_dir)
     if manifest and manifest.get("recipe") != recipe.name:
@@ -230,8 +237,8 @@ def comparison(recipe: Recipe, output_dir: str | Path, latex: bool = False) -> s
         rows = []
         for row in (r for r in recipe.rows if not r.unavailable):
             stats = source.value(row, _smoke_cell(recipe, row))
-            rows.append([row.label, row_model(row, "smoke"), MISSING if stats is None else _fmt(*stats, 1)])
-        tables = [table_block(stand_in, ["Row", "backbone", "obtained"], rows, latex)]
+            rows.append([row.label, row_model(row, "smoke"), NO_CELL if stats is None else _fmt(*stats, 1)])
+        tables: list[Block] = [Table.make(stand_in, ["Row", "backbone", "obtained"], rows)]
     else:
         if recipe.kind == "synthetic":
             text.append("paper: '-', the figure plots these (no number in the text); obtained: final accuracy (%), "
@@ -247,14 +254,14 @@ def comparison(recipe: Recipe, output_dir: str | Path, latex: bool = False) -> s
                            if any(r.added for r in recipe.rows) else ""))
         if smoke:
             text.append("Smoke scale: the obtained numbers check the pipeline and are not comparable.")
-        tables = [_group_table(recipe, source, group, latex)
+        tables = [_group_table(recipe, source, group)
                   for group in dict.fromkeys(c.group for r in recipe.rows for c in r.cells)]
         unavailable = [f"{r.label}: {r.unavailable}" for r in recipe.rows if r.unavailable]
         if unavailable:
-            tables.append("Not run by dgmoe: " + "; ".join(unavailable) + ".")
-    protocol = protocol_block(all_records(output_dir), selection, latex)
-    return "\n\n".join([heading("dgmoe results: recipe " + recipe.name, 1, latex), " ".join(text), protocol,
-                        *tables]) + "\n"
+            tables.append(Text("Not run by dgmoe: " + "; ".join(unavailable) + ".", comment=False))
+    protocol = protocol_block(all_records(output_dir), selection)
+    return Document((Heading("dgmoe results: recipe " + recipe.name, 1), Text(" ".join(text), comment=False),
+                     protocol, *tables))
 
 
 def all_records(output_dir: Path) -> pd.DataFrame:
@@ -281,7 +288,7 @@ def _smoke_cell(recipe: Recipe, row: Row) -> Cell:
     return Cell(stand_in, OOD_AVG, source=get_spec(stand_in).domains[source])
 
 
-def _group_table(recipe: Recipe, source: Source, group: str, latex: bool) -> str:
+def _group_table(recipe: Recipe, source: Source, group: str) -> Table:
     """One dataset's table: each column's paper, obtained and difference, one line per recipe row."""
     found = [c for r in recipe.rows for c in r.cells if c.group == group]
     keys = [(column, selection) for _, column, selection in column_keys(recipe.rows, lambda c: c.group == group)]
@@ -291,12 +298,12 @@ def _group_table(recipe: Recipe, source: Source, group: str, latex: bool) -> str
     for key in keys:
         title = "" if single else _column_title(first[key], recipe) + ": "
         header += [f"{title}paper", f"{title}obtained", f"{title}diff"]
-    rows = []
+    rows: list[list[str | TableCell]] = []
     for row in recipe.rows:
         mine = {(c.column, c.selection): c for c in row.cells if c.group == group}
         if not mine:
             continue
-        out = [row.label + (" *" if row.quoted else " +" if row.added else "")]
+        out: list[str | TableCell] = [row.label + (" *" if row.quoted else " +" if row.added else "")]
         for key in keys:
             cell = mine.get(key)
             if cell is None:
@@ -311,10 +318,11 @@ def _group_table(recipe: Recipe, source: Source, group: str, latex: bool) -> str
             stats = source.value(row, cell)
             if stats is not None and cell.fraction:
                 stats = (stats[0] / 100, stats[1] / 100)
-            diff = "" if stats is None or paper is None else f"{stats[0] - paper:+.{digits}f}"
-            out += [paper_text, MISSING if stats is None else _fmt(*stats, digits), diff]
+            diff = TableCell() if stats is None or paper is None else TableCell(mean=stats[0] - paper, decimals=digits,
+                                                                                signed=True)
+            out += [paper_text, NO_CELL if stats is None else _fmt(*stats, digits), diff]
         rows.append(out)
     title = f"{recipe.table}: ratios to the {recipe.cost.reference} row" if recipe.cost else group
     if single and recipe.kind not in ("cost", "synthetic"):
         title += f" ({_column_title(first[keys[0]], recipe)})"
-    return table_block(title, header, rows, latex)
+    return Table.make(title, header, rows)

@@ -6,7 +6,7 @@ from typing import Any, Mapping
 from dgmoe.data.catalogue import evaluation_envs, get_spec
 from dgmoe.recipes.base import AVG, SELECTION_NAMES, SELECTION_SHORT, SWEEP_KINDS, Cell, Part, Recipe, column_keys
 from dgmoe.recipes.plan import SMOKE, row_model, row_parts
-from dgmoe.tables import render_table
+from dgmoe.tables import markdown_table
 
 
 def list_table(recipes: list[Recipe]) -> str:
@@ -45,7 +45,7 @@ def published_tables(recipe: Recipe) -> list[str]:
             if mine:
                 mark = " *" if row.quoted else " (not run)" if row.unavailable else " +" if row.added else ""
                 rows.append([row.label + mark, *(_number(mine[k], bool(row.added)) if k in mine else "" for k in keys)])
-        table = render_table(["Row", *(titles[k] for k in keys)], rows)
+        table = markdown_table(["Row", *(titles[k] for k in keys)], rows)
         out.append(f"trained on {source}:\n{table}" if source else table)
     return out
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Collection, Iterable, Sequence
 
-from dgmoe.report.markdown import slugify, table_html
 from dgmoe.report.runs import RunInfo
 from dgmoe.report.text import count
+from dgmoe.tables import html_table, slugify
 
 PAGE_ROWS = 100  # runs per group page
 FACETS = ("dataset", "algorithm", "model", "held-out domain")
@@ -127,7 +127,7 @@ def groups_table(groups: Sequence[Group], page: Path, group_page: Callable[[Grou
                      str(sum(r.done for r in g.runs)),
                      html.escape(f"{'seed' if len(trials) == 1 else 'seeds'} {_short(trials)}"), str(len(hps)),
                      pct(mean_test), "" if top is None or top.selected is None else pct(top.selected.val_acc)])
-    return table_html(head, rows, escape=False, left=4 if with_dataset else 3)
+    return html_table(head, rows, left=4 if with_dataset else 3)
 
 
 def _short(values: list[str], limit: int = 6) -> str:
@@ -149,7 +149,7 @@ def run_rows_table(runs: Sequence[RunInfo], page: Path, run_page: Callable[[RunI
                      "problem" if run.problem else ("finished" if run.done else "unfinished"),
                      "" if sel is None else str(sel.step), "" if sel is None else pct(sel.val_acc), test,
                      str(len(run.figures()))])
-    return table_html(head, rows, escape=False, left=4)
+    return html_table(head, rows, left=4)
 
 
 def group_pages(group: Group, group_page: Callable[[Group, int], Path], run_page: Callable[[RunInfo], Path],

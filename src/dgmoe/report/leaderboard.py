@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from dgmoe.document import Cell, Table
 from dgmoe.engine.checkpoint import WEIGHT_FILES, checkpoint_step, load_state, read_run_config, saved_run
 from dgmoe.engine.io import atomic_folder, remove_stale_folders, write_json_atomic, write_text_atomic
 from dgmoe.errors import UsageError
@@ -236,15 +237,14 @@ def _aggregate(seeds: dict[str, Any]) -> dict[str, dict[str, dict[str, float | N
 
 def summary_markdown(summary: dict[str, Any]) -> str:
     n, need = len(summary["seeds"]), summary["seeds_required"]
-    lines = [heading(f"{summary['dataset']}: {summary['method']}", 1), "",
-             f"Selection: {summary['selection']}. Seeds: {n} (WILDS asks for {need}"
-             + ("; fewer here)." if n < need else ")."), "",
-             "| split | metric | mean (%) | std (%) |", "|:--|:--|--:|--:|"]
-    for split, metrics in summary["aggregate"].items():
-        for metric, stats in metrics.items():
-            std = "-" if stats["std"] is None else f"{100 * stats['std']:.2f}"
-            lines.append(f"| {split} | {metric} | {100 * stats['mean']:.2f} | {std} |")
+    rows = [[split, metric, Cell(mean=100 * stats["mean"], decimals=2),
+             Cell("-") if stats["std"] is None else Cell(mean=100 * stats["std"], decimals=2)]
+            for split, metrics in summary["aggregate"].items() for metric, stats in metrics.items()]
     files = sorted(info["file"] for e in summary["seeds"].values() for info in e["splits"].values())
     notes = [f"Not for WILDS' evaluator as it stands: {line}." for line in summary.get("not_written", [])]
-    return "\n".join(lines + ["", "std: over seeds with ddof=1, as WILDS' evaluator; - for one seed.",
-                              "Prediction files: " + ", ".join(files), *notes, ""])
+    table = Table.make("", ["split", "metric", "mean (%)", "std (%)"], rows, left=2)
+    return "\n".join([heading(f"{summary['dataset']}: {summary['method']}", 1), "",
+                      f"Selection: {summary['selection']}. Seeds: {n} (WILDS asks for {need}"
+                      + ("; fewer here)." if n < need else ")."), "", table.markdown(title=False), "",
+                      "std: over seeds with ddof=1, as WILDS' evaluator; - for one seed.",
+                      "Prediction files: " + ", ".join(files), *notes, ""])

@@ -26,10 +26,11 @@ from dgmoe.report.groups import (
     groups_table,
     pct,
 )
-from dgmoe.report.markdown import markdown_to_html, slugify, table_html
+from dgmoe.report.markdown import markdown_to_html
 from dgmoe.report.runs import RunInfo, figure_title
 from dgmoe.report.store import CHART, FigureStore, Layout
 from dgmoe.report.text import count, rounded
+from dgmoe.tables import html_table, slugify
 
 Section = tuple[str, str, str, list[tuple[str, str]]]  # (anchor, heading, HTML, [(anchor, heading) of parts])
 
@@ -66,7 +67,7 @@ def results_section(records, selection: str, multi: list[RunInfo]) -> tuple[str,
 
     Only datasets with single-test-domain runs have DomainBed tables, those with WILDS metrics WILDS tables and
     the distribution-shift suites their shift table; `multi` are the runs of the others."""
-    from dgmoe.report.results import left_out, results_tables
+    from dgmoe.report.results import left_out, results_document
     from dgmoe.report.shifts import shift_datasets
     from dgmoe.report.wilds import wilds_datasets
 
@@ -80,11 +81,10 @@ def results_section(records, selection: str, multi: list[RunInfo]) -> tuple[str,
     if records is None or not len(records):
         return "<p>No finished run yet: no results table (unfinished runs are in the run index).</p>", []
     try:
-        text = results_tables(records, selection, latex=False)
+        document = results_document(records, selection)
     except ValueError as err:
         return f'<p class="problem">The results tables could not be computed: {html.escape(str(err))}</p>', []
-    text = re.sub(r"\A# .*\n", "", text)  # the section has its own heading
-    body = markdown_to_html(text, heading_offset=1, id_prefix="results")
+    body = document.html(heading_offset=1, id_prefix="results", title=False)  # (the section has its own heading)
     if multi:
         names = ", ".join(sorted({r.dataset for r in multi}))
         body += (f"<p class=\"meta\">{count(len(multi), 'run')} of {html.escape(names)} hold out several test domains "
@@ -122,7 +122,7 @@ def cost_table(runs: Sequence[RunInfo]) -> str:
                      if len(times) > 1 else "",
                      rounded(max(mems) if mems else None, decimals=2),
                      ", ".join(str(s) for s in steps[:3]) + (", ..." if len(steps) > 3 else "")])
-    return table_html(head, rows, escape=False, left=3)
+    return html_table(head, rows, left=3)
 
 
 def _toc(sections: Sequence[Section]) -> str:

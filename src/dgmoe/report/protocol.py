@@ -22,9 +22,9 @@ from typing import Any, Sequence
 
 import pandas as pd
 
+from dgmoe.document import Protocol
 from dgmoe.engine.provenance import pretrained_identity
 from dgmoe.report.text import count
-from dgmoe.tables import one_line
 
 
 def _run_configs(records: pd.DataFrame) -> dict[str, dict[str, Any]]:
@@ -98,9 +98,6 @@ def protocol_items(records: pd.DataFrame, selection: str) -> list[tuple[str, str
     ]
 
 
-def protocol_block(records: pd.DataFrame, selection: str, latex: bool = False) -> str:
-    """The protocol lines: a Markdown list under **Protocol.**, or LaTeX comment lines."""
-    items = [(name, one_line(value)) for name, value in protocol_items(records, selection)]
-    if latex:
-        return "\n".join(f"% Protocol: {name}: {value}" for name, value in items)
-    return "**Protocol.**\n\n" + "\n".join(f"- {name}: {value}" for name, value in items)
+def protocol_block(records: pd.DataFrame, selection: str) -> Protocol:
+    """The protocol lines (`protocol_items`) as a block of a results `Document`."""
+    return Protocol(tuple(protocol_items(records, selection)))

@@ -6,43 +6,51 @@ folder can be copied or served as it is. A recipe's page starts with the paper-v
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 
+from dgmoe.document import Block, Cell, Document, Heading, Preamble, Table, Text
 from dgmoe.engine.io import write_text_atomic
 from dgmoe.report.html import page
-from dgmoe.report.markdown import markdown_to_html
-from dgmoe.report.results import results_tables
+from dgmoe.report.results import results_document
+from dgmoe.report.selected import RUN_COLUMN
 
 PAGE_NAME = "index"
 
 
-def _link(run_dir: str, out: Path) -> str:
+def _links(run_dir: str, out: Path) -> Cell:
+    """A run folder as links to its log and config, relative to the page."""
     run = Path(run_dir)
     log = run / "train.log" if (run / "train.log").exists() else run / "results.jsonl"
     rel = Path(os.path.relpath(run, out)).as_posix()
-    return f"[log]({rel}/{log.name}), [config]({rel}/config.json)"
+    return Cell(run_dir, links=(("log", f"{rel}/{log.name}"), ("config", f"{rel}/config.json")))
 
 
-def linked(text: str, records: pd.DataFrame, out: Path) -> str:
-    """`text` with every run folder named in a table cell replaced by links to its log and config."""
-    for run_dir in sorted(set(records["run_dir"]), key=len, reverse=True):
-        text = text.replace(f" {run_dir} |", f" {_link(run_dir, out)} |")
-    return text
+def linked(block: Block, out: Path) -> Block:
+    """`block` with every run folder of a selected-runs table shown as links to its log and config."""
+    if not isinstance(block, Table) or RUN_COLUMN not in block.columns:
+        return block
+    k = block.columns.index(RUN_COLUMN)
+    return replace(block, rows=tuple((*r[:k], _links(r[k].text, out), *r[k + 1:]) for r in block.rows))
+
+
+def _untitled(document: Document) -> list[Block]:
+    """The blocks under a document's title (the page has its own)."""
+    return [Text(" ".join(b.lines)) if isinstance(b, Preamble) else b for b in document.blocks
+            if not (isinstance(b, Heading) and b.level == 1)]
 
 
 def results_page(records: pd.DataFrame, out: Path, title: str, selection: str = "all",
-                 intro: str | None = None) -> tuple[Path, Path]:
-    """Write out/index.md and out/index.html (see the module docstring); returns their paths."""
-    tables = results_tables(records, selection, hparams=True)
-    body = tables.split("\n", 1)[1] if tables.startswith("# ") else tables  # (the page has its own title)
-    parts = [f"# {title}", ""]
-    if intro:
-        parts += [intro.split("\n", 1)[1] if intro.startswith("# ") else intro, ""]
-    text = linked("\n".join(parts) + body, records, out)
+                 intro: Document | None = None) -> tuple[Path, Path]:
+    """Write out/index.md and out/index.html (see the module docstring), both from one `Document`; returns
+    their paths."""
+    blocks = [Heading(title, 1), *(_untitled(intro) if intro else []),
+              *_untitled(results_document(records, selection, hparams=True))]
+    document = Document(tuple(linked(b, out) for b in blocks))
     out.mkdir(parents=True, exist_ok=True)
     md, html = out / f"{PAGE_NAME}.md", out / f"{PAGE_NAME}.html"
-    write_text_atomic(md, text)
-    write_text_atomic(html, page(title, [markdown_to_html(text)]))
+    write_text_atomic(md, document.markdown())
+    write_text_atomic(html, page(title, [document.html()]))
     return md, html

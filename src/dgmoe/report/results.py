@@ -7,6 +7,7 @@ from typing import Sequence, cast
 
 import pandas as pd
 
+from dgmoe.document import Block, Document, Heading, Text
 from dgmoe.report.tables import averages_table, dataset_table, preamble, user_labels
 from dgmoe.report.text import count
 from dgmoe.selection import (
@@ -18,14 +19,21 @@ from dgmoe.selection import (
     resolve_selections,
     sweep_accs,
 )
-from dgmoe.tables import heading
 
 
 def results_tables(
     records: pd.DataFrame, selection: MethodLike | Sequence[MethodLike] = "all", latex: bool = False,
     complete_trials: bool = False, hparams: bool = False, bootstrap_seed: int = 0, shift_fit: str | None = None,
 ) -> str:
-    """Markdown (or LaTeX) tables: per selection method, one table per dataset and an Averages table.
+    """The Markdown (or LaTeX) text of `results_document`."""
+    return results_document(records, selection, complete_trials, hparams, bootstrap_seed, shift_fit).text(latex)
+
+
+def results_document(
+    records: pd.DataFrame, selection: MethodLike | Sequence[MethodLike] = "all", complete_trials: bool = False,
+    hparams: bool = False, bootstrap_seed: int = 0, shift_fit: str | None = None,
+) -> Document:
+    """The results tables: per selection method, one table per dataset and an Averages table.
 
     `selection` is `"iid"`, `"loo"`, `"oracle"`, `"worst"`, `"all"` (DomainBed's three, then worst-group
     selection for the WILDS datasets), a `SelectionMethod` class, or a list of these. DomainBed's tables
@@ -58,51 +66,46 @@ def results_tables(
                   "at the checkpoint with the best worst-group accuracy on the validation split.")
     chosen = [m for m in methods if not (m is WorstGroupSelection and not wilds)]
     left = left_out(records, wilds)
-    parts = [preamble(records, "dgmoe results", cells, latex),
-             protocol_block(records, "; ".join(m.name for m in chosen), latex), *(note(n, latex) for n in left)]
+    parts: list[Block] = [preamble(records, "dgmoe results", cells),
+                          protocol_block(records, "; ".join(m.name for m in chosen)), *map(Text, left)]
     for method in methods:
         worst = issubclass(method, WorstGroupSelection)
         datasets = [d for d in single if not (worst and d in wilds)]
         if (selection == "all" and worst) or method in (IDWorstGroupSelection, WildsOfficialSelection):
             datasets = []  # `all`: worst-group selection only for the WILDS datasets
         wg = cast(type[WorstGroupSelection], method)
-        tables = [t for d in wilds if wg.val_env(wilds_runs(records, d)) is not None
-                  for t in wilds_tables(records, d, latex, names, wg, bootstrap_seed)] if worst else []
+        tables: list[Block] = [t for d in wilds if wg.val_env(wilds_runs(records, d)) is not None
+                               for t in wilds_tables(records, d, names, wg, bootstrap_seed)] if worst else []
         if datasets:
             sweep = sweep_accs(records, method)
             for d in datasets:  # Camelyon17: beside the accuracy, the held-out hospital's worst-slide accuracy
-                tables.append(dataset_table(records, sweep, d, latex, names))
+                tables.append(dataset_table(records, sweep, d, names))
                 why = loo_note(records, d) if method is LeaveOneOutSelection else None
                 if why:
-                    tables.append(note(why, latex))
+                    tables.append(Text(why))
                 if hparams:
-                    tables.append(selected_table(records, sweep, d, latex, names))
+                    tables.append(selected_table(records, sweep, d, names))
                 if (oop := oop_key(d)) is not None:  # DomainBed-OOP: the test domain's out-of-pretraining images
-                    tables.append(worst_group_table(records, sweep, d, latex, names, oop, OOP_TITLE.format(d)))
+                    tables.append(worst_group_table(records, sweep, d, names, oop, OOP_TITLE.format(d)))
                 elif has_worst_group(records, d):
-                    tables.append(worst_group_table(records, sweep, d, latex, names))
-            tables.append(averages_table(records, sweep, datasets, latex, complete_trials, names))
+                    tables.append(worst_group_table(records, sweep, d, names))
+            tables.append(averages_table(records, sweep, datasets, complete_trials, names))
         if tables:
-            parts.append(heading(f"Model selection: {method.name}", 2, latex))
+            parts.append(Heading(f"Model selection: {method.name}", 2))
             parts.extend(tables)
     suites = shift_datasets(records)
     if shift_fit is not None and not suites:
         raise ValueError(f"--shift-fit {shift_fit}: no run of a distribution-shift suite (ImageNetShifts) to compare")
     if suites:
-        parts.append(heading("Distribution shift", 2, latex))
+        parts.append(Heading("Distribution shift", 2))
         for d in suites:
             fits = read_fits(shift_fit, suite_of(d)) if shift_fit is not None else None  # type: ignore[arg-type]
-            parts.append(shift_table(records, d, latex, names, fits))
+            parts.append(shift_table(records, d, names, fits))
     if len(parts) == 2 + len(left):
         raise ValueError("no run fits a results table: DomainBed's tables need runs that hold out one domain "
                          "(--test-envs t), WILDS tables runs that hold out the validation split"
                          + "".join(f"; {n[len('Left out: '):]}" for n in left))
-    return "\n\n".join(parts) + "\n"
-
-
-def note(text: str, latex: bool) -> str:
-    """A line of text between tables (a comment line in LaTeX)."""
-    return f"% {text}" if latex else text
+    return Document(tuple(parts))
 
 
 def left_out(records: pd.DataFrame, wilds: Sequence[str]) -> list[str]:

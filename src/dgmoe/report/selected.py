@@ -13,8 +13,10 @@ from typing import Any, Mapping
 
 import pandas as pd
 
+from dgmoe.document import Table
 from dgmoe.report.tables import RowKey, dataset_domains, row_labels
-from dgmoe.tables import latex_escape, table_block
+
+RUN_COLUMN = "Run (log, config)"  # the run folder that holds the selected checkpoint's log and config
 
 
 def run_hparams(records: pd.DataFrame) -> dict[str, dict[str, Any]]:
@@ -36,8 +38,8 @@ def _short(value: Any) -> str:
         else str(value)
 
 
-def selected_table(records: pd.DataFrame, sweep: pd.DataFrame, dataset: str, latex: bool,
-                   names: Mapping[RowKey, str] | None = None) -> str:
+def selected_table(records: pd.DataFrame, sweep: pd.DataFrame, dataset: str,
+                   names: Mapping[RowKey, str] | None = None) -> Table:
     """A table of the runs one selection method chose for `dataset` (one line per row, domain and trial)."""
     domains = dataset_domains(records, dataset)
     mine = sweep[sweep["dataset"] == dataset].sort_values(["algorithm", "model", "test_env", "trial_seed"])
@@ -49,9 +51,8 @@ def selected_table(records: pd.DataFrame, sweep: pd.DataFrame, dataset: str, lat
         chosen = hparams.get(pick["run_dir"], {})
         text = (f"{chosen['soup']} of {chosen.get('members')} runs" if "soup" in chosen
                 else ", ".join(f"{k}={_short(chosen[k])}" for k in varying if k in chosen) or "defaults")
-        esc = latex_escape if latex else str  # (render_table escapes the first column only)
-        rows.append([labels[(pick["algorithm"], pick["model"])], esc(domains[int(pick["test_env"])]),
-                     str(pick["trial_seed"]), str(pick["hparams_seed"]), str(pick["step"]),
-                     f"{100 * pick['test_acc']:.1f}", esc(text), esc(str(pick["run_dir"]))])
-    return table_block(f"{dataset}: selected runs", ["Algorithm", "Domain", "Trial", "Hparams seed", "Step",
-                                                     "Test acc", "Hparams", "Run (log, config)"], rows, latex)
+        rows.append([labels[(pick["algorithm"], pick["model"])], domains[int(pick["test_env"])],
+                     int(pick["trial_seed"]), int(pick["hparams_seed"]), int(pick["step"]),
+                     100 * float(pick["test_acc"]), text, str(pick["run_dir"])])
+    return Table.make(f"{dataset}: selected runs", ["Algorithm", "Domain", "Trial", "Hparams seed", "Step",
+                                                    "Test acc", "Hparams", RUN_COLUMN], rows)

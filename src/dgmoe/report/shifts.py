@@ -22,10 +22,10 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
+from dgmoe.document import Table, Text
 from dgmoe.metrics import LogitFit, ShiftSuite, effective_robustness
-from dgmoe.report.tables import RowKey, dataset_domains, format_mean, row_labels
+from dgmoe.report.tables import RowKey, dataset_domains, mean_cell, row_labels
 from dgmoe.selection import python_argmax, rank_key
-from dgmoe.tables import table_block
 
 ACC = "acc_all"  # as `dgmoe.engine.evaluate.SHIFT_ACC` (the report does not import the engine)
 
@@ -104,8 +104,8 @@ def read_fits(path: str | Path, suite: ShiftSuite) -> dict[str, LogitFit]:
     return fits
 
 
-def shift_table(records: pd.DataFrame, dataset: str, latex: bool = False,
-                names: Mapping[RowKey, str] | None = None, fits: Mapping[str, LogitFit] | None = None) -> str:
+def shift_table(records: pd.DataFrame, dataset: str, names: Mapping[RowKey, str] | None = None,
+                fits: Mapping[str, LogitFit] | None = None) -> Table:
     """One suite's table (see the module docstring); effective-robustness columns for the shifts in `fits`."""
     suite = suite_of(dataset)
     if suite is None:
@@ -123,11 +123,10 @@ def shift_table(records: pd.DataFrame, dataset: str, latex: bool = False,
         avg = [float(np.mean([cells[s][k] for s in suite.shifts])) for k in range(n)]
         ers = {s: [effective_robustness(cells[suite.id_domain][k], cells[s][k], f) for k in range(n)]
                for s, f in fits.items()}
-        rows.append([labels[key], *(format_mean(cells.get(d, []), latex)[1] for d in (suite.id_domain, *suite.shifts)),
-                     format_mean(avg, latex)[1], *(format_mean(ers[s], latex)[1] for s in suite.shifts if s in fits)])
+        rows.append([labels[key], *(mean_cell(cells.get(d, [])) for d in (suite.id_domain, *suite.shifts)),
+                     mean_cell(avg), *(mean_cell(ers[s]) for s in suite.shifts if s in fits)])
     title = (f"{dataset}: accuracy on {suite.id_domain} and each shift, checkpoints chosen by training-domain "
              "validation")
-    text = table_block(title, header, rows, latex)
     if fits:
         lines = "; ".join(f"{s}: slope {f.slope:.4f}, intercept {f.intercept:.4f} ({f.source})"
                           for s, f in fits.items())
@@ -135,4 +134,4 @@ def shift_table(records: pd.DataFrame, dataset: str, latex: bool = False,
                 f"baseline at the same {suite.id_domain} accuracy, in points. Baselines: {lines}.")
     else:
         note = "No effective robustness: give a baseline testbed with --shift-fit FILE (see dgmoe.report.shifts)."
-    return text + "\n\n" + (("% " + note) if latex else note)
+    return Table.make(title, header, rows, [Text(note)])

@@ -22,18 +22,10 @@ from typing import Literal, Mapping, Sequence
 
 import pandas as pd
 
+from dgmoe.document import MISSING, Block, Cell, Document, Preamble, Table
 from dgmoe.duplicates import check_unique_runs
 from dgmoe.report.protocol import protocol_block
-from dgmoe.report.tables import (
-    MISSING,
-    RowKey,
-    dataset_domains,
-    format_avg,
-    format_mean,
-    row_labels,
-    user_labels,
-)
-from dgmoe.tables import heading, table_block
+from dgmoe.report.tables import RowKey, avg_cell, dataset_domains, mean_cell, row_labels, user_labels
 
 Split = Literal["in", "out"]
 Improvement = Literal["relative", "absolute"]
@@ -99,12 +91,12 @@ def ood_improvement(accs: Sequence[float], bases: Sequence[float], kind: Improve
     return sum(gains) / len(gains)  # type: ignore[arg-type]
 
 
-def _format_gain(gain: float | None, kind: Improvement, latex: bool) -> str:
+def _gain_cell(gain: float | None, kind: Improvement) -> Cell:
     if gain is None:
         return MISSING
     if kind == "absolute":
-        return f"{gain:+.1f}"
-    return f"{gain:.1f}\\%" if latex else f"{gain:.1f}%"
+        return Cell(mean=gain, signed=True)
+    return Cell(mean=gain, unit="%")
 
 
 def row_aliases(records: pd.DataFrame) -> dict[RowKey, set[str]]:
@@ -140,33 +132,32 @@ def resolve_baseline(keys: Sequence[RowKey], baseline: str,
 
 
 def _source_table(accs: pd.DataFrame, domains: list[str], train_env: int, base: RowKey | None,
-                  kind: Improvement, title: str, latex: bool, names: Mapping[RowKey, str] | None = None) -> str:
+                  kind: Improvement, title: str, names: Mapping[RowKey, str] | None = None) -> Table:
     keys = sorted(set(zip(accs["algorithm"], accs["model"])))
     labels = row_labels(keys, names)
     means: dict[RowKey, list[float | None]] = {}
-    cells: dict[RowKey, list[str]] = {}
+    cells: dict[RowKey, list[Cell]] = {}
     for key in keys:
         mine = accs[(accs["algorithm"] == key[0]) & (accs["model"] == key[1])]
-        pairs = [format_mean(mine.loc[mine["env"] == env, "acc"], latex) for env in range(len(domains))]
-        means[key] = [m for m, _ in pairs]
-        cells[key] = [c for _, c in pairs]
+        cells[key] = [mean_cell(mine.loc[mine["env"] == env, "acc"]) for env in range(len(domains))]
+        means[key] = [c.mean for c in cells[key]]
     ood = [e for e in range(len(domains)) if e != train_env]
     header = ["Algorithm", *(f"{d} (IID)" if e == train_env else d for e, d in enumerate(domains)), "OOD Avg"]
     if base is not None:
         header += ["IID Imp.", "OOD Imp."]
     rows = []
     for key in keys:
-        row = [labels[key], *cells[key], format_avg([means[key][e] for e in ood])]
+        row = [labels[key], *cells[key], avg_cell([cells[key][e] for e in ood])]
         if base is not None:
-            row += _gain_cells(means[key], means.get(base), train_env, ood, key == base, kind, latex)
+            row += _gain_cells(means[key], means.get(base), train_env, ood, key == base, kind)
         rows.append(row)
-    return table_block(title, header, rows, latex)
+    return Table.make(title, header, rows)
 
 
 def _gain_cells(mine: list[float | None], base: list[float | None] | None, train_env: int,
-                ood: list[int], is_base: bool, kind: Improvement, latex: bool) -> list[str]:
+                ood: list[int], is_base: bool, kind: Improvement) -> list[Cell]:
     if is_base:
-        return ["-", "-"]
+        return [Cell("-"), Cell("-")]
     if base is None:
         return [MISSING, MISSING]
     iid = None
@@ -176,7 +167,7 @@ def _gain_cells(mine: list[float | None], base: list[float | None] | None, train
     oods = None
     if all(a is not None and b is not None for a, b in pairs):
         oods = ood_improvement([a for a, _ in pairs], [b for _, b in pairs], kind)  # type: ignore[misc]
-    return [_format_gain(iid, kind, latex), _format_gain(oods, kind, latex)]
+    return [_gain_cell(iid, kind), _gain_cell(oods, kind)]
 
 
 def single_source_table(
@@ -186,7 +177,17 @@ def single_source_table(
     improvement_kind: Improvement = "relative",
     latex: bool = False,
 ) -> str:
-    """Markdown (or LaTeX) single-source tables: one per (dataset, training domain), as GMoE Table 3/12.
+    """The Markdown (or LaTeX) text of `single_source_document`."""
+    return single_source_document(records, baseline, ood_split, improvement_kind).text(latex)
+
+
+def single_source_document(
+    records: pd.DataFrame,
+    baseline: str | None = None,
+    ood_split: Split = "in",
+    improvement_kind: Improvement = "relative",
+) -> Document:
+    """Single-source tables: one per (dataset, training domain), as GMoE Table 3/12.
 
     `baseline` names the row the improvements are measured against: a model (`vit_tiny_patch16_224`, which
     also matches runs built with overrides such as `vit_tiny_patch16_224(depth=6)`), an algorithm,
@@ -211,16 +212,13 @@ def single_source_table(
         f"IID: the training domain's out split; OOD: the other domains' {ood_split} split. "
         f"Accuracy (%), mean +/- standard error over trial seeds; X: missing.{gain}"
     )
-    protocol = protocol_block(records, "training-domain validation (the training domain's out split)", latex)
-    if latex:
-        parts = ["% dgmoe single-source results\n% Needs \\usepackage{booktabs}.\n% " + text, protocol]
-    else:
-        parts = [heading("dgmoe single-source results", 1, False) + "\n\n" + text, protocol]
+    parts: list[Block] = [Preamble("dgmoe single-source results", (text,)),
+                          protocol_block(records, "training-domain validation (the training domain's out split)")]
     for dataset in sorted(accs["dataset"].unique()):
         domains = dataset_domains(records, dataset)
         mine = accs[accs["dataset"] == dataset]
         for train_env in sorted(mine["train_env"].unique()):
             title = f"{dataset}: trained on {domains[int(train_env)]}"
             sub = mine[mine["train_env"] == train_env]
-            parts.append(_source_table(sub, domains, int(train_env), base, improvement_kind, title, latex, names))
-    return "\n\n".join(parts) + "\n"
+            parts.append(_source_table(sub, domains, int(train_env), base, improvement_kind, title, names))
+    return Document(tuple(parts))

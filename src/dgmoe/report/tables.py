@@ -26,34 +26,33 @@ table beside its accuracy table: that worst-group accuracy at the checkpoints th
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
+from dgmoe.document import MISSING, Cell, Preamble, Table, Text
 from dgmoe.report.text import count
 from dgmoe.selection import mean_and_se
-from dgmoe.tables import heading, latex_escape, table_block
 
-MISSING = "X"
 RowKey = tuple[str, str]  # (algorithm, model)
 
 
-def format_mean(accs: Iterable[float], latex: bool = False) -> tuple[float | None, str]:
-    """(mean in %, cell text): "20.0 +/- 4.7" for [0.1, 0.2, 0.3]; (None, "X") for no data."""
+def mean_cell(accs: Iterable[float]) -> Cell:
+    """The cell of accuracies (fractions): mean +/- SE in %, "20.0 +/- 4.7" for [0.1, 0.2, 0.3]; "X" for none."""
     stats = mean_and_se(accs)
     if stats is None:
-        return None, MISSING
-    mean, err = stats
-    sep = " $\\pm$ " if latex else " +/- "
-    return mean, f"{mean:.1f}{sep}{err:.1f}"
+        return MISSING
+    return Cell(mean=stats[0], se=stats[1])
 
 
-def format_avg(means: Sequence[float | None]) -> str:
-    """The plain mean of per-column means, or "X" if any is missing."""
+def avg_cell(cells: Sequence[Cell]) -> Cell:
+    """The plain mean of the cells' means (no SE), or "X" if any is missing."""
+    means = [c.mean for c in cells]
     if not means or any(m is None for m in means):
         return MISSING
-    return f"{sum(means) / len(means):.1f}"  # type: ignore[arg-type]
+    return Cell(mean=sum(means) / len(means))  # type: ignore[arg-type]
 
 
 def row_labels(keys: Iterable[RowKey], names: Mapping[RowKey, str] | None = None) -> dict[RowKey, str]:
@@ -93,20 +92,17 @@ def row_keys(records: pd.DataFrame) -> list[RowKey]:
     return sorted(set(zip(single["algorithm"], single["model"])))
 
 
-def dataset_table(records: pd.DataFrame, sweep: pd.DataFrame, dataset: str, latex: bool,
-                  names: Mapping[RowKey, str] | None = None) -> str:
+def dataset_table(records: pd.DataFrame, sweep: pd.DataFrame, dataset: str,
+                  names: Mapping[RowKey, str] | None = None) -> Table:
     domains = dataset_domains(records, dataset)
     keys = row_keys(records[records["dataset"] == dataset])
     labels = row_labels(keys, names)
     rows = []
     for alg, model in keys:
-        cells, means = [], []
-        for env in range(len(domains)):
-            mean, text = format_mean(cell_accs(sweep, dataset, alg, model, len(domains), test_env=env), latex)
-            cells.append(text)
-            means.append(mean)
-        rows.append([labels[(alg, model)], *cells, format_avg(means)])
-    return table_block(dataset, ["Algorithm", *domains, "Avg"], rows, latex)
+        cells = [mean_cell(cell_accs(sweep, dataset, alg, model, len(domains), test_env=env))
+                 for env in range(len(domains))]
+        rows.append([labels[(alg, model)], *cells, avg_cell(cells)])
+    return Table.make(dataset, ["Algorithm", *domains, "Avg"], rows)
 
 
 def trial_averages(mine: pd.DataFrame, n_envs: int, complete_trials: bool = False) -> list[float]:
@@ -136,7 +132,7 @@ PARTIAL_NOTE = ("(k/n): a trial seed of this cell holds out only k of the datase
 
 def cell_accs(sweep: pd.DataFrame, dataset: str, algorithm: str, model: str, n_envs: int,
               test_env: int | None = None, complete_trials: bool = False) -> list[float]:
-    """The accuracies one table cell takes the mean +/- SE of (`format_mean`, `mean_and_se`): a test domain's
+    """The accuracies one table cell takes the mean +/- SE of (`mean_cell`, `mean_and_se`): a test domain's
     selected accuracy per trial seed, or (`test_env=None`) each trial seed's average over its test domains,
     the Averages table's cell (`trial_averages`)."""
     mine = sweep[(sweep["dataset"] == dataset) & (sweep["algorithm"] == algorithm) & (sweep["model"] == model)]
@@ -145,27 +141,26 @@ def cell_accs(sweep: pd.DataFrame, dataset: str, algorithm: str, model: str, n_e
     return trial_averages(mine, n_envs, complete_trials)
 
 
-def averages_table(records: pd.DataFrame, sweep: pd.DataFrame, datasets: Sequence[str], latex: bool,
-                   complete_trials: bool = False, names: Mapping[RowKey, str] | None = None) -> str:
+def averages_table(records: pd.DataFrame, sweep: pd.DataFrame, datasets: Sequence[str],
+                   complete_trials: bool = False, names: Mapping[RowKey, str] | None = None) -> Table:
     keys = row_keys(records[records["dataset"].isin(datasets)])
     labels = row_labels(keys, names)
     n_envs = {d: len(dataset_domains(records, d)) for d in datasets}
     rows, any_partial = [], False
     for alg, model in keys:
-        cells, means, partial = [], [], False
+        cells, partial = [], False
         for dataset in datasets:
-            mean, text = format_mean(cell_accs(sweep, dataset, alg, model, n_envs[dataset],
-                                               complete_trials=complete_trials), latex)
+            c = mean_cell(cell_accs(sweep, dataset, alg, model, n_envs[dataset], complete_trials=complete_trials))
             fewest = None if complete_trials else partial_domains(sweep, dataset, alg, model, n_envs[dataset])
-            if fewest is not None and mean is not None:
-                text, partial = f"{text} ({fewest}/{n_envs[dataset]})", True
-            cells.append(text)
-            means.append(mean)
-        avg = format_avg(means)
-        rows.append([labels[(alg, model)], *cells, avg + (" (partial)" if partial and avg != MISSING else "")])
+            if fewest is not None and c.mean is not None:
+                c, partial = replace(c, suffix=f" ({fewest}/{n_envs[dataset]})"), True
+            cells.append(c)
+        avg = avg_cell(cells)
+        rows.append([labels[(alg, model)], *cells, replace(avg, suffix=" (partial)") if partial and avg != MISSING
+                     else avg])
         any_partial |= partial
-    block = table_block("Averages", ["Algorithm", *datasets, "Avg"], rows, latex)
-    return block + ("\n\n" + (latex_escape(PARTIAL_NOTE) if latex else PARTIAL_NOTE) if any_partial else "")
+    return Table.make("Averages", ["Algorithm", *datasets, "Avg"], rows,
+                      [Text(PARTIAL_NOTE, comment=False)] if any_partial else [])
 
 
 def _args(records: pd.DataFrame) -> list[dict]:
@@ -204,7 +199,7 @@ def data_line(records: pd.DataFrame) -> str | None:
     return "Data: " + "; ".join(parts) + "."
 
 
-def preamble(records: pd.DataFrame, title: str, cells: str, latex: bool) -> str:
+def preamble(records: pd.DataFrame, title: str, cells: str) -> Preamble:
     lines = [
         run_counts(records),
         cells,
@@ -214,6 +209,4 @@ def preamble(records: pd.DataFrame, title: str, cells: str, latex: bool) -> str:
     data = data_line(records)
     if data:
         lines.append(data)
-    if latex:
-        return "\n".join([f"% {title}", "% Needs \\usepackage{booktabs}.", *(f"% {s}" for s in lines)])
-    return "\n".join([heading(title, 1, False), "", " ".join(lines)])
+    return Preamble(title, tuple(lines))

@@ -22,8 +22,9 @@ from typing import Mapping
 
 import pandas as pd
 
+from dgmoe.document import Table, Text
 from dgmoe.records import WILDS_METRIC_NAMES
-from dgmoe.report.tables import RowKey, dataset_domains, format_avg, format_mean, row_keys, row_labels
+from dgmoe.report.tables import RowKey, avg_cell, dataset_domains, mean_cell, row_keys, row_labels
 from dgmoe.selection import (
     GROUPS_FIELD,
     VAL_ENV,
@@ -32,7 +33,6 @@ from dgmoe.selection import (
     WorstGroupSelection,
     sweep_accs,
 )
-from dgmoe.tables import table_block
 
 GROUPS = GROUPS_FIELD
 #: (record key suffix, column title: WILDS' official metric name); "{groups}" is the dataset's group field, e.g.
@@ -92,9 +92,8 @@ def wilds_values(records: pd.DataFrame, dataset: str, method: type[WorstGroupSel
     return out
 
 
-def wilds_table(records: pd.DataFrame, dataset: str, latex: bool = False,
-                names: Mapping[RowKey, str] | None = None,
-                method: type[WorstGroupSelection] = WorstGroupSelection) -> str:
+def wilds_table(records: pd.DataFrame, dataset: str, names: Mapping[RowKey, str] | None = None,
+                method: type[WorstGroupSelection] = WorstGroupSelection) -> Table:
     """One dataset's WILDS table (see the module docstring), with a line on its trial seeds."""
     values = wilds_values(records, dataset, method)
     mine = wilds_runs(records, dataset)
@@ -105,7 +104,7 @@ def wilds_table(records: pd.DataFrame, dataset: str, latex: bool = False,
                if f"env{t}_{key}" in mine.columns and mine[f"env{t}_{key}"].notna().any()]
     keys = sorted(values)
     labels = row_labels(keys, names)
-    rows = [[labels[k], *(format_mean(values[k].get((t, key), []), latex)[1] for t, key, _ in columns)] for k in keys]
+    rows = [[labels[k], *(mean_cell(values[k].get((t, key), [])) for t, key, _ in columns)] for k in keys]
     val_env = method.val_env(mine)
     if val_env is None:
         raise ValueError(f"{dataset}: no run holds out the split {method.name} selects on")
@@ -117,32 +116,31 @@ def wilds_table(records: pd.DataFrame, dataset: str, latex: bool = False,
            "OOD validation, WILDS' default; `--selection worst-id` selects on id_val, `--selection wilds` by WILDS' "
            "official metric")
     title = f"{dataset}: checkpoints chosen by {metric} on {domains[val_env]} ({how})"
-    return table_block(title, ["Algorithm", *(c for _, _, c in columns)], rows, latex) + "\n\n" + \
-        seeds_note(mine, dataset, latex)
+    return Table.make(title, ["Algorithm", *(c for _, _, c in columns)], rows, [seeds_note(mine, dataset)])
 
 
-def wilds_tables(records: pd.DataFrame, dataset: str, latex: bool = False, names: Mapping[RowKey, str] | None = None,
-                 method: type[WorstGroupSelection] = WorstGroupSelection, bootstrap_seed: int = 0) -> list[str]:
+def wilds_tables(records: pd.DataFrame, dataset: str, names: Mapping[RowKey, str] | None = None,
+                 method: type[WorstGroupSelection] = WorstGroupSelection, bootstrap_seed: int = 0) -> list[Table]:
     """The WILDS table of `dataset` and, where the records carry group sizes (FMoW's regions), its worst-group
     table with sizes and bootstrap intervals (`dgmoe.report.wilds_groups`)."""
     from dgmoe.report.wilds_groups import has_group_counts, worst_group_ci_table
 
     mine = wilds_runs(records, dataset)
-    tables = [wilds_table(records, dataset, latex, names, method)]
+    tables = [wilds_table(records, dataset, names, method)]
     field = next((str(g) for g in mine.get(GROUPS, pd.Series(dtype=object)).dropna()), None)
     if field is not None and has_group_counts(mine):
-        tables.append(worst_group_ci_table(mine, records, dataset, field, latex, names, method, bootstrap_seed))
+        tables.append(worst_group_ci_table(mine, records, dataset, field, names, method, bootstrap_seed))
     return tables
 
 
-def seeds_note(mine: pd.DataFrame, dataset: str, latex: bool = False) -> str:
+def seeds_note(mine: pd.DataFrame, dataset: str) -> Text:
     """How many trial seeds each row has, against the number WILDS asks for."""
     need = required_seeds(dataset)
     seeds = mine.groupby(["algorithm", "model"])["trial_seed"].nunique()
     fewest = int(seeds.min()) if len(seeds) else 0
     text = (f"Trial seeds per row: {fewest}{'' if seeds.nunique() <= 1 else f' to {int(seeds.max())}'}; WILDS asks "
             f"for {need} on {dataset}" + (" (fewer here: not yet leaderboard numbers)." if fewest < need else "."))
-    return ("% " + text) if latex else text
+    return Text(text)
 
 
 def has_worst_group(records: pd.DataFrame, dataset: str) -> bool:
@@ -153,9 +151,9 @@ def has_worst_group(records: pd.DataFrame, dataset: str) -> bool:
                for t, runs in by_env)
 
 
-def worst_group_table(records: pd.DataFrame, sweep: pd.DataFrame, dataset: str, latex: bool = False,
+def worst_group_table(records: pd.DataFrame, sweep: pd.DataFrame, dataset: str,
                       names: Mapping[RowKey, str] | None = None, metric: str = "acc_worst_group",
-                      title: str | None = None) -> str:
+                      title: str | None = None) -> Table:
     """The held-out domain's worst-group accuracy (`env{t}_acc_worst_group`; another record key suffix with
     `metric`, e.g. one named group's `acc_pretraining:OOP`, under `title`) at the checkpoints that `sweep` (one
     DomainBed selection method's `sweep_accs`) picks: per test domain, mean +/- SE over trial seeds."""
@@ -168,13 +166,11 @@ def worst_group_table(records: pd.DataFrame, sweep: pd.DataFrame, dataset: str, 
     labels = row_labels(keys, names)
     rows = []
     for key in keys:
-        cells, means = [], []
+        cells = []
         for env in range(len(domains)):
             values = [_value(chosen[(p["run_dir"], int(p["step"]))], f"env{env}_{metric}") for p in picks
                       if (p["algorithm"], p["model"]) == key and int(p["test_env"]) == env]
-            mean, text = format_mean([v for v in values if v is not None], latex)
-            cells.append(text)
-            means.append(mean)
-        rows.append([labels[key], *cells, format_avg(means)])
-    return table_block(title or f"{dataset}: worst-{groups} accuracy of the test domain",
-                       ["Algorithm", *domains, "Avg"], rows, latex)
+            cells.append(mean_cell([v for v in values if v is not None]))
+        rows.append([labels[key], *cells, avg_cell(cells)])
+    return Table.make(title or f"{dataset}: worst-{groups} accuracy of the test domain",
+                      ["Algorithm", *domains, "Avg"], rows)

@@ -21,9 +21,9 @@ import numpy as np
 import pandas as pd
 
 from dgmoe.data.catalogue import get_spec
+from dgmoe.document import Table
 from dgmoe.report.tables import RowKey, dataset_domains, row_labels
 from dgmoe.selection import WorstGroupSelection, sweep_accs
-from dgmoe.tables import table_block
 
 BOOTSTRAP_DRAWS = 2000
 LEVEL = 0.95
@@ -55,9 +55,9 @@ def has_group_counts(mine: pd.DataFrame) -> bool:
     return any("_count_" in str(c) and mine[c].notna().any() for c in mine.columns)
 
 
-def worst_group_ci_table(mine: pd.DataFrame, records: pd.DataFrame, dataset: str, field: str, latex: bool = False,
+def worst_group_ci_table(mine: pd.DataFrame, records: pd.DataFrame, dataset: str, field: str,
                          names: Mapping[RowKey, str] | None = None,
-                         method: type[WorstGroupSelection] = WorstGroupSelection, seed: int = 0) -> str:
+                         method: type[WorstGroupSelection] = WorstGroupSelection, seed: int = 0) -> Table:
     """The table of the module docstring for the runs `mine` of one WILDS dataset."""
     spec = get_spec(dataset)
     exclude = spec.evaluation.exclude_substring if spec.evaluation is not None else None
@@ -75,10 +75,10 @@ def worst_group_ci_table(mine: pd.DataFrame, records: pd.DataFrame, dataset: str
         worst = min(stats, key=lambda k: (stats[k][0], k))
         low, high = bootstrap_worst(stats, seed)
         sizes = ", ".join(f"{k} {n}" for k, (_, n) in sorted(stats.items()))
-        rows.append([labels[(pick["algorithm"], pick["model"])], str(pick["trial_seed"]), domains[env],
-                     f"{100 * stats[worst][0]:.1f}", f"{worst} ({stats[worst][1]})",
+        rows.append([labels[(pick["algorithm"], pick["model"])], int(pick["trial_seed"]), domains[env],
+                     100 * stats[worst][0], f"{worst} ({stats[worst][1]})",
                      f"[{100 * low:.1f}, {100 * high:.1f}]", sizes])
     title = (f"{dataset}: acc_worst_{field} with {field} sizes and a {int(100 * LEVEL)}% bootstrap interval "
              f"({BOOTSTRAP_DRAWS} draws, seed {seed})")
-    return table_block(title, ["Algorithm", "Trial", "Split", f"acc_worst_{field}", f"worst {field} (n)",
-                               f"{int(100 * LEVEL)}% CI", f"{field} sizes (n)"], rows, latex)
+    return Table.make(title, ["Algorithm", "Trial", "Split", f"acc_worst_{field}", f"worst {field} (n)",
+                              f"{int(100 * LEVEL)}% CI", f"{field} sizes (n)"], rows)
