@@ -7,8 +7,9 @@ expert, and from that step on the run follows another trajectory (measured: one 
 golden GMoE run, near-ties up to 5.7e-4 (relative) by step 29, flipped under scalar or AVX2 kernels). Such a
 decision is not determined by float32 arithmetic, so the golden test takes the reference's:
 
-- `record_ambiguous(margin)`: while active, every `Gate.route` call (a sparse layer's routing decision) is numbered in call order, and each
-  token whose relative top-k margin (p_k - p_{k+1}) / p_k is below `margin` is noted with its decision;
+- `record_ambiguous(margin)`: while active, every `Gate.route` call (a sparse layer's decision) is numbered
+  in call order, and each token whose relative top-k margin (p_k - p_{k+1}) / p_k is below `margin` is
+  noted with its decision;
 - `replay(trace, run_margin_bound)`: the same numbering; a noted token whose decision differs from the reference's is
   given the reference's experts (gates re-read from the run's own probabilities) when the run's own relative
   margin is below `run_margin_bound` (its probabilities drift with the run's trajectory), and is an error otherwise

@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 from safetensors.torch import load_file
 
-import dgmoe.moe.layer as moe_layer
+import dgmoe.moe.gate as moe_gate
 from dgmoe.models.info import build_on_meta
 from dgmoe.models.peft import RoutedAdapterLinear, routed_linear
 from dgmoe.moe.adapter_experts import KroneckerExperts, PHMRule
@@ -65,7 +65,7 @@ def run(kind: str, train: bool, monkeypatch) -> tuple[RoutedAdapterLinear, dict,
     layer, params = build(kind)
     layer.train(train)
     noise = T["noise"]
-    monkeypatch.setattr(moe_layer, "per_sample", lambda shape, draw, like: noise.reshape(shape).clone())
+    monkeypatch.setattr(moe_gate, "per_sample", lambda shape, draw, like: noise.reshape(shape).clone())
     bank = layer.adapter.experts
     if isinstance(bank, KroneckerExperts):  # MoA's dropout masks on each expert's weight H_e
         weight, p = KroneckerExperts.weight, bank.weight_drop.p

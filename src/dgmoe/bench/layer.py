@@ -63,7 +63,7 @@ from dgmoe.bench.timing import (
 from dgmoe.engine.progress import Progress
 from dgmoe.models.layers import Mlp
 from dgmoe.moe import MoEConfig, MoEMlp
-from dgmoe.moe.dispatch import sort_assignments, expert_capacity, sorted_dispatch
+from dgmoe.moe.dispatch import expert_capacity, sort_assignments, sorted_dispatch
 from dgmoe.moe.experts import Experts
 from dgmoe.moe.sync_free import sync_free_dispatch
 

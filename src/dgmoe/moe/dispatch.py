@@ -120,12 +120,12 @@ def fused_grouped_gemm(device: torch.device, dtype: torch.dtype) -> bool:
 def layer_needs(option: str, experts: ExpertBank, x: torch.Tensor, dtype: torch.dtype,
                 compiling: bool) -> DispatchNeeds:
     """The needs of a call of a layer configured with `option` on its `experts` with tokens `x`."""
-    ffn = isinstance(experts, Experts)
-    return DispatchNeeds(
-        option=option, ffn_experts=ffn, activation=experts.activation if ffn else "gelu",
-        grad=torch.is_grad_enabled(), expert_dropout=ffn and experts.training and experts.drop.p > 0,
-        twice_differentiable=SCOPE.twice_differentiable,
-        fused_grouped_gemm=ffn and not compiling and fused_grouped_gemm(x.device, dtype))
+    grad, twice = torch.is_grad_enabled(), SCOPE.twice_differentiable
+    if not isinstance(experts, Experts):
+        return DispatchNeeds(option, ffn_experts=False, grad=grad, twice_differentiable=twice)
+    return DispatchNeeds(option, activation=experts.activation, grad=grad, twice_differentiable=twice,
+                         expert_dropout=experts.training and experts.drop.p > 0,
+                         fused_grouped_gemm=not compiling and fused_grouped_gemm(x.device, dtype))
 
 
 def sorted_dispatch(x: torch.Tensor, expert_idx: torch.Tensor, gates: torch.Tensor, experts: ExpertBank,
