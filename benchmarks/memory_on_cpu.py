@@ -14,8 +14,8 @@ import sys
 
 CHILD = """
 import json, sys, torch
-import dgmoe.moe.layer as layer
-layer._fused_grouped_gemm = lambda device, dtype: dtype == torch.bfloat16  # the GPU's dispatch, on the CPU
+import dgmoe.moe.dispatch as dispatch
+dispatch.fused_grouped_gemm = lambda device, dtype: dtype == torch.bfloat16  # the GPU's dispatch, on the CPU
 from dgmoe.bench.config import ModelBenchConfig
 from dgmoe.bench.models import _measure_memory_child
 cfg = ModelBenchConfig(batch_size=int(sys.argv[2]), device="cpu", precision="bf16")

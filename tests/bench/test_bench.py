@@ -8,8 +8,16 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from dgmoe.bench.layer import COMPILED, LIMIT, LayerBenchConfig, available_candidates, bench_moe_layer, limit_flops
-from dgmoe.bench.moa import MOA_CANDIDATES, DenseThenMaskMoE, moa_layer
+from dgmoe.bench.layer import (
+    COMPILED,
+    LIMIT,
+    LayerBenchConfig,
+    available_candidates,
+    bench_moe_layer,
+    limit_flops,
+    padded_dispatch,
+)
+from dgmoe.bench.moa import MOA_CANDIDATES, dense_then_mask_dispatch, moa_layer
 from dgmoe.bench.timing import (
     MIN_ROUNDS,
     Spread,
@@ -22,7 +30,7 @@ from dgmoe.bench.timing import (
 )
 from dgmoe.cli import main, run
 from dgmoe.moe import MoEConfig, MoEMlp
-from dgmoe.moe.dispatch import capacity_keep_mask, expert_capacity, padded_dispatch, sorted_dispatch
+from dgmoe.moe.dispatch import capacity_keep_mask, expert_capacity, sorted_dispatch
 
 
 def test_summarize_repeats_reports_median_min_max():
@@ -77,7 +85,7 @@ def test_tutel_style_fixed_slots_equal_the_grouped_capacity_dispatch():
     torch.manual_seed(0)
     layer = MoEMlp(8, 16, MoEConfig(num_experts=4, top_k=2)).eval()
     x = torch.randn(30, 8)
-    routing = layer.route(x)
+    routing = layer.router.route(x)
     slots = expert_capacity(30, 4, 2, 0.5)
     keep = capacity_keep_mask(routing.expert_idx, routing.gates, 4, slots)
     assert not keep.all()  # some tokens are dropped at this capacity
@@ -254,7 +262,7 @@ def test_moas_dense_then_mask_layer_and_dgmoes_sparse_dispatch_compute_the_same(
     (y0, a0, g0), (y1, a1, g1) = results
     torch.testing.assert_close(y0, y1, rtol=0, atol=1e-5)
     torch.testing.assert_close(a0, a1)
-    assert isinstance(moa_layer(dense_name, 64).adapter, DenseThenMaskMoE)
+    assert moa_layer(dense_name, 64).adapter.dispatch_override is dense_then_mask_dispatch
     for n in g0:
         torch.testing.assert_close(g0[n] if g0[n] is not None else torch.zeros(()), g1[n] if g1[n] is not None
                                    else torch.zeros(()), rtol=1e-4, atol=1e-4, msg=lambda m: f"{n}: {m}")

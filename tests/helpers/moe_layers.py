@@ -2,22 +2,21 @@
 hold against the mask reference."""
 import torch
 
+from dgmoe.bench.layer import padded_dispatch
 from dgmoe.moe import MoEConfig, MoEMlp
-from dgmoe.moe import dispatch as dispatch_module
+from dgmoe.moe.dispatch import sorted_autograd_dispatch
 from dgmoe.moe.sync_free import sync_free_dispatch
 
-#: the layer's dispatch options, plus the internal paths the tests hold against the mask reference
-PATHS = {"grouped": None, "mask": None, "grouped_autograd": dispatch_module.sorted_autograd_dispatch,
-         "padded": dispatch_module.padded_dispatch, "sync_free": sync_free_dispatch}
+#: the layer's dispatch options, plus the paths the tests hold against the mask reference (and the benchmark's
+#: padded layout)
+PATHS = {"grouped": None, "mask": None, "grouped_autograd": sorted_autograd_dispatch, "padded": padded_dispatch,
+         "sync_free": sync_free_dispatch}
 
 
 def make_layer(dispatch="grouped", activation="gelu", **kw):
     torch.manual_seed(1)
-    layer = MoEMlp(8, 32, MoEConfig(dispatch=dispatch if PATHS.get(dispatch) is None else "grouped", **kw),
-                   activation=activation)
-    if PATHS.get(dispatch) is not None:
-        layer._dispatch = PATHS[dispatch]
-    return layer
+    return MoEMlp(8, 32, MoEConfig(dispatch=dispatch if PATHS.get(dispatch) is None else "grouped", **kw),
+                  activation=activation, dispatch_override=PATHS.get(dispatch))
 
 
 def outputs_and_grads(dispatch, x, **kw):

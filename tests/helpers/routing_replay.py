@@ -7,8 +7,9 @@ expert, and from that step on the run follows another trajectory (measured: one 
 golden GMoE run, near-ties up to 5.7e-4 (relative) by step 29, flipped under scalar or AVX2 kernels). Such a
 decision is not determined by float32 arithmetic, so the golden test takes the reference's:
 
-- `record_ambiguous(margin)`: while active, every `MoEMlp.route` call is numbered in call order, and each
-  token whose relative top-k margin (p_k - p_{k+1}) / p_k is below `margin` is noted with its decision;
+- `record_ambiguous(margin)`: while active, every `Gate.route` call (a sparse layer's decision) is numbered
+  in call order, and each token whose relative top-k margin (p_k - p_{k+1}) / p_k is below `margin` is
+  noted with its decision;
 - `replay(trace, run_margin_bound)`: the same numbering; a noted token whose decision differs from the reference's is
   given the reference's experts (gates re-read from the run's own probabilities) when the run's own relative
   margin is below `run_margin_bound` (its probabilities drift with the run's trajectory), and is an error otherwise
@@ -25,7 +26,7 @@ from typing import Iterator
 
 import torch
 
-from dgmoe.moe.layer import MoEMlp, Routing
+from dgmoe.moe.gate import Gate, Routing
 
 
 def relative_margins(probs: torch.Tensor, k: int) -> torch.Tensor:
@@ -42,19 +43,19 @@ class RoutingChanged(AssertionError):
 
 @contextlib.contextmanager
 def _numbered_route(visit) -> Iterator[None]:
-    original = MoEMlp.route
+    original = Gate.route
     calls = [0]
 
-    def route(self: MoEMlp, inputs: torch.Tensor, lead_shape=None) -> Routing:
+    def route(self: Gate, inputs: torch.Tensor, lead_shape=None) -> Routing:
         routing = original(self, inputs, lead_shape)
         calls[0] += 1
         return visit(self, calls[0] - 1, routing)
 
-    MoEMlp.route = route  # type: ignore[method-assign]
+    Gate.route = route  # type: ignore[method-assign]
     try:
         yield
     finally:
-        MoEMlp.route = original  # type: ignore[method-assign]
+        Gate.route = original  # type: ignore[method-assign]
 
 
 @contextlib.contextmanager
@@ -63,7 +64,7 @@ def record_ambiguous(margin: float) -> Iterator[dict]:
     [experts by decreasing gate]], ...]}."""
     trace: dict = {"calls": 0, "tokens": []}
 
-    def visit(layer: MoEMlp, call: int, routing: Routing) -> Routing:
+    def visit(layer: Gate, call: int, routing: Routing) -> Routing:
         k = routing.expert_idx.shape[-1]
         margins = relative_margins(routing.probs, k)
         for unit in (margins < margin).nonzero().flatten().tolist():
@@ -84,7 +85,7 @@ def replay(trace: dict, run_margin_bound: float) -> Iterator[dict]:
         noted.setdefault(call, []).append((unit, ref_margin, experts))
     seen: dict = {"calls": 0, "replayed": []}
 
-    def visit(layer: MoEMlp, call: int, routing: Routing) -> Routing:
+    def visit(layer: Gate, call: int, routing: Routing) -> Routing:
         seen["calls"] = call + 1
         if call not in noted:
             return routing

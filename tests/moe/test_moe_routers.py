@@ -24,10 +24,10 @@ def test_noise_only_in_training_and_std_is_one_over_n():
     assert layer.config.gate_noise_std == 0.25
     x = torch.randn(64, 8)
     layer.eval()
-    r = layer.route(x)
+    r = layer.router.route(x)
     assert torch.equal(r.logits, r.noisy_logits)
     layer.train()
-    r = layer.route(torch.randn(20000, 8))
+    r = layer.router.route(torch.randn(20000, 8))
     assert (r.noisy_logits - r.logits).std().item() == pytest.approx(0.25, rel=0.05)
 
 
@@ -59,7 +59,7 @@ def test_cosine_router_logits_are_the_cosine_of_projection_and_code_over_tau():
 def test_router_runs_in_fp32_under_autocast():
     layer = make_layer()
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        routing = layer.route(torch.randn(6, 8).bfloat16())
+        routing = layer.router.route(torch.randn(6, 8).bfloat16())
         assert routing.logits.dtype == torch.float32 and routing.gates.dtype == torch.float32
         assert layer(torch.randn(2, 3, 8).bfloat16()).shape == (2, 3, 8)
 
@@ -67,5 +67,5 @@ def test_router_runs_in_fp32_under_autocast():
 def test_top1_gate_is_the_softmax_probability_without_renormalisation():
     layer = make_layer(top_k=1)
     layer.eval()
-    r = layer.route(torch.randn(5, 8))
+    r = layer.router.route(torch.randn(5, 8))
     torch.testing.assert_close(r.gates[:, 0], r.probs.max(-1).values)

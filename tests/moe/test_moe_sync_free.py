@@ -12,7 +12,7 @@ from dgmoe.data.base import Batch
 from dgmoe.engine.hparams import run_hparams
 from dgmoe.models.compiled import compile_blocks
 from dgmoe.moe import MoEConfig, MoEMlp, aux_losses, clear_aux
-from dgmoe.moe import layer as layer_module
+from dgmoe.moe import dispatch as dispatch_module
 from dgmoe.moe.dispatch import sorted_autograd_dispatch
 from dgmoe.moe.sync_free import sync_free_dispatch
 
@@ -22,7 +22,7 @@ BF16 = dict(device_type="cpu", dtype=torch.bfloat16)
 
 
 def _run(layer, dispatch, x, seed=5):
-    layer._dispatch = dispatch
+    layer.dispatch_override = dispatch
     for p in layer.parameters():
         p.grad = None
     x = x.detach().clone().requires_grad_(True)
@@ -57,7 +57,7 @@ def test_the_sync_free_backward_gathers_and_never_scatters():
 
     torch.manual_seed(0)
     layer = MoEMlp(8, 32, MoEConfig(num_experts=4, top_k=2)).train()
-    layer._dispatch = sync_free_dispatch
+    layer.dispatch_override = sync_free_dispatch
     x = torch.randn(3, 5, 8, requires_grad=True)
     with torch.autocast(**BF16):
         y = layer(x)
@@ -75,7 +75,7 @@ def test_the_experts_keep_no_rows_or_activations_for_the_backward_unless_dropout
     (tests/moe/test_moe_dispatch.py, and the bf16 comparison above)."""
     torch.manual_seed(0)
     layer = MoEMlp(16, 64, MoEConfig(num_experts=4, top_k=2, expert_dropout=dropout)).train()
-    layer._dispatch = sync_free_dispatch
+    layer.dispatch_override = sync_free_dispatch
     x = torch.randn(2, 10, 16, requires_grad=True)
     kept: dict[tuple, set] = {(40, 64): set(), (40, 16): set()}  # T*k = 40 assignments: activations, rows
 
@@ -92,16 +92,6 @@ def test_the_experts_keep_no_rows_or_activations_for_the_backward_unless_dropout
         assert len(kept[(40, 64)]) >= 2 and kept[(40, 16)]
     y.sum().backward()
     assert torch.isfinite(x.grad).all() and x.grad.abs().sum() > 0
-
-
-def test_the_layer_chooses_the_sync_free_dispatch_where_grouped_gemm_is_fused(monkeypatch):
-    x = torch.randn(6, 8)
-    assert layer_module.choose_dispatch("grouped", x) is not sync_free_dispatch  # eager CPU: sorted
-    monkeypatch.setattr(layer_module, "_fused_grouped_gemm", lambda device, dtype: dtype == torch.bfloat16)
-    with torch.autocast(**BF16):
-        assert layer_module.choose_dispatch("grouped", x) is sync_free_dispatch
-    assert layer_module.choose_dispatch("grouped", x) is not sync_free_dispatch  # fp32
-    assert layer_module.choose_dispatch("mask", x) is layer_module.DISPATCH["mask"]
 
 
 def _micro(name):
@@ -159,7 +149,7 @@ def test_a_gmoe_compiles_into_one_graph_per_block_kind_without_recompiles():
 def test_a_training_step_reads_nothing_back_from_the_device(monkeypatch, model_name, algorithm):
     """With the dispatch a GPU runs (the fused grouped GEMM, forced here on the CPU), a whole update (forward,
     auxiliary losses, backward, optimiser step, metrics) makes no host read: on CUDA, no synchronisation."""
-    monkeypatch.setattr(layer_module, "_fused_grouped_gemm", lambda device, dtype: dtype == torch.bfloat16)
+    monkeypatch.setattr(dispatch_module, "fused_grouped_gemm", lambda device, dtype: dtype == torch.bfloat16)
     model = _micro(model_name)
     hparams = run_hparams(algorithm, "RotatedMNIST", model_name, 0, 0)
     alg = get_algorithm(algorithm)(model, 5, 2, hparams)

@@ -30,7 +30,7 @@ def test_sync_free_dispatch_matches_the_mask_loop_on_cuda_in_bf16(activation):
     x = torch.randn(4, 50, 64, device="cuda")
     outs = {}
     for name, dispatch in (("sync_free", sync_free_dispatch), ("mask", masked_dispatch)):
-        layer._dispatch = dispatch
+        layer.dispatch_override = dispatch
         torch.manual_seed(1)
         with torch.autocast("cuda", dtype=torch.bfloat16):
             outs[name] = layer(x).float()

@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 from safetensors.torch import load_file
 
-import dgmoe.moe.layer as moe_layer
+import dgmoe.moe.gate as moe_gate
 from dgmoe.models.info import build_on_meta
 from dgmoe.models.peft import RoutedAdapterLinear, routed_linear
 from dgmoe.moe.adapter_experts import KroneckerExperts, PHMRule
@@ -65,7 +65,7 @@ def run(kind: str, train: bool, monkeypatch) -> tuple[RoutedAdapterLinear, dict,
     layer, params = build(kind)
     layer.train(train)
     noise = T["noise"]
-    monkeypatch.setattr(moe_layer, "per_sample", lambda shape, draw, like: noise.reshape(shape).clone())
+    monkeypatch.setattr(moe_gate, "per_sample", lambda shape, draw, like: noise.reshape(shape).clone())
     bank = layer.adapter.experts
     if isinstance(bank, KroneckerExperts):  # MoA's dropout masks on each expert's weight H_e
         weight, p = KroneckerExperts.weight, bank.weight_drop.p
@@ -103,11 +103,12 @@ def test_the_balance_loss_is_moas_and_the_routing_uses_several_experts(kind, mon
     aux = 0.01 * layer.adapter.aux_losses()["balance"]
     moa = T[f"{kind}.train.aux_loss"]
     torch.testing.assert_close(aux.detach(), moa, rtol=1e-4, atol=0)  # relative: the loss itself is ~1e-5
-    routing = layer.adapter.route(T["x"].reshape(-1, META["dim"]), tuple(T["x"].shape[:-1]))
+    gate = layer.adapter.router
+    routing = gate.route(T["x"].reshape(-1, META["dim"]), tuple(T["x"].shape[:-1]))
     assert len(routing.expert_idx.unique()) >= 2
     # dgmoe's GMoE-paper balance loss (population variances, noisy importance, logit threshold) is not MoA's
-    layer.adapter.config = dataclasses.replace(layer.adapter.config, load_loss="paper")
-    assert (layer.adapter.balance_loss(routing) * 0.01 - moa).abs() > 0.1 * moa
+    gate.config = dataclasses.replace(gate.config, load_loss="paper")
+    assert (gate.balance_loss(routing) * 0.01 - moa).abs() > 0.1 * moa
 
 
 def test_vit_b16_trains_what_moas_model_trains():

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -23,7 +23,7 @@ from torch.utils.data import Dataset
 
 from dgmoe.data.loaders import eval_loader
 from dgmoe.moe.auxiliary import sparse_layers
-from dgmoe.moe.layer import MoEMlp
+from dgmoe.moe.layer import MoEMlp, routing_mode
 from dgmoe.moe.record import record_routing
 
 
@@ -91,19 +91,14 @@ def forced_expert_accuracy(network: nn.Module, environments: Sequence[Dataset], 
     table = collect_routing(network, environments, transform, indices, batch_size, device)
     domain = table.top_expert(layer)
     matrix = np.full((num_experts, num_experts), np.nan)
-    moge: Any = network  # a MoGE network: routing_mode, set_routing_mode
-    mode = moge.routing_mode
-    try:
-        for k in range(num_experts):
-            moge.set_routing_mode("forced", expert=k)
+    for k in range(num_experts):
+        with routing_mode(network, "forced", expert=k):
             forced = collect_routing(network, environments, transform, indices, batch_size, device)
-            correct = forced.predictions == forced.labels
-            for d in range(num_experts):
-                mask = domain == d
-                if mask.any():
-                    matrix[d, k] = correct[mask].mean()
-    finally:
-        moge.set_routing_mode(mode)
+        correct = forced.predictions == forced.labels
+        for d in range(num_experts):
+            mask = domain == d
+            if mask.any():
+                matrix[d, k] = correct[mask].mean()
     return matrix, np.bincount(domain, minlength=num_experts)
 
 

@@ -63,14 +63,13 @@ from dgmoe.bench.timing import (
 from dgmoe.engine.progress import Progress
 from dgmoe.models.layers import Mlp
 from dgmoe.moe import MoEConfig, MoEMlp
-from dgmoe.moe import dispatch as dispatch_module
-from dgmoe.moe.dispatch import expert_capacity, sorted_dispatch
+from dgmoe.moe.dispatch import expert_capacity, sort_assignments, sorted_dispatch
 from dgmoe.moe.experts import Experts
 from dgmoe.moe.sync_free import sync_free_dispatch
 
 LIMIT = "limit (k dense FFNs)"
 ROUTER = "router alone"
-#: MoEConfig overrides of each MoE path (None: TutelStyleMoE)
+#: MoEConfig overrides of each MoE path (None: capacity 1.5 through `tutel_style_dispatch`)
 MOE_PATHS: dict[str, dict[str, Any] | None] = {
     "moe grouped (default)": {}, "moe mask": {"dispatch": "mask"},
     "moe grouped + capacity 1.5": {"capacity_factor": 1.5}, "moe Tutel-style capacity 1.5": None}
@@ -84,17 +83,40 @@ DISPATCH_ONLY = ("dispatch sync-free grouped_mm", "transformers-style eager loop
 CANDIDATES = (*MOE_PATHS, COMPILED, *FORCED, *DISPATCH_ONLY, ROUTER, *MOA_CANDIDATES)
 
 
-class TutelStyleMoE(MoEMlp):
-    """Capacity dispatch into a fixed [N, capacity, d] buffer (what Tutel and V-MoE compute)."""
+def padded_dispatch(x: torch.Tensor, expert_idx: torch.Tensor, gates: torch.Tensor, experts: Experts,
+                    keep: torch.Tensor | None = None, slots: int | None = None) -> torch.Tensor:
+    """The sum of `dgmoe.moe.dispatch.sorted_dispatch` with all experts in one padded batched matmul pair: each
+    expert gets `slots` rows (default: the busiest expert's count) of an [N, slots, d] buffer. With `slots` set
+    to the capacity of `capacity_keep_mask` this is the Tutel / V-MoE layout (a fixed [N, capacity, d] buffer);
+    slower than the sorted dispatch on CPU, so a benchmark candidate, not a layer path."""
+    num_experts = experts.num_experts
+    expert_sorted, gate_sorted, token_sorted, counts = sort_assignments(expert_idx, gates, keep, num_experts)
+    capacity = max(int(counts.max()), 1) if slots is None else slots
+    if int(counts.max()) > capacity:
+        raise ValueError(f"an expert has {int(counts.max())} assignments but only {capacity} slots")
+    starts = torch.cumsum(counts, 0) - counts
+    slot = expert_sorted * capacity + (torch.arange(len(expert_sorted), device=x.device) - starts[expert_sorted])
+    rows = x.new_zeros(num_experts * capacity, x.shape[1]).index_copy(0, slot, x.index_select(0, token_sorted))
+    h = torch.baddbmm(experts.fc1_bias.unsqueeze(1), rows.view(num_experts, capacity, -1),
+                      experts.fc1_weight.transpose(1, 2))
+    h = experts.drop(experts.act(h))
+    y = torch.baddbmm(experts.fc2_bias.unsqueeze(1), h, experts.fc2_weight.transpose(1, 2))
+    y = y.reshape(num_experts * capacity, -1)
+    y = y.index_select(0, slot) * gate_sorted.unsqueeze(1).to(y.dtype)
+    return torch.zeros_like(x).index_add_(0, token_sorted, y.to(x.dtype))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        routing = self.route(x)
-        self._record(x, routing, None)
-        assert self.config.capacity_factor is not None  # always built with one (_moe_layer)
-        assert isinstance(self.experts, Experts)  # GMoE's FFN experts (`_moe_layer`)
-        slots = expert_capacity(x.shape[0], self.config.num_experts, self.config.top_k, self.config.capacity_factor)
-        return dispatch_module.padded_dispatch(x, routing.expert_idx, routing.gates, self.experts, routing.keep,
-                                               slots=slots)
+
+def tutel_style_dispatch(config: MoEConfig) -> Callable[..., torch.Tensor]:
+    """Capacity dispatch into a fixed [N, capacity, d] buffer (what Tutel and V-MoE compute), for a layer built
+    with `config` (a capacity factor) as its `dispatch_override`."""
+    assert config.capacity_factor is not None
+    factor = config.capacity_factor
+
+    def dispatch(x: torch.Tensor, expert_idx: torch.Tensor, gates: torch.Tensor, experts: Experts,
+                 keep: torch.Tensor | None = None) -> torch.Tensor:
+        slots = expert_capacity(x.shape[0], config.num_experts, config.top_k, factor)
+        return padded_dispatch(x, expert_idx, gates, experts, keep, slots=slots)
+    return dispatch
 
 
 def limit_flops(cfg: LayerBenchConfig) -> float:
@@ -106,12 +128,11 @@ def limit_flops(cfg: LayerBenchConfig) -> float:
 def _moe_layer(name: str, cfg: LayerBenchConfig) -> MoEMlp:
     base: dict[str, Any] = dict(num_experts=cfg.experts, top_k=cfg.top_k, router=cfg.router)
     if name in FORCED:
-        layer = MoEMlp(cfg.dim, 4 * cfg.dim, MoEConfig(**base))
-        layer._dispatch = FORCED[name]
-        return layer
+        return MoEMlp(cfg.dim, 4 * cfg.dim, MoEConfig(**base), dispatch_override=FORCED[name])
     overrides = MOE_PATHS[name]
     if overrides is None:
-        return TutelStyleMoE(cfg.dim, 4 * cfg.dim, MoEConfig(**base, capacity_factor=1.5))
+        config = MoEConfig(**base, capacity_factor=1.5)
+        return MoEMlp(cfg.dim, 4 * cfg.dim, config, dispatch_override=tutel_style_dispatch(config))
     return MoEMlp(cfg.dim, 4 * cfg.dim, MoEConfig(**base, **overrides))
 
 
@@ -135,8 +156,8 @@ def _router_only(layer: MoEMlp, x: torch.Tensor, amp) -> Callable[[], None]:
         x.grad = None
         layer.zero_grad(set_to_none=True)
         with amp():
-            routing = layer.route(x)
-            loss = routing.gates.sum() + layer.balance_loss(routing)
+            routing = layer.router.route(x)
+            loss = routing.gates.sum() + layer.router.balance_loss(routing)
         loss.backward()
     return run
 

@@ -4,7 +4,7 @@ d -> 3d qkv projection, top-1 cosine routing, its balance loss) computed two way
 - dense-then-mask, as MoA's code computes it (Lee et al., WACV 2025; cvlab-kaist/MoA ed7bc9d): every expert
   on every token, f_e(x) for e = 1..N, then y = W0 x + b0 + sum_e m_e(x) f_e(x) with the mask
   m(x) = onehot(top-1) * softmax(s(x) + eps), i.e. the gate kept for the chosen expert and 0 elsewhere;
-  written here from that equation (`DenseThenMaskMoE`), not from its code;
+  written here from that equation (`dense_then_mask_dispatch`, the layer's dispatch), not from its code;
 - dgmoe's sparse dispatch (`dgmoe.moe.layer.MoEMlp`): each expert on its own tokens only.
 
 Both compute the same function (`tests/bench/test_bench.py`); the dense form runs N experts per token, the
@@ -18,7 +18,7 @@ import torch.nn as nn
 
 from dgmoe.models.peft import RoutedAdapterLinear, routed_linear
 from dgmoe.moe.adapter_experts import PHM_DIM, KroneckerExperts, PHMRule
-from dgmoe.moe.layer import MoEMlp
+from dgmoe.moe.experts import ExpertBank
 from dgmoe.peft_config import PeftConfig
 
 #: candidate name -> (expert kind, dense-then-mask)
@@ -28,19 +28,13 @@ MOA_CANDIDATES = {"moa dense-then-mask (MoA's code)": ("kadaptation", True),
                   "moa-lora sparse dispatch (dgmoe)": ("lora", False)}
 
 
-class DenseThenMaskMoE(MoEMlp):
-    """The same router, experts and balance loss as `MoEMlp`; every expert runs on every token and the outputs
-    are masked by the gates of the chosen experts."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        tokens = x.reshape(-1, x.shape[-1])
-        routing = self.route(tokens, tuple(x.shape[:-1]))
-        mask = torch.zeros_like(routing.probs).scatter(1, routing.expert_idx, routing.gates).to(x.dtype)
-        every = torch.stack([self.experts.expert(e, tokens) for e in range(self.config.num_experts)], dim=1)
-        out = (mask.unsqueeze(-1) * every).sum(dim=1)
-        if self.training:
-            self._record(x, routing, None)
-        return out.reshape(*x.shape[:-1], -1)
+def dense_then_mask_dispatch(x: torch.Tensor, expert_idx: torch.Tensor, gates: torch.Tensor, experts: ExpertBank,
+                             keep: torch.Tensor | None = None) -> torch.Tensor:
+    """Every expert on every token, the outputs masked by the gates of the chosen experts (a layer's
+    `dispatch_override`: the same router, experts and balance loss as the sparse layer). MoA has no capacity."""
+    mask = torch.zeros(x.shape[0], experts.num_experts, device=x.device).scatter(1, expert_idx, gates).to(x.dtype)
+    every = torch.stack([experts.expert(e, x) for e in range(experts.num_experts)], dim=1)
+    return (mask.unsqueeze(-1) * every).sum(dim=1)
 
 
 def moa_layer(candidate: str, dim: int) -> RoutedAdapterLinear:
@@ -53,10 +47,7 @@ def moa_layer(candidate: str, dim: int) -> RoutedAdapterLinear:
     layer.weight.requires_grad_(False)
     layer.bias.requires_grad_(False)
     if dense:
-        sparse = layer.adapter
-        dense_layer = DenseThenMaskMoE(dim, 0, sparse.config, experts=sparse.experts)
-        dense_layer.router = sparse.router
-        layer.adapter = dense_layer
+        layer.adapter.dispatch_override = dense_then_mask_dispatch
     bank = layer.adapter.experts
     if isinstance(bank, KroneckerExperts):  # the rule lives outside the layer in a model; keep it with the layer
         layer.add_module("rule", bank.rule)

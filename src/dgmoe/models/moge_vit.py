@@ -3,7 +3,7 @@ metadata context r = phi(m) of its location encoder. `dgmoe.models.builder` buil
 `dgmoe.models.moge` registers the MoGE models."""
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -12,7 +12,8 @@ from dgmoe.models.info import ModelInfo
 from dgmoe.models.location.encoders import build_location_encoder
 from dgmoe.models.vit import VisionTransformer
 from dgmoe.moe.auxiliary import sparse_layers
-from dgmoe.moe.layer import MoEMlp, RoutingMode, routing_context
+from dgmoe.moe.gate import RoutingMode, routing_context
+from dgmoe.moe.layer import MoEMlp
 
 #: MoGE's default location encoder phi (§2.3: SH(L=10) + SIREN).
 MOGE_LOCATION = dict(location_encoder="sh_siren")
@@ -39,19 +40,14 @@ class MoGEVisionTransformer(VisionTransformer):
 
     def set_routing_mode(self, mode: RoutingMode, expert: int | None = None) -> None:
         """'routed' (eq. 1), 'shared_only' (MoGE-SE, §2.2 (i): f = f_0, no metadata needed) or 'forced'
-        (every image through specialist `expert` with alpha = 1, App. A / Fig. 3)."""
-        if mode not in ("routed", "shared_only", "forced"):
-            raise ValueError(f"routing mode must be 'routed', 'shared_only' or 'forced', got {mode!r}")
-        assert self.info.sparse is not None  # MoGE's blocks are sparse
-        experts = self.info.sparse.num_experts
-        if mode == "forced" and (expert is None or not 0 <= expert < experts):
-            raise ValueError(f"forced routing needs expert in [0, {experts}), got {expert}")
+        (every image through specialist `expert` with alpha = 1, App. A / Fig. 3), in every MoGE block
+        (`MoEMlp.set_routing_mode`; `dgmoe.moe.routing_mode` for a block of code)."""
         for layer in self.moge_layers():
-            layer.mode, layer.forced_expert = mode, expert
+            layer.set_routing_mode(mode, expert)
 
     @property
-    def routing_mode(self) -> Literal["routed", "shared_only", "forced"]:
-        return self.moge_layers()[0].mode
+    def routing_mode(self) -> RoutingMode:
+        return self.moge_layers()[0].routing_mode
 
     def context(self, meta: dict[str, torch.Tensor] | None) -> torch.Tensor:
         """r = phi(m) for a batch (validated by the location encoder)."""

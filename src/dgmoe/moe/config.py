@@ -36,7 +36,7 @@ class MoEConfig:
         expert_dropout: dropout on the expert hidden activation (official GMoE code: 0.1).
         dispatch: 'grouped' (default) or 'mask' (a reference loop with boolean masks, for tests). 'grouped'
             is one interface over two implementations of the same sum, chosen per call by device, dtype and
-            compilation (`dgmoe.moe.layer.choose_dispatch`): the sync-free grouped-GEMM dispatch (fixed shapes,
+            compilation (`dgmoe.moe.dispatch.choose_path`): the sync-free grouped-GEMM dispatch (fixed shapes,
             no host synchronisation) on GPUs with a fused grouped GEMM (SM90+, bf16) and under torch.compile in
             bf16; elsewhere the sorted per-expert loop with a hand-written backward that keeps a dense FFN's
             activation memory (the fastest measured on CPU, docs/benchmarks.md).
@@ -44,7 +44,7 @@ class MoEConfig:
         load_loss: 'paper' computes eq. 10 on logits; 'tutel' reproduces the official GMoE code's quirk of
             subtracting the k-th noisy logit from the clean *probability*; 'moa' reproduces MoA's code
             (cvlab-kaist/MoA ed7bc9d): importance of the clean softmax, load threshold the k-th noisy
-            *probability*, unbiased variances (`MoEMlp._moa_balance_loss`).
+            *probability*, unbiased variances (`Gate._moa_balance_loss`).
         cka_tokens: t, tokens of the layer input forced through every expert per forward for MoGE's expert
             diversity loss (eq. 2); 0 disables it (GMoE, SF-MoE).
     Shared expert (MoGE eq. 1): f(x) = gamma f_0(x) + (1 - gamma) sum_k alpha_k f_k(x):

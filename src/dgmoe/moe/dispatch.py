@@ -1,34 +1,43 @@
-"""Token dispatch: send each token to its k experts, combine the gated outputs.
+"""Token dispatch: send each token to its k experts, combine the gated outputs (GMoE eq. 3,
+y(x) = sum_{e in TOP_k} g_e(x) f_e(x), on the decision of the gate, `dgmoe.moe.gate`).
 
-Every production path starts with one stable sort of the T*k (token, expert) assignments by expert and
-ends with the gate multiply and one scatter-add; there is no [T, E] one-hot and no boolean mask per expert.
-- `sorted_dispatch` ("grouped", the default): one matmul pair per expert on its contiguous slice of the
-  sorted rows, in the fused `GroupedExpertFFN` (hand-written backward: memory of a dense FFN over the
-  T*k assignments, no concatenations). Fastest on a quiet 2-core CPU (docs/benchmarks.md, section 4).
-- `sorted_autograd_dispatch`: the same through plain autograd (not a layer option of its own); supports
-  double backward and expert dropout, so "grouped" hands it those cases: expert dropout, and every forward
-  inside `twice_differentiable()` (algorithms that differentiate gradients, e.g. IGA).
-`dgmoe.moe.sync_free.sync_free_dispatch` is the same computation with fixed shapes and no host
-synchronisation (grouped GEMMs with device-side offsets); `dgmoe.moe.layer.choose_dispatch` picks it under
-torch.compile and on GPUs with a fused grouped GEMM.
-`masked_dispatch` ("mask") is the straightforward reference they are tested against. `padded_dispatch`
-places the rows in an [N, C, d] buffer padded to C per expert and runs all experts as one batched matmul
-pair: with C = the capacity it is the Tutel / V-MoE layout, a candidate of `dgmoe bench layer` (slower than
-"grouped" on CPU, so not a layer option). `capacity_keep_mask`
-reproduces the official code's capacity with token dropping and batch-prioritised routing (Riquelme et
-al. 2021).
+The paths (`DispatchPath`), all computing the same sum; `choose_path` alone says which one runs:
+- "sorted_fused": one stable sort of the T*k (token, expert) assignments by expert, one matmul pair per expert
+  on its contiguous slice of the sorted rows in the fused `GroupedExpertFFN` (hand-written backward: memory
+  of a dense FFN over the T*k assignments, no concatenations), the gate multiply and one scatter-add; no
+  [T, E] one-hot, no boolean mask per expert. Fastest on a quiet 2-core CPU (docs/benchmarks.md, section 4).
+- "sorted_autograd": the same through plain autograd; supports double backward (`twice_differentiable()`,
+  algorithms that differentiate gradients, e.g. IGA), expert dropout, any activation and the adapter banks
+  of `dgmoe.moe.adapter_experts` (experts of their own shapes, d_in -> d_out), and keeps no [T*k, hidden]
+  buffer alive across experts without gradients (inference).
+- "sync_free": `dgmoe.moe.sync_free.sync_free_dispatch`, fixed shapes and no host synchronisation
+  (grouped GEMMs with device-side offsets), where torch's grouped GEMM is one fused kernel (CUDA SM90+,
+  bf16) and under torch.compile in bf16, where the graph captures it.
+- "mask" (the `MoEConfig.dispatch='mask'` option): the straightforward reference the others are tested
+  against.
+`MoEConfig.dispatch='grouped'` (the default) is every path but the reference. Under torch.compile the paths
+other than "sync_free" have shapes that depend on the routing and run eagerly between graphs.
+`capacity_keep_mask` reproduces the official code's capacity with token dropping and batch-prioritised
+routing (Riquelme et al. 2021).
 """
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
-from typing import Iterator
+from dataclasses import dataclass
+from typing import Callable, Iterator, Literal
 
 import torch
 
 from dgmoe.moe.experts import ExpertBank, Experts
 from dgmoe.moe.fused import GroupedExpertFFN
+from dgmoe.moe.sync_free import GROUPED_MM, fast_grouped_gemm, sync_free_dispatch
 from dgmoe.scope import SCOPE, scoped
+
+DispatchPath = Literal["sync_free", "sorted_fused", "sorted_autograd", "mask"]
+#: a dispatch: (x [T, d], expert_idx [T, k], gates [T, k], experts, keep [T, k] or None) -> [T, d_out]
+Dispatch = Callable[..., torch.Tensor]
 
 
 @contextlib.contextmanager
@@ -39,19 +48,94 @@ def twice_differentiable() -> Iterator[None]:
         yield
 
 
+@dataclass(frozen=True)
+class DispatchNeeds:
+    """What a layer's call asks of its dispatch, as plain values (so that the choice is testable anywhere).
+
+    option: `MoEConfig.dispatch` ('grouped' or the 'mask' reference); ffn_experts: GMoE's FFN bank
+    (`Experts`), False for an adapter bank; activation: the experts' (`ACTIVATIONS`); grad: gradients are
+    recorded; expert_dropout: dropout on the experts' hidden activation is active; twice_differentiable:
+    inside `twice_differentiable()`; grouped_mm: torch has a grouped GEMM (torch >= 2.8); fused_grouped_gemm:
+    it is one fused kernel for this device and dtype (`fused_grouped_gemm`)."""
+
+    option: str = "grouped"
+    ffn_experts: bool = True
+    activation: str = "gelu"
+    grad: bool = True
+    expert_dropout: bool = False
+    twice_differentiable: bool = False
+    grouped_mm: bool = GROUPED_MM is not None
+    fused_grouped_gemm: bool = False
+
+
+#: a rule: (device type, compute dtype, compiling, needs) -> the path it picks, or None to pass
+Rule = Callable[[str, torch.dtype, bool, DispatchNeeds], "DispatchPath | None"]
+
+
+def _reference(device_type: str, dtype: torch.dtype, compiling: bool, needs: DispatchNeeds) -> DispatchPath | None:
+    return "mask" if needs.option == "mask" else None
+
+
+def _adapter_bank(device_type: str, dtype: torch.dtype, compiling: bool, needs: DispatchNeeds) -> DispatchPath | None:
+    return None if needs.ffn_experts else "sorted_autograd"  # experts of their own shapes: no grouped GEMM
+
+
+def _compiled_bf16(device_type: str, dtype: torch.dtype, compiling: bool, needs: DispatchNeeds) -> DispatchPath | None:
+    return "sync_free" if compiling and needs.grouped_mm and dtype == torch.bfloat16 else None  # one graph
+
+
+def _fused_gemm(device_type: str, dtype: torch.dtype, compiling: bool, needs: DispatchNeeds) -> DispatchPath | None:
+    return "sync_free" if not compiling and needs.fused_grouped_gemm else None
+
+
+def _autograd_needed(device_type: str, dtype: torch.dtype, compiling: bool,
+                     needs: DispatchNeeds) -> DispatchPath | None:
+    """What only the autograd path implements (double backward, expert dropout, another activation than
+    GELU, whose backward the fused function hand-writes) and inference (no [T*k, hidden] buffer kept)."""
+    if not needs.grad or needs.expert_dropout or needs.twice_differentiable or needs.activation != "gelu":
+        return "sorted_autograd"
+    return None
+
+
+#: the rules in order; the first that picks a path wins, "sorted_fused" if none does
+RULES: tuple[Rule, ...] = (_reference, _adapter_bank, _compiled_bf16, _fused_gemm, _autograd_needed)
+
+
+def choose_path(device_type: str, dtype: torch.dtype, compiling: bool, needs: DispatchNeeds) -> DispatchPath:
+    """The one answer to "which path runs": for a call on `device_type` ('cpu', 'cuda', ...) computing in
+    `dtype` (`dgmoe.moe.experts.compute_dtype`), traced by torch.compile or not, with the layer's `needs`."""
+    for rule in RULES:
+        path = rule(device_type, dtype, compiling, needs)
+        if path is not None:
+            return path
+    return "sorted_fused"
+
+
+@functools.cache
+def fused_grouped_gemm(device: torch.device, dtype: torch.dtype) -> bool:
+    """`dgmoe.moe.sync_free.fast_grouped_gemm`, once per device and dtype (it asks the device)."""
+    return fast_grouped_gemm(device, dtype)
+
+
+def layer_needs(option: str, experts: ExpertBank, x: torch.Tensor, dtype: torch.dtype,
+                compiling: bool) -> DispatchNeeds:
+    """The needs of a call of a layer configured with `option` on its `experts` with tokens `x`."""
+    grad, twice = torch.is_grad_enabled(), SCOPE.twice_differentiable
+    if not isinstance(experts, Experts):
+        return DispatchNeeds(option, ffn_experts=False, grad=grad, twice_differentiable=twice)
+    return DispatchNeeds(option, activation=experts.activation, grad=grad, twice_differentiable=twice,
+                         expert_dropout=experts.training and experts.drop.p > 0,
+                         fused_grouped_gemm=not compiling and fused_grouped_gemm(x.device, dtype))
+
+
 def sorted_dispatch(x: torch.Tensor, expert_idx: torch.Tensor, gates: torch.Tensor, experts: ExpertBank,
                     keep: torch.Tensor | None = None) -> torch.Tensor:
-    """x [T, d]; expert_idx, gates [T, k]; keep [T, k] bool (None keeps every assignment).
-
-    Runs the fused `GroupedExpertFFN` (memory of a dense FFN over T*k tokens, no concatenations) when
-    gradients are recorded. Without gradients (inference), with expert dropout active (which only it
-    implements) and inside `twice_differentiable()`, the autograd path runs: it keeps no [T*k, hidden]
-    buffer alive across experts; so does an activation other than GELU (the fused backward is GELU's), and so
-    do the adapter banks of `dgmoe.moe.adapter_experts` (experts of their own shapes, d_in -> d_out)."""
-    if (not isinstance(experts, Experts) or not torch.is_grad_enabled() or (experts.drop.p > 0 and experts.training)
-            or SCOPE.twice_differentiable or experts.activation != "gelu"):
-        return sorted_autograd_dispatch(x, expert_idx, gates, experts, keep)
-    _, gate_sorted, token_sorted, counts = _sort_assignments(expert_idx, gates, keep, experts.num_experts)
+    """The "sorted_fused" path. x [T, d]; expert_idx, gates [T, k]; keep [T, k] bool (None keeps every
+    assignment). GMoE's FFN experts with GELU and a single backward only (`choose_path` says when)."""
+    if not isinstance(experts, Experts) or experts.activation != "gelu":
+        raise ValueError("the fused sorted dispatch runs GMoE's FFN experts with GELU only; other banks and "
+                         "activations take sorted_autograd_dispatch")
+    _, gate_sorted, token_sorted, counts = sort_assignments(expert_idx, gates, keep, experts.num_experts)
     return GroupedExpertFFN.apply(x, token_sorted, gate_sorted, counts.tolist(), experts.fc1_weight,
                                   experts.fc1_bias, experts.fc2_weight, experts.fc2_bias)
 
@@ -59,13 +143,15 @@ def sorted_dispatch(x: torch.Tensor, expert_idx: torch.Tensor, gates: torch.Tens
 def sorted_autograd_dispatch(x: torch.Tensor, expert_idx: torch.Tensor, gates: torch.Tensor, experts: ExpertBank,
                              keep: torch.Tensor | None = None) -> torch.Tensor:
     """`sorted_dispatch` through plain autograd (supports double backward and expert dropout)."""
-    _, gate_sorted, token_sorted, counts = _sort_assignments(expert_idx, gates, keep, experts.num_experts)
+    _, gate_sorted, token_sorted, counts = sort_assignments(expert_idx, gates, keep, experts.num_experts)
     y = experts.forward_grouped(x.index_select(0, token_sorted), counts.tolist())
     y = y * gate_sorted.unsqueeze(1).to(y.dtype)
     return x.new_zeros(x.shape[0], experts.out_features).index_add_(0, token_sorted, y.to(x.dtype))
 
 
-def _sort_assignments(expert_idx: torch.Tensor, gates: torch.Tensor, keep: torch.Tensor | None, num_experts: int):
+def sort_assignments(expert_idx: torch.Tensor, gates: torch.Tensor, keep: torch.Tensor | None, num_experts: int):
+    """(expert, gate and token of each kept assignment, sorted by expert (stable: token order within an
+    expert), assignments per expert)."""
     k = expert_idx.shape[1]
     flat_expert = expert_idx.reshape(-1)
     flat_gate = gates.reshape(-1)
@@ -76,25 +162,6 @@ def _sort_assignments(expert_idx: torch.Tensor, gates: torch.Tensor, keep: torch
     order = torch.argsort(flat_expert, stable=True)
     counts = torch.bincount(flat_expert, minlength=num_experts)
     return flat_expert[order], flat_gate[order], token_of[order], counts
-
-
-def padded_dispatch(x: torch.Tensor, expert_idx: torch.Tensor, gates: torch.Tensor, experts: Experts,
-                    keep: torch.Tensor | None = None, slots: int | None = None) -> torch.Tensor:
-    """Same result as `sorted_dispatch`, with all experts in one padded batched matmul pair.
-
-    Each expert gets `slots` rows (default: the busiest expert's count). With `slots` set to the capacity
-    of `capacity_keep_mask` this is the Tutel / V-MoE layout: a fixed [N, capacity, d] buffer."""
-    num_experts = experts.num_experts
-    expert_sorted, gate_sorted, token_sorted, counts = _sort_assignments(expert_idx, gates, keep, num_experts)
-    capacity = max(int(counts.max()), 1) if slots is None else slots
-    if int(counts.max()) > capacity:
-        raise ValueError(f"an expert has {int(counts.max())} assignments but only {capacity} slots")
-    starts = torch.cumsum(counts, 0) - counts
-    slot = expert_sorted * capacity + (torch.arange(len(expert_sorted), device=x.device) - starts[expert_sorted])
-    rows = x.new_zeros(num_experts * capacity, x.shape[1]).index_copy(0, slot, x.index_select(0, token_sorted))
-    y = experts.forward_padded(rows.view(num_experts, capacity, -1)).reshape(num_experts * capacity, -1)
-    y = y.index_select(0, slot) * gate_sorted.unsqueeze(1).to(y.dtype)
-    return torch.zeros_like(x).index_add_(0, token_sorted, y.to(x.dtype))
 
 
 def masked_dispatch(x: torch.Tensor, expert_idx: torch.Tensor, gates: torch.Tensor, experts: ExpertBank,
@@ -134,3 +201,21 @@ def capacity_keep_mask(expert_idx: torch.Tensor, gates: torch.Tensor, num_expert
     keep = torch.empty(k, num_tokens, dtype=torch.bool, device=expert_idx.device)
     keep[:, order] = keep_sorted
     return keep.t()
+
+
+#: the function of each path
+PATHS: dict[DispatchPath, Dispatch] = {"sync_free": sync_free_dispatch, "sorted_fused": sorted_dispatch,
+                                       "sorted_autograd": sorted_autograd_dispatch, "mask": masked_dispatch}
+#: `PATHS` hidden from torch.compile (made by `prepare_uncompiled` at a layer's construction, so that importing
+#: dgmoe does not import torch._dynamo): the paths whose shapes depend on the routing run eagerly between graphs.
+_UNCOMPILED: dict[DispatchPath, Dispatch] = {}
+
+
+def prepare_uncompiled() -> None:
+    if not _UNCOMPILED:
+        _UNCOMPILED.update({path: torch.compiler.disable(fn) for path, fn in PATHS.items() if path != "sync_free"})
+
+
+def path_function(path: DispatchPath, compiling: bool) -> Dispatch:
+    """The function that runs `path`: under torch.compile, eagerly between graphs unless it is "sync_free"."""
+    return _UNCOMPILED[path] if compiling and path != "sync_free" else PATHS[path]

@@ -28,6 +28,14 @@ def quick_gelu(x: torch.Tensor) -> torch.Tensor:
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"gelu": F.gelu, "quick_gelu": quick_gelu}
 
 
+def compute_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype the experts' matmuls run in: autocast's when it is on for x's device, else x's."""
+    device = x.device.type
+    if torch.is_autocast_enabled(device):
+        return torch.get_autocast_dtype(device)
+    return x.dtype
+
+
 def activation_fn(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
     if name not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {name!r}")
@@ -83,12 +91,6 @@ class Experts(nn.Module):
             h = self.drop(self.act(F.linear(chunk, w1[e], b1[e])))
             outs.append(F.linear(h, w2[e], b2[e]))
         return torch.cat(outs) if outs else x.new_zeros((0, self.dim))
-
-    def forward_padded(self, x: torch.Tensor) -> torch.Tensor:
-        """x [N, C, d]: C rows per expert (padding included) -> [N, C, d] with two batched matmuls."""
-        h = torch.baddbmm(self.fc1_bias.unsqueeze(1), x, self.fc1_weight.transpose(1, 2))
-        h = self.drop(self.act(h))
-        return torch.baddbmm(self.fc2_bias.unsqueeze(1), h, self.fc2_weight.transpose(1, 2))
 
     @property
     def out_features(self) -> int:

@@ -21,12 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
-
-def _compute_dtype(x: torch.Tensor) -> torch.dtype:
-    device = x.device.type
-    if torch.is_autocast_enabled(device):
-        return torch.get_autocast_dtype(device)
-    return x.dtype
+from dgmoe.moe.experts import compute_dtype
 
 
 class GroupedExpertFFN(torch.autograd.Function):
@@ -39,7 +34,7 @@ class GroupedExpertFFN(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, tokens, gates, counts, w1, b1, w2, b2):
-        dtype = _compute_dtype(x)
+        dtype = compute_dtype(x)
         w1c, b1c, w2c, b2c = (w.to(dtype) for w in (w1, b1, w2, b2))
         with torch.autocast(x.device.type, enabled=False):
             xc, gc = x.to(dtype), gates.to(dtype).unsqueeze(1)

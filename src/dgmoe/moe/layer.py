@@ -4,46 +4,44 @@
                                                g = Softmax(s(x) + eps),  eps ~ N(0, sigma^2) in training
     MoGE (eq. 1):                              f(x, m) = gamma f_0(x) + (1 - gamma) sum_k alpha_k(phi(m)) f_k(x)
 
-The router s (cosine or linear, computed in fp32, also under autocast) scores each token (routing='token') or
-each image's context r = phi(m) (routing='image': the model provides r with `routing_context`, and every
-token of an image goes to the image's experts); sigma = 1/N by default (App. C.3). With a shared expert f_0
-the routed output is mixed with it by gamma = sigmoid(g) (MoGE). Experts run through one dispatch whatever
-the routing (`dgmoe.moe.dispatch`).
+`MoEMlp` composes three parts, as ScatterMoE's layer, which takes its routing as input: the gate
+(`dgmoe.moe.gate`: the router s, noise, top-k, capacity, forced and image routing; at `router`, so that its
+parameters keep their `router.*` names), the dispatch (`dgmoe.moe.dispatch`: `choose_path` says which path
+computes the experts on the gate's decision) and the experts (`dgmoe.moe.experts`, or an adapter bank); with a
+shared expert f_0 the routed output is mixed with it by gamma = sigmoid(g) (MoGE).
 
 Auxiliary losses are returned values: each training forward records its named terms and `aux_losses()`
 returns their mean over the forwards since `clear_aux()`: 'balance' = 0.5 (L_imp + L_load) (GMoE App. C.4
-over tokens; MoGE App. A over images) and, with `cka_tokens`, 'cka' (MoGE eq. 2). `shared_features()` gives
-the last forward's pooled shared-expert output and the images' argmax routing (MoGE eq. 3's inputs). Under
-multi-process training the balance statistics and the gate noise are the global batch's (`dgmoe.sharding`).
+over tokens; MoGE App. A over images; `Gate.balance_loss`) and, with `cka_tokens`, 'cka' (MoGE eq. 2).
+`shared_features()` gives the last forward's pooled shared-expert output and the images' argmax routing
+(MoGE eq. 3's inputs). Under multi-process training the balance statistics and the gate noise are the
+global batch's (`dgmoe.sharding`).
+
+Public handles instead of private state: `add_routing_observer` (a function called with every forward's
+decision, as `dgmoe.moe.record` records it), `set_routing_mode` and the `routing_mode(model, ...)` context
+(MoGE's shared-expert-only and forced-expert modes), and `dispatch_override` (a dispatch function instead of
+the chosen path, for benchmarks and tests).
 """
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
-from dataclasses import dataclass
-from typing import Callable, Iterator, Literal
+from collections import OrderedDict
+from typing import Callable, Iterator
 
 import torch
 import torch.nn as nn
+from torch.utils.hooks import RemovableHandle
 
 from dgmoe.moe.config import MoEConfig
-from dgmoe.moe.dispatch import capacity_keep_mask, expert_capacity, masked_dispatch, sorted_dispatch
-from dgmoe.moe.experts import ExpertBank, Experts, Mlp
-from dgmoe.moe.losses import cka_diversity_loss, cv_squared, load_probabilities
-from dgmoe.moe.routers import build_router
-from dgmoe.moe.sync_free import GROUPED_MM, compute_dtype, fast_grouped_gemm, sync_free_dispatch
+from dgmoe.moe.dispatch import Dispatch, choose_path, layer_needs, path_function, prepare_uncompiled
+from dgmoe.moe.experts import ExpertBank, Experts, Mlp, compute_dtype
+from dgmoe.moe.gate import ROUTING_MODES, Gate, Routing, RoutingMode, build_gate
+from dgmoe.moe.losses import cka_diversity_loss
 from dgmoe.scope import SCOPE, scoped
-from dgmoe.sharding import all_reduce_sum, per_sample
 
-RoutingMode = Literal["routed", "shared_only", "forced"]
-
-
-@contextlib.contextmanager
-def routing_context(r: torch.Tensor | None) -> Iterator[None]:
-    """The per-image routing context r [B, d] read by image-routed layers in the forwards inside the block."""
-    with scoped(routing_context=r):
-        yield
+#: an observer of a layer's decisions: (routing, the lead shape of its units: [B, N] tokens or [B] images)
+RoutingObserver = Callable[[Routing, torch.Size], None]
 
 
 @contextlib.contextmanager
@@ -54,64 +52,18 @@ def no_aux_record() -> Iterator[None]:
         yield
 
 
-DISPATCH: dict[str, Callable] = {"grouped": sorted_dispatch, "mask": masked_dispatch}
-#: `DISPATCH` entries hidden from torch.compile (made at a layer's construction, so that importing dgmoe does
-#: not import torch._dynamo): the paths whose shapes depend on the routing run eagerly between graphs.
-_UNCOMPILED: dict[str, Callable] = {}
-
-
-def choose_dispatch(name: str, x: torch.Tensor) -> Callable:
-    """The dispatch that runs a layer configured with `dispatch=name` on tokens `x`.
-
-    "mask" is the reference loop. "grouped" is one interface over two implementations of the same sum:
-    - the sync-free grouped-GEMM dispatch (`dgmoe.moe.sync_free`, fixed shapes) where torch's grouped GEMM
-      is one fused kernel (CUDA SM90+, bf16) and under torch.compile in bf16, where the graph captures it;
-    - the sorted per-expert dispatch (`dgmoe.moe.dispatch.sorted_dispatch`) elsewhere: eager CPU, where it
-      is at its compute limit (docs/benchmarks.md), and fp32, where torch's grouped GEMM is a loop over
-      experts that synchronises on a GPU and cannot be traced; compiled, it runs eagerly between graphs.
-    """
-    dtype = compute_dtype(x)
-    if name == "grouped":
-        if torch.compiler.is_compiling():
-            return sync_free_dispatch if GROUPED_MM is not None and dtype == torch.bfloat16 else _UNCOMPILED[name]
-        if _fused_grouped_gemm(x.device, dtype):
-            return sync_free_dispatch
-    if torch.compiler.is_compiling():
-        return _UNCOMPILED[name]
-    return DISPATCH[name]
-
-
-@functools.cache
-def _fused_grouped_gemm(device: torch.device, dtype: torch.dtype) -> bool:
-    return fast_grouped_gemm(device, dtype)
-
-
-def _prepare_uncompiled(name: str) -> None:
-    if name not in _UNCOMPILED:
-        _UNCOMPILED[name] = torch.compiler.disable(DISPATCH[name])
-
-
-@dataclass
-class Routing:
-    """The routing decision for R routed units (tokens, or images with image routing)."""
-
-    logits: torch.Tensor        # [R, N] clean router logits (fp32)
-    noisy_logits: torch.Tensor  # [R, N] logits + noise (== logits without noise)
-    probs: torch.Tensor         # [R, N] what the importance loss sums: softmax(noisy) (token), alpha (image)
-    expert_idx: torch.Tensor    # [R, k] chosen experts, by decreasing gate
-    gates: torch.Tensor         # [R, k] combine weights (renormalised if configured)
-    keep: torch.Tensor | None   # [R, k] False where capacity dropped the assignment
-
-
 class MoEMlp(nn.Module):
-    """Drop-in replacement for a block's `Mlp`: N experts, a router and, optionally, a shared expert.
+    """Drop-in replacement for a block's `Mlp`: N experts, a gate and, optionally, a shared expert.
     `context_dim` is the width of r for image routing; `activation` is the backbone FFN's own (`ACTIVATIONS`),
     which the experts and the shared expert use, so that copies of that FFN compute what it computes.
     `experts` replaces the FFN experts by another bank (`dgmoe.moe.adapter_experts`: adapters on a d_in -> d_out
-    projection, whose output is d_out wide)."""
+    projection, whose output is d_out wide). `dispatch_override` (also settable later as an attribute) runs
+    that dispatch function instead of the path `dgmoe.moe.dispatch.choose_path` picks: benchmarks and tests
+    hold one path against another with it; training never sets it."""
 
     def __init__(self, dim: int, hidden: int, config: MoEConfig = MoEConfig(), context_dim: int | None = None,
-                 activation: str = "gelu", experts: ExpertBank | None = None):
+                 activation: str = "gelu", experts: ExpertBank | None = None,
+                 dispatch_override: Dispatch | None = None):
         super().__init__()
         if config.routing != "image":
             router_in = dim
@@ -120,8 +72,7 @@ class MoEMlp(nn.Module):
         else:
             router_in = context_dim
         self.config = config
-        self.router = build_router(config.router, router_in, config.num_experts, config.router_dim,
-                                   config.temperature_init, config.temperature_min)
+        self.router: Gate = build_gate(config, router_in)
         self.experts: ExpertBank = (Experts(config.num_experts, dim, hidden, config.expert_dropout, activation)
                                     if experts is None else experts)
         if self.experts.num_experts != config.num_experts:
@@ -129,95 +80,72 @@ class MoEMlp(nn.Module):
         self.shared = Mlp(dim, hidden, activation=activation) if config.shared_expert else None
         g = config.gamma_init
         self.gamma_logit = nn.Parameter(torch.tensor(math.log(g / (1.0 - g)))) if config.shared_expert else None
-        self.mode: RoutingMode = "routed"
-        self.forced_expert: int | None = None
+        self._mode: RoutingMode = "routed"
+        self._forced_expert: int | None = None
+        self.dispatch_override = dispatch_override
         # What training forwards leave for the losses, held in tensors (a list that grows would make
         # torch.compile guard on its length and recompile): the sums of each auxiliary term and their count
         # since `clear_aux()`, and the last forward's pooled shared-expert output and image routing.
         self._aux_sums: dict[str, torch.Tensor] | None = None
         self._aux_forwards: torch.Tensor | None = None
         self._last_shared: tuple[torch.Tensor, torch.Tensor] | None = None
-        self._routing_sink = None  # set by dgmoe.moe.record.record_routing
-        self._dispatch: Callable | None = None  # a dispatch function instead of `choose_dispatch` (tests, benchmarks)
+        self._routing_observers: OrderedDict[int, RoutingObserver] = OrderedDict()
         # On the meta device (a description that never runs: `describe_model`, `dgmoe models`) nothing is
         # prepared, so that describing a model does not import torch._dynamo (about 1 s).
         if not next(self.experts.parameters()).is_meta:
-            _prepare_uncompiled(config.dispatch)
+            prepare_uncompiled()
 
     @property
     def gamma(self) -> torch.Tensor | None:
         return None if self.gamma_logit is None else torch.sigmoid(self.gamma_logit)
 
-    # ----- routing --------------------------------------------------------------------------------
-    def route(self, inputs: torch.Tensor, lead_shape: tuple[int, ...] | None = None) -> Routing:
-        """inputs [R, d] (tokens, or image contexts) -> routing decision, in fp32. `lead_shape` ([B, N] for
-        tokens, [B] for images) lets the gate noise be drawn per sample (the same numbers whatever the
-        process count)."""
-        cfg = self.config
-        with torch.autocast(device_type=inputs.device.type, enabled=False):
-            logits = self.router(inputs.float())
-            sigma = cfg.gate_noise_std
-            if self.training and sigma > 0:
-                shape = (*(lead_shape or (inputs.shape[0],)), cfg.num_experts)
-                noisy = logits + per_sample(shape, lambda t: t.normal_(), logits).reshape(logits.shape) * sigma
-            else:
-                noisy = logits
-            probs = noisy.softmax(dim=-1)
-            gates, expert_idx = probs.topk(cfg.top_k, dim=-1)
-            if cfg.renormalize and (cfg.top_k > 1 or cfg.routing == "image"):  # MoGE: softmax_top-K, any K
-                gates = gates / gates.sum(dim=-1, keepdim=True)
-        if cfg.routing == "image":  # MoGE balances the combine weights alpha (zero outside the top-K)
-            probs = torch.zeros_like(probs).scatter(1, expert_idx, gates)
-        keep = None
-        if cfg.capacity_factor is not None:
-            capacity = expert_capacity(inputs.shape[0], cfg.num_experts, cfg.top_k, cfg.capacity_factor)
-            keep = capacity_keep_mask(expert_idx, gates, cfg.num_experts, capacity, cfg.batch_prioritized)
-        return Routing(logits, noisy, probs, expert_idx, gates, keep)
+    # ----- routing modes and observers --------------------------------------------------------------
+    @property
+    def routing_mode(self) -> RoutingMode:
+        return self._mode
 
-    def _forced(self, units: int, device: torch.device) -> Routing:
-        e = self.forced_expert
-        if e is None or not 0 <= e < self.config.num_experts:
-            raise ValueError(f"forced routing needs an expert in [0, {self.config.num_experts}), got {e}")
-        idx = torch.full((units, 1), e, device=device, dtype=torch.long)
-        ones = torch.ones((units, 1), device=device)
-        probs = torch.zeros((units, self.config.num_experts), device=device).scatter(1, idx, 1.0)
-        return Routing(probs, probs, probs, idx, ones, None)
+    @property
+    def forced_expert(self) -> int | None:
+        return self._forced_expert
 
-    def _routing_for(self, x: torch.Tensor) -> Routing:
-        lead = tuple(x.shape[:-1])
-        if self.config.routing == "token":
-            tokens = x.reshape(-1, x.shape[-1])
-            return self._forced(tokens.shape[0], x.device) if self.mode == "forced" else self.route(tokens, lead)
-        if self.mode == "forced":
-            return self._forced(x.shape[0], x.device)
-        r = SCOPE.routing_context
-        if r is None:
-            raise ValueError("an image-routed MoE layer ran without a routing context; call the model's "
-                             "forward_features(x, meta=...) rather than a block directly")
-        if r.shape[0] != x.shape[0]:
-            raise ValueError(f"the routing context describes {r.shape[0]} images but the batch has {x.shape[0]}")
-        return self.route(r, (x.shape[0],))
+    def set_routing_mode(self, mode: RoutingMode, expert: int | None = None) -> None:
+        """'routed' (GMoE eq. 3, MoGE eq. 1), 'shared_only' (MoGE-SE, §2.2 (i): f = f_0; needs the shared
+        expert) or 'forced' (every unit through `expert` with weight 1, MoGE App. A / Fig. 3)."""
+        if mode not in ROUTING_MODES:
+            raise ValueError(f"routing mode must be 'routed', 'shared_only' or 'forced', got {mode!r}")
+        if mode == "forced" and (expert is None or not 0 <= expert < self.config.num_experts):
+            raise ValueError(f"forced routing needs expert in [0, {self.config.num_experts}), got {expert}")
+        self._mode, self._forced_expert = mode, expert
+
+    def add_routing_observer(self, observer: RoutingObserver) -> RemovableHandle:
+        """Call `observer(routing, lead_shape)` with every forward's decision (not in 'shared_only' mode)
+        until `handle.remove()`; no observer, no cost."""
+        handle = RemovableHandle(self._routing_observers)
+        self._routing_observers[handle.id] = observer
+        return handle
 
     # ----- forward --------------------------------------------------------------------------------
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         cfg = self.config
         shared = self.shared(x) if self.shared is not None else None
-        if self.mode == "shared_only":
+        if self._mode == "shared_only":
             if shared is None:
                 raise ValueError("shared_only routing needs a shared expert (built with shared_expert=False)")
             return shared
-        routing = self._routing_for(x)
+        routing = self.router.routing_for(x, self._mode, self._forced_expert)
         tokens = x.reshape(-1, x.shape[-1])
         idx, gates, keep = routing.expert_idx, routing.gates, routing.keep
         if cfg.routing == "image":  # every token of an image goes to the image's experts
             per_image = tokens.shape[0] // x.shape[0]
             idx, gates = idx.repeat_interleave(per_image, 0), gates.repeat_interleave(per_image, 0)
-        dispatch = self._dispatch or self._choose_dispatch(tokens)
+        dispatch = self.dispatch_override or self._chosen_dispatch(tokens)
         out = dispatch(tokens, idx, gates, self.experts, keep).reshape(*x.shape[:-1], -1)
-        if self.training and self.mode == "routed":
+        if self.training and self._mode == "routed":
             self._record(x, routing, shared)
-        if self._routing_sink is not None:
-            self._routing_sink(routing, x.shape[:-1] if cfg.routing == "token" else x.shape[:1])
+        if self._routing_observers:
+            lead = x.shape[:-1] if cfg.routing == "token" else x.shape[:1]
+            for observer in self._routing_observers.values():
+                observer(routing, lead)
         if shared is None:
             return out
         gate = self.gamma
@@ -225,20 +153,18 @@ class MoEMlp(nn.Module):
         gamma = gate.to(x.dtype)
         return gamma * shared + (1.0 - gamma) * out
 
-    def _choose_dispatch(self, tokens: torch.Tensor) -> Callable:
-        """`choose_dispatch` for GMoE's FFN experts; adapter banks (experts of their own shapes, which the
-        grouped-GEMM kernels do not take) always run the sorted per-expert loop (or the "mask" reference)."""
-        name = self.config.dispatch
-        if isinstance(self.experts, Experts):
-            return choose_dispatch(name, tokens)
-        return _UNCOMPILED[name] if torch.compiler.is_compiling() else DISPATCH[name]
+    def _chosen_dispatch(self, tokens: torch.Tensor) -> Dispatch:
+        compiling = torch.compiler.is_compiling()
+        dtype = compute_dtype(tokens)
+        needs = layer_needs(self.config.dispatch, self.experts, tokens, dtype, compiling)
+        return path_function(choose_path(tokens.device.type, dtype, compiling, needs), compiling)
 
     def _record(self, x: torch.Tensor, routing: Routing, shared: torch.Tensor | None) -> None:
         """Add this forward's auxiliary terms to the sums (tensors: no host sync, a fixed structure for
         torch.compile) and keep MoGE's eq. 3 inputs of the last forward. Under `no_aux_record` (activation
         checkpointing's recomputation) the terms are computed as in the forward, so that the recomputation
         saves the same tensors for backward as the forward did (torch.utils.checkpoint checks), and dropped."""
-        aux = {"balance": self.balance_loss(routing)}
+        aux = {"balance": self.router.balance_loss(routing)}
         if self.config.cka_tokens > 0 and self.config.num_experts > 1:
             aux["cka"] = self.forced_token_cka(x)
         if not SCOPE.record_aux:
@@ -252,31 +178,6 @@ class MoEMlp(nn.Module):
         if shared is not None and self.config.routing == "image":  # the discovered domain: top expert (eq. 3)
             pooled = shared.mean(dim=1) if self.config.supcon_pool == "mean" else shared[:, 0]
             self._last_shared = (pooled, routing.probs.detach().argmax(dim=1))
-
-    def balance_loss(self, routing: Routing) -> torch.Tensor:
-        """0.5 * (L_imp + L_load) (GMoE App. C.4; MoGE App. A). Without gate noise the load term is 0. The
-        importance and load sums are the global batch's under multi-process training."""
-        cfg = self.config
-        if cfg.load_loss == "moa":
-            return self._moa_balance_loss(routing)
-        sums = routing.probs.sum(dim=0, keepdim=True)  # [1, N] importance
-        if cfg.gate_noise_std > 0:
-            scores = routing.logits.softmax(-1) if cfg.load_loss == "tutel" else None
-            load = load_probabilities(routing.logits, routing.noisy_logits, cfg.top_k, cfg.gate_noise_std, scores)
-            sums = torch.cat([sums, load.sum(dim=0, keepdim=True)])  # [2, N]: one all-reduce, one cv^2 pass
-        return 0.5 * cv_squared(all_reduce_sum(sums)).sum()
-
-    def _moa_balance_loss(self, routing: Routing) -> torch.Tensor:
-        """MoA's code's 0.5 (L_imp + L_load) (`load_importance_loss`, cvlab-kaist/MoA ed7bc9d): importance sums
-        the *clean* softmax, the load threshold is the k-th largest *noisy probability* (not logit), and both
-        squared coefficients of variation use the unbiased variance (torch's `var()` default)."""
-        cfg = self.config
-        clean = routing.logits.softmax(-1)
-        sums = clean.sum(dim=0, keepdim=True)
-        if cfg.gate_noise_std > 0:
-            load = load_probabilities(clean, routing.noisy_logits.softmax(-1), cfg.top_k, cfg.gate_noise_std, clean)
-            sums = torch.cat([sums, load.sum(dim=0, keepdim=True)])
-        return 0.5 * cv_squared(all_reduce_sum(sums), unbiased=True).sum()
 
     def forced_token_cka(self, x: torch.Tensor) -> torch.Tensor:
         """MoGE eq. 2: t random tokens H of the layer input through every expert, mean pairwise linear CKA."""
@@ -315,3 +216,18 @@ class MoEMlp(nn.Module):
         c = self.config
         shared = ", shared expert" if c.shared_expert else ""
         return f"{c.routing} routing, router={c.router}, top_k={c.top_k}, capacity_factor={c.capacity_factor}{shared}"
+
+
+@contextlib.contextmanager
+def routing_mode(model: nn.Module, mode: RoutingMode, expert: int | None = None) -> Iterator[None]:
+    """Every sparse layer of `model` in routing `mode` (`MoEMlp.set_routing_mode`) inside the block, back in
+    its own mode afterwards."""
+    layers = [m for m in model.modules() if isinstance(m, MoEMlp)]
+    previous = [(layer.routing_mode, layer.forced_expert) for layer in layers]
+    try:
+        for layer in layers:
+            layer.set_routing_mode(mode, expert)
+        yield
+    finally:
+        for layer, (old_mode, old_expert) in zip(layers, previous):
+            layer.set_routing_mode(old_mode, old_expert)

@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 
 from dgmoe.moe.auxiliary import sparse_layers
-from dgmoe.moe.layer import Routing
+from dgmoe.moe.gate import Routing
 
 
 @dataclass
@@ -42,12 +42,11 @@ def record_routing(model: nn.Module) -> Iterator[dict[str, RoutingRecord]]:
             ))
         return sink
 
-    for name, layer in layers.items():
-        layer._routing_sink = sink_for(name)
+    handles = [layer.add_routing_observer(sink_for(name)) for name, layer in layers.items()]
     try:
         yield records
     finally:
-        for layer in layers.values():
-            layer._routing_sink = None
+        for handle in handles:
+            handle.remove()
         for name, parts in chunks.items():
             records[name] = RoutingRecord(torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]))

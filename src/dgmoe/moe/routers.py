@@ -1,5 +1,5 @@
-"""Routers: map tokens (or per-image contexts) to expert logits. Top-k, noise and the auxiliary losses live
-in `dgmoe.moe.layer` and `dgmoe.moe.losses`."""
+"""Routers: map tokens (or per-image contexts) to expert logits. Noise, top-k, capacity and the balance loss
+are the gate's (`dgmoe.moe.gate`, whose gates are these routers with the routing added)."""
 from __future__ import annotations
 
 import math
@@ -54,11 +54,3 @@ class CosineRouter(nn.Module):
         # (F.normalize's eps included) without two extra passes over [T, d_e] forward and backward.
         return (h @ codes) * (scale / torch.linalg.vector_norm(h, dim=-1, keepdim=True).clamp_min(1e-12))
 
-
-def build_router(kind: str, dim: int, num_experts: int, router_dim: int | None = 256,
-                 temperature_init: float = 0.5, temperature_min: float = 0.01) -> nn.Module:
-    if kind == "linear":
-        return LinearRouter(dim, num_experts)
-    if kind == "cosine":
-        return CosineRouter(dim, num_experts, router_dim, temperature_init, temperature_min)
-    raise ValueError(f"unknown router {kind!r}; valid: cosine, linear")

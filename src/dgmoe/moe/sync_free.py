@@ -34,17 +34,9 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from dgmoe.moe.experts import Experts
+from dgmoe.moe.experts import Experts, compute_dtype
 
 GROUPED_MM: Callable[..., torch.Tensor] | None = getattr(F, "grouped_mm", None) or getattr(torch, "_grouped_mm", None)
-
-
-def compute_dtype(x: torch.Tensor) -> torch.dtype:
-    """The dtype matmuls run in: autocast's when it is on for x's device, else x's."""
-    device = x.device.type
-    if torch.is_autocast_enabled(device):
-        return torch.get_autocast_dtype(device)
-    return x.dtype
 
 
 def fast_grouped_gemm(device: torch.device, dtype: torch.dtype) -> bool:

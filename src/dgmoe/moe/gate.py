@@ -1,0 +1,164 @@
+"""The gate of a sparse layer: which experts each routed unit goes to, with which weights (the `Routing`).
+
+    GMoE eq. 3 (after Shazeer et al. 2017):  g(x) = TOP_k(Softmax(s(x) + eps)),  eps ~ N(0, sigma^2) in training
+    MoGE eq. 1:                               alpha(r) = softmax_top-K(s(r)),      r = phi(m), one per image
+
+A gate is the router projection s (`dgmoe.moe.routers`: cosine or linear, computed in fp32, also under
+autocast), with its parameters as the gate's own (a layer's `router.*` state-dict keys), plus what turns its
+logits into a decision: gate noise drawn per sample (the same numbers whatever the process count,
+`dgmoe.sharding.per_sample`), top-k, renormalisation of the k gates (GMoE's top-2; MoGE's softmax_top-K, any
+K), the official code's capacity with token dropping (`keep`), forced routing (every unit to one expert) and
+image routing (the units are the images' contexts r, set by the model with `routing_context`). As megablocks'
+`LearnedRouter`, the gate decides and the dispatch (`dgmoe.moe.dispatch`) computes the experts on its
+decision. The balance loss of a decision is the gate's too: 0.5 (L_imp + L_load) (GMoE App. C.4, eqs. 9-10;
+MoGE App. A over images; MoA's code's variant).
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Iterator, Literal
+
+import torch
+import torch.nn as nn
+
+from dgmoe.moe.config import MoEConfig
+from dgmoe.moe.dispatch import capacity_keep_mask, expert_capacity
+from dgmoe.moe.losses import cv_squared, load_probabilities
+from dgmoe.moe.routers import CosineRouter, LinearRouter
+from dgmoe.scope import SCOPE, scoped
+from dgmoe.sharding import all_reduce_sum, per_sample
+
+#: 'routed' (GMoE eq. 3, MoGE eq. 1), 'shared_only' (MoGE-SE, §2.2 (i): f = f_0) or 'forced' (every unit
+#: through one expert with weight 1, MoGE App. A / Fig. 3)
+RoutingMode = Literal["routed", "shared_only", "forced"]
+ROUTING_MODES: tuple[RoutingMode, ...] = ("routed", "shared_only", "forced")
+
+
+@contextlib.contextmanager
+def routing_context(r: torch.Tensor | None) -> Iterator[None]:
+    """The per-image routing context r [B, d] read by image-routed layers in the forwards inside the block."""
+    with scoped(routing_context=r):
+        yield
+
+
+@dataclass(frozen=True)
+class Routing:
+    """The routing decision for R routed units (tokens, or images with image routing)."""
+
+    logits: torch.Tensor        # [R, N] clean router logits (fp32)
+    noisy_logits: torch.Tensor  # [R, N] logits + noise (== logits without noise)
+    probs: torch.Tensor         # [R, N] what the importance loss sums: softmax(noisy) (token), alpha (image)
+    expert_idx: torch.Tensor    # [R, k] chosen experts, by decreasing gate
+    gates: torch.Tensor         # [R, k] combine weights (renormalised if configured)
+    keep: torch.Tensor | None   # [R, k] False where capacity dropped the assignment
+
+
+class Gate(nn.Module):
+    """The routing of a layer configured by `config`; calling it gives the router logits [R, N] (the router
+    projection's forward), `route` the decision. Built by `build_gate` on a router of `dgmoe.moe.routers`."""
+
+    config: MoEConfig
+
+    def route(self, inputs: torch.Tensor, lead_shape: tuple[int, ...] | None = None) -> Routing:
+        """inputs [R, d] (tokens, or image contexts) -> routing decision, in fp32. `lead_shape` ([B, N] for
+        tokens, [B] for images) lets the gate noise be drawn per sample."""
+        cfg = self.config
+        with torch.autocast(device_type=inputs.device.type, enabled=False):
+            logits = self(inputs.float())
+            sigma = cfg.gate_noise_std
+            if self.training and sigma > 0:
+                shape = (*(lead_shape or (inputs.shape[0],)), cfg.num_experts)
+                noisy = logits + per_sample(shape, lambda t: t.normal_(), logits).reshape(logits.shape) * sigma
+            else:
+                noisy = logits
+            probs = noisy.softmax(dim=-1)
+            gates, expert_idx = probs.topk(cfg.top_k, dim=-1)
+            if cfg.renormalize and (cfg.top_k > 1 or cfg.routing == "image"):  # MoGE: softmax_top-K, any K
+                gates = gates / gates.sum(dim=-1, keepdim=True)
+        if cfg.routing == "image":  # MoGE balances the combine weights alpha (zero outside the top-K)
+            probs = torch.zeros_like(probs).scatter(1, expert_idx, gates)
+        keep = None
+        if cfg.capacity_factor is not None:
+            capacity = expert_capacity(inputs.shape[0], cfg.num_experts, cfg.top_k, cfg.capacity_factor)
+            keep = capacity_keep_mask(expert_idx, gates, cfg.num_experts, capacity, cfg.batch_prioritized)
+        return Routing(logits, noisy, probs, expert_idx, gates, keep)
+
+    def forced(self, units: int, device: torch.device, expert: int | None) -> Routing:
+        """Every one of `units` routed units to `expert` with weight 1 (MoGE App. A's forced-expert matrix)."""
+        n = self.config.num_experts
+        if expert is None or not 0 <= expert < n:
+            raise ValueError(f"forced routing needs an expert in [0, {n}), got {expert}")
+        idx = torch.full((units, 1), expert, device=device, dtype=torch.long)
+        ones = torch.ones((units, 1), device=device)
+        probs = torch.zeros((units, n), device=device).scatter(1, idx, 1.0)
+        return Routing(probs, probs, probs, idx, ones, None)
+
+    def routing_for(self, x: torch.Tensor, mode: RoutingMode = "routed", expert: int | None = None) -> Routing:
+        """The decision for a layer input x [..., d]: one per token (token routing), or one per image from the
+        routing context r of `routing_context` (image routing); 'forced' sends every unit to `expert`."""
+        if self.config.routing == "token":
+            tokens = x.reshape(-1, x.shape[-1])
+            return self.forced(tokens.shape[0], x.device, expert) if mode == "forced" else \
+                self.route(tokens, tuple(x.shape[:-1]))
+        if mode == "forced":
+            return self.forced(x.shape[0], x.device, expert)
+        r = SCOPE.routing_context
+        if r is None:
+            raise ValueError("an image-routed MoE layer ran without a routing context; call the model's "
+                             "forward_features(x, meta=...) rather than a block directly")
+        if r.shape[0] != x.shape[0]:
+            raise ValueError(f"the routing context describes {r.shape[0]} images but the batch has {x.shape[0]}")
+        return self.route(r, (x.shape[0],))
+
+    def balance_loss(self, routing: Routing) -> torch.Tensor:
+        """0.5 * (L_imp + L_load) (GMoE App. C.4; MoGE App. A). Without gate noise the load term is 0. The
+        importance and load sums are the global batch's under multi-process training."""
+        cfg = self.config
+        if cfg.load_loss == "moa":
+            return self._moa_balance_loss(routing)
+        sums = routing.probs.sum(dim=0, keepdim=True)  # [1, N] importance
+        if cfg.gate_noise_std > 0:
+            scores = routing.logits.softmax(-1) if cfg.load_loss == "tutel" else None
+            load = load_probabilities(routing.logits, routing.noisy_logits, cfg.top_k, cfg.gate_noise_std, scores)
+            sums = torch.cat([sums, load.sum(dim=0, keepdim=True)])  # [2, N]: one all-reduce, one cv^2 pass
+        return 0.5 * cv_squared(all_reduce_sum(sums)).sum()
+
+    def _moa_balance_loss(self, routing: Routing) -> torch.Tensor:
+        """MoA's code's 0.5 (L_imp + L_load) (`load_importance_loss`, cvlab-kaist/MoA ed7bc9d): importance sums
+        the *clean* softmax, the load threshold is the k-th largest *noisy probability* (not logit), and both
+        squared coefficients of variation use the unbiased variance (torch's `var()` default)."""
+        cfg = self.config
+        clean = routing.logits.softmax(-1)
+        sums = clean.sum(dim=0, keepdim=True)
+        if cfg.gate_noise_std > 0:
+            load = load_probabilities(clean, routing.noisy_logits.softmax(-1), cfg.top_k, cfg.gate_noise_std, clean)
+            sums = torch.cat([sums, load.sum(dim=0, keepdim=True)])
+        return 0.5 * cv_squared(all_reduce_sum(sums), unbiased=True).sum()
+
+
+class LinearGate(LinearRouter, Gate):
+    """A gate on the linear router: g = softmax(W x + eps) (GMoE eq. 3, V-MoE; SF-MoE)."""
+
+    def __init__(self, config: MoEConfig, in_dim: int):
+        super().__init__(in_dim, config.num_experts)
+        self.config = config
+
+
+class CosineGate(CosineRouter, Gate):
+    """A gate on the cosine router (GMoE §4.3, MoGE §2.1)."""
+
+    def __init__(self, config: MoEConfig, in_dim: int):
+        super().__init__(in_dim, config.num_experts, config.router_dim, config.temperature_init,
+                         config.temperature_min)
+        self.config = config
+
+
+GATES: dict[str, type[Gate]] = {"linear": LinearGate, "cosine": CosineGate}
+
+
+def build_gate(config: MoEConfig, in_dim: int) -> Gate:
+    """The gate of a layer configured by `config` on inputs `in_dim` wide (tokens, or the context r)."""
+    if config.router not in GATES:
+        raise ValueError(f"unknown router {config.router!r}; valid: {', '.join(sorted(GATES))}")
+    return GATES[config.router](config, in_dim)

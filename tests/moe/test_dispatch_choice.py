@@ -1,0 +1,87 @@
+"""The one chooser of the expert path (`dgmoe.moe.dispatch.choose_path`): its answer for every device, dtype,
+mode and need, written out as a table (plain values, so the CUDA rows run on a CPU), and the layer running
+the path it names."""
+import itertools
+
+import pytest
+import torch
+from moe_layers import make_layer
+
+from dgmoe.moe import dispatch as dispatch_module
+from dgmoe.moe.dispatch import DispatchNeeds, choose_path
+
+FP32, BF16 = torch.float32, torch.bfloat16
+
+
+def _needs(device: str, dtype: torch.dtype, **kw) -> DispatchNeeds:
+    """A call's needs as the layer states them: torch's grouped GEMM is one fused kernel only on CUDA in bf16
+    (SM90+, the GPUs this table stands for)."""
+    return DispatchNeeds(fused_grouped_gemm=device == "cuda" and dtype == BF16, **kw)
+
+
+#: (device, dtype, compiling) -> the path of a training call of GMoE's FFN layer ("grouped", GELU, gradients)
+DEFAULT = {
+    ("cpu", FP32, False): "sorted_fused", ("cpu", BF16, False): "sorted_fused",
+    ("cpu", FP32, True): "sorted_fused", ("cpu", BF16, True): "sync_free",
+    ("cuda", FP32, False): "sorted_fused", ("cuda", BF16, False): "sync_free",
+    ("cuda", FP32, True): "sorted_fused", ("cuda", BF16, True): "sync_free",
+}
+#: what only the autograd path implements, and inference
+AUTOGRAD_NEEDS = {"no gradients": dict(grad=False), "expert dropout": dict(expert_dropout=True),
+                  "twice differentiable": dict(twice_differentiable=True), "quick_gelu": dict(activation="quick_gelu")}
+CASES = list(itertools.product(("cpu", "cuda"), (FP32, BF16), (False, True)))
+
+
+@pytest.mark.parametrize("device, dtype, compiling", CASES)
+def test_gmoe_ffn_layer_training_call(device, dtype, compiling):
+    assert choose_path(device, dtype, compiling, _needs(device, dtype)) == DEFAULT[device, dtype, compiling]
+
+
+@pytest.mark.parametrize("need", list(AUTOGRAD_NEEDS))
+@pytest.mark.parametrize("device, dtype, compiling", CASES)
+def test_what_the_fused_function_lacks_takes_autograd_unless_the_grouped_gemm_runs(device, dtype, compiling, need):
+    """The sync-free dispatch is plain autograd (dropout, any activation, no-grad all work through it): where it
+    runs by default it keeps running; elsewhere these needs leave the fused sorted function for autograd."""
+    path = choose_path(device, dtype, compiling, _needs(device, dtype, **AUTOGRAD_NEEDS[need]))
+    assert path == ("sync_free" if DEFAULT[device, dtype, compiling] == "sync_free" else "sorted_autograd")
+
+
+@pytest.mark.parametrize("device, dtype, compiling", CASES)
+def test_adapter_banks_always_take_the_autograd_loop(device, dtype, compiling):
+    needs = _needs(device, dtype, ffn_experts=False)
+    assert choose_path(device, dtype, compiling, needs) == "sorted_autograd"
+
+
+@pytest.mark.parametrize("ffn", [True, False])
+@pytest.mark.parametrize("device, dtype, compiling", CASES)
+def test_the_mask_option_is_the_reference_everywhere(device, dtype, compiling, ffn):
+    assert choose_path(device, dtype, compiling, _needs(device, dtype, option="mask", ffn_experts=ffn)) == "mask"
+
+
+def test_a_torch_without_grouped_mm_never_takes_the_sync_free_path():
+    for device, dtype, compiling in CASES:
+        needs = DispatchNeeds(grouped_mm=False, fused_grouped_gemm=False)
+        assert choose_path(device, dtype, compiling, needs) == "sorted_fused"
+
+
+def test_the_layer_states_its_needs_and_runs_the_chosen_path(monkeypatch):
+    """`MoEMlp` asks the chooser with its real needs: on this CPU, sorted_fused in training, autograd without
+    gradients or with expert dropout, the mask reference for 'mask', and sync_free in bf16 once the grouped
+    GEMM counts as fused (as on an SM90+ GPU)."""
+    ran: list[str] = []
+    for path, fn in list(dispatch_module.PATHS.items()):
+        monkeypatch.setitem(dispatch_module.PATHS, path, lambda *a, _fn=fn, _path=path: ran.append(_path) or _fn(*a))
+    x = torch.randn(2, 3, 8)
+    make_layer().train()(x)
+    with torch.no_grad():
+        make_layer().train()(x)
+    make_layer(expert_dropout=0.1).train()(x)
+    make_layer(dispatch="mask").train()(x)
+    make_layer(activation="quick_gelu").train()(x)
+    assert ran == ["sorted_fused", "sorted_autograd", "sorted_autograd", "mask", "sorted_autograd"]
+    ran.clear()
+    monkeypatch.setattr(dispatch_module, "fused_grouped_gemm", lambda device, dtype: dtype == torch.bfloat16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        make_layer().train()(x)
+    make_layer().train()(x)
+    assert ran == ["sync_free", "sorted_fused"]
