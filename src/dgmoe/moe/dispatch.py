@@ -13,10 +13,17 @@ The paths (`DispatchPath`), all computing the same sum; `choose_path` alone says
 - "sync_free": `dgmoe.moe.sync_free.sync_free_dispatch`, fixed shapes and no host synchronisation
   (grouped GEMMs with device-side offsets), where torch's grouped GEMM is one fused kernel (CUDA SM90+,
   bf16) and under torch.compile in bf16, where the graph captures it.
+- "triton": `dgmoe.moe.kernels.expert_dispatch`, the experts as Triton gather-GEMM and GEMM-scatter kernels
+  (the gather, bias, activation, gate multiply and un-permute fused into the GEMMs; no host reads), on CUDA in
+  eager runs where triton is installed, for GELU and QuickGELU experts without expert dropout or double
+  backward; fp32 products in TF32 where the user allowed it (`--precision tf32`).
+- "fixed_shape": `dgmoe.moe.fixed_shape.fixed_shape_dispatch`, a padded batched GEMM whose shapes depend only
+  on (T, k, N): every other CUDA call (no host synchronisation in fp32, TF32 or on GPUs without a fused
+  grouped GEMM; captured whole by torch.compile), at N/k times the experts' FLOPs.
 - "mask" (the `MoEConfig.dispatch='mask'` option): the straightforward reference the others are tested
   against.
 `MoEConfig.dispatch='grouped'` (the default) is every path but the reference. Under torch.compile the paths
-other than "sync_free" have shapes that depend on the routing and run eagerly between graphs.
+other than "sync_free" and "fixed_shape" have shapes that depend on the routing and run eagerly between graphs.
 `capacity_keep_mask` reproduces the official code's capacity with token dropping and batch-prioritised
 routing (Riquelme et al. 2021).
 """
@@ -30,12 +37,16 @@ from typing import Callable, Iterator, Literal
 
 import torch
 
+from dgmoe.moe import kernels
 from dgmoe.moe.experts import ExpertBank, Experts
+from dgmoe.moe.fixed_shape import fixed_shape_dispatch
 from dgmoe.moe.fused import GroupedExpertFFN
 from dgmoe.moe.sync_free import GROUPED_MM, fast_grouped_gemm, sync_free_dispatch
 from dgmoe.scope import SCOPE, scoped
 
-DispatchPath = Literal["sync_free", "sorted_fused", "sorted_autograd", "mask"]
+DispatchPath = Literal["sync_free", "triton", "fixed_shape", "sorted_fused", "sorted_autograd", "mask"]
+#: the paths with fixed shapes, which torch.compile captures in its graph (the others run eagerly between graphs)
+CAPTURED: frozenset[DispatchPath] = frozenset({"sync_free", "fixed_shape"})
 #: a dispatch: (x [T, d], expert_idx [T, k], gates [T, k], experts, keep [T, k] or None) -> [T, d_out]
 Dispatch = Callable[..., torch.Tensor]
 
@@ -56,7 +67,8 @@ class DispatchNeeds:
     (`Experts`), False for an adapter bank; activation: the experts' (`ACTIVATIONS`); grad: gradients are
     recorded; expert_dropout: dropout on the experts' hidden activation is active; twice_differentiable:
     inside `twice_differentiable()`; grouped_mm: torch has a grouped GEMM (torch >= 2.8); fused_grouped_gemm:
-    it is one fused kernel for this device and dtype (`fused_grouped_gemm`)."""
+    it is one fused kernel for this device and dtype (`fused_grouped_gemm`); triton: the Triton kernels of
+    `dgmoe.moe.kernels` run on this device (a CUDA device, with triton installed)."""
 
     option: str = "grouped"
     ffn_experts: bool = True
@@ -66,6 +78,7 @@ class DispatchNeeds:
     twice_differentiable: bool = False
     grouped_mm: bool = GROUPED_MM is not None
     fused_grouped_gemm: bool = False
+    triton: bool = False
 
 
 #: a rule: (device type, compute dtype, compiling, needs) -> the path it picks, or None to pass
@@ -88,6 +101,20 @@ def _fused_gemm(device_type: str, dtype: torch.dtype, compiling: bool, needs: Di
     return "sync_free" if not compiling and needs.fused_grouped_gemm else None
 
 
+def _triton_kernels(device_type: str, dtype: torch.dtype, compiling: bool,
+                    needs: DispatchNeeds) -> DispatchPath | None:
+    """The fused Triton experts, eager on CUDA, for what they implement (one backward, no expert dropout)."""
+    fits = (needs.activation in kernels.FUSED_ACTIVATIONS and not needs.expert_dropout
+            and not needs.twice_differentiable and dtype in (torch.float32, torch.bfloat16, torch.float16))
+    return "triton" if device_type == "cuda" and not compiling and needs.triton and fits else None
+
+
+def _cuda_fixed_shape(device_type: str, dtype: torch.dtype, compiling: bool,
+                      needs: DispatchNeeds) -> DispatchPath | None:
+    """Every other CUDA call of the FFN experts: no host synchronisation (the sorted paths read counts back)."""
+    return "fixed_shape" if device_type == "cuda" else None
+
+
 def _autograd_needed(device_type: str, dtype: torch.dtype, compiling: bool,
                      needs: DispatchNeeds) -> DispatchPath | None:
     """What only the autograd path implements (double backward, expert dropout, another activation than
@@ -98,7 +125,8 @@ def _autograd_needed(device_type: str, dtype: torch.dtype, compiling: bool,
 
 
 #: the rules in order; the first that picks a path wins, "sorted_fused" if none does
-RULES: tuple[Rule, ...] = (_reference, _adapter_bank, _compiled_bf16, _fused_gemm, _autograd_needed)
+RULES: tuple[Rule, ...] = (_reference, _adapter_bank, _compiled_bf16, _fused_gemm, _triton_kernels, _cuda_fixed_shape,
+                           _autograd_needed)
 
 
 def choose_path(device_type: str, dtype: torch.dtype, compiling: bool, needs: DispatchNeeds) -> DispatchPath:
@@ -125,7 +153,8 @@ def layer_needs(option: str, experts: ExpertBank, x: torch.Tensor, dtype: torch.
         return DispatchNeeds(option, ffn_experts=False, grad=grad, twice_differentiable=twice)
     return DispatchNeeds(option, activation=experts.activation, grad=grad, twice_differentiable=twice,
                          expert_dropout=experts.training and experts.drop.p > 0,
-                         fused_grouped_gemm=not compiling and fused_grouped_gemm(x.device, dtype))
+                         fused_grouped_gemm=not compiling and fused_grouped_gemm(x.device, dtype),
+                         triton=x.device.type == "cuda" and kernels.available())
 
 
 def sorted_dispatch(x: torch.Tensor, expert_idx: torch.Tensor, gates: torch.Tensor, experts: ExpertBank,
@@ -204,7 +233,16 @@ def capacity_keep_mask(expert_idx: torch.Tensor, gates: torch.Tensor, num_expert
 
 
 #: the function of each path
-PATHS: dict[DispatchPath, Dispatch] = {"sync_free": sync_free_dispatch, "sorted_fused": sorted_dispatch,
+def triton_dispatch(x: torch.Tensor, expert_idx: torch.Tensor, gates: torch.Tensor, experts: ExpertBank,
+                    keep: torch.Tensor | None = None) -> torch.Tensor:
+    """The "triton" path: `dgmoe.moe.kernels.expert_dispatch`, fp32 products in TF32 where torch's fp32 matmuls
+    may use it (`torch.get_float32_matmul_precision()` other than 'highest', set by `--precision tf32`)."""
+    return kernels.expert_dispatch(x, expert_idx, gates, experts, keep,
+                                   allow_tf32=torch.get_float32_matmul_precision() != "highest")
+
+
+PATHS: dict[DispatchPath, Dispatch] = {"sync_free": sync_free_dispatch, "triton": triton_dispatch,
+                                       "fixed_shape": fixed_shape_dispatch, "sorted_fused": sorted_dispatch,
                                        "sorted_autograd": sorted_autograd_dispatch, "mask": masked_dispatch}
 #: `PATHS` hidden from torch.compile (made by `prepare_uncompiled` at a layer's construction, so that importing
 #: dgmoe does not import torch._dynamo): the paths whose shapes depend on the routing run eagerly between graphs.
@@ -213,9 +251,9 @@ _UNCOMPILED: dict[DispatchPath, Dispatch] = {}
 
 def prepare_uncompiled() -> None:
     if not _UNCOMPILED:
-        _UNCOMPILED.update({path: torch.compiler.disable(fn) for path, fn in PATHS.items() if path != "sync_free"})
+        _UNCOMPILED.update({path: torch.compiler.disable(fn) for path, fn in PATHS.items() if path not in CAPTURED})
 
 
 def path_function(path: DispatchPath, compiling: bool) -> Dispatch:
-    """The function that runs `path`: under torch.compile, eagerly between graphs unless it is "sync_free"."""
-    return _UNCOMPILED[path] if compiling and path != "sync_free" else PATHS[path]
+    """The function that runs `path`: under torch.compile, eagerly between graphs unless it is `CAPTURED`."""
+    return _UNCOMPILED[path] if compiling and path not in CAPTURED else PATHS[path]

@@ -5,7 +5,7 @@ or boolean-mask indexing) and torch.compile captures it whole.
     out[t] = sum_{j < k} keep_{t,j} g_{t,j} (W2_e act(W1_e x_t + b1_e) + b2_e),  e = expert_idx[t, j]   (GMoE eq. 3)
 
 Layout: the Tutel / V-MoE padded buffer [N, C, d] (Riquelme et al. 2021, Sec. 3.1; Hwang et al. 2023),
-with C slots per expert, run as one batched matmul pair (`Experts.forward_padded`). Each assignment's slot
+with C slots per expert, run as one batched matmul pair. Each assignment's slot
 is its rank among its expert's assignments in (token, choice) order, from a cumulative sum of the [T*k, N]
 expert one-hot (device only). C defaults to T, a bound no routing can exceed (a token's k experts are
 distinct, so an expert gets at most T assignments): the result is exact for every routing, at the price of
@@ -26,8 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from dgmoe.moe.experts import Experts
-from dgmoe.moe.sync_free import compute_dtype
+from dgmoe.moe.experts import Experts, compute_dtype
 
 
 def assignment_slots(expert_idx: torch.Tensor, num_experts: int, slots: int,

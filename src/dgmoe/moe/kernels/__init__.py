@@ -15,6 +15,9 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+#: the expert activations the kernels fuse into the first GEMM's epilogue (`dgmoe.moe.experts.ACTIVATIONS`)
+FUSED_ACTIVATIONS: tuple[str, ...] = ("gelu", "quick_gelu")
+
 
 @functools.cache
 def available() -> bool:

@@ -23,7 +23,8 @@ import triton
 
 from dgmoe.moe.experts import Experts
 from dgmoe.moe.kernels.gemm import ACT_CODES, ACT_NONE, grouped_rows, grouped_weight_grad
-from dgmoe.moe.sync_free import compute_dtype, sorted_assignments
+from dgmoe.moe.experts import compute_dtype
+from dgmoe.moe.sync_free import sorted_assignments
 
 
 def _upcast(device: torch.device) -> bool:
