@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dgmoe.bench.timing import MIN_ROUNDS, MIN_WARMUP, Spread, timing_warnings
+from dgmoe.devices import AUTO, resolve_device
 from dgmoe.engine.progress import Progress
 from dgmoe.tables import markdown_table
 
@@ -58,7 +59,7 @@ class BenchmarkConfig:
     num_classes: int = 7
     threads: int = 1
     seed: int = 0
-    device: str = "cpu"
+    device: str = AUTO  # resolved by `benchmark_algorithms`
     model_overrides: tuple[tuple[str, Any], ...] = field(default_factory=tuple)
     group_size: int = 12  # worker processes alive at once, ERM's included
 
@@ -202,6 +203,7 @@ def benchmark_algorithms(config: BenchmarkConfig) -> list[AlgorithmCost]:
     module docstring); the results follow `config.algorithms`' order."""
     from dgmoe.algorithms import get_algorithm
 
+    config = replace(config, device=resolve_device(config.device))
     for name in config.algorithms:
         get_algorithm(name)  # unknown names fail here, with the registry's list of valid ones
     others = [n for n in dict.fromkeys(config.algorithms) if n != "ERM"]

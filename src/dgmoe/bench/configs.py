@@ -1,22 +1,43 @@
 """The configs of the `dgmoe bench` commands: what each benchmark measures and how often. Their options are
 generated from these fields (`dgmoe.cli.options`); the benchmarks take them (and fresh worker processes
-rebuild them from their JSON). This module imports no torch, so that `dgmoe bench --help` starts at once."""
+rebuild them from their JSON). This module imports no torch, so that `dgmoe bench --help` starts at once
+(torch is imported when a config is built with `--device auto`, to resolve it)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from dgmoe.bench.algorithms import BenchmarkConfig
 from dgmoe.bench.timing import MIN_ROUNDS, MIN_WARMUP
+from dgmoe.devices import (
+    check_compile_mode,
+    check_precision,
+    compile_mode_setting,
+    device_setting,
+    precision_setting,
+    resolve_device,
+)
 from dgmoe.settings import Settings, comma_ints, comma_names, setting
 
 DEFAULT_MODELS = ("vit_small_patch16_224", "gmoe_small_patch16_224", "sfmoe_small_patch16_224",
                   "moge_small_patch16_224", "resnet50")
-PRECISIONS = ("fp32", "bf16")
 _ROUNDS = f"Timed rounds (at least {MIN_ROUNDS}), after 2 untimed warm-up rounds."
 
 
+class _OnDevice(Settings):
+    """A benchmark's config whose `--device auto` is resolved on construction to the device used (a config that
+    exists names a real device), with `--precision` (and `--compile-mode`) checked against it."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        device = resolve_device(self.device)  # type: ignore[attr-defined]
+        object.__setattr__(self, "device", device)
+        check_precision(self.precision, device)  # type: ignore[attr-defined]
+        check_compile_mode(getattr(self, "compile_mode", "default"), getattr(self, "compile", False), device)
+
+
 @dataclass(frozen=True)
-class LayerBenchConfig(Settings):
+class LayerBenchConfig(_OnDevice):
     """`dgmoe bench layer`: the MoE layer's forward+backward against its limit (`dgmoe.bench.layer`)."""
 
     tokens: int = setting(32 * 197, "Tokens per call (a ViT-S/16 batch of 32 at 224 px).", minimum=1)
@@ -26,9 +47,9 @@ class LayerBenchConfig(Settings):
     router: str = setting("cosine", "Router.", choices=("cosine", "linear"))
     rounds: int = setting(7, _ROUNDS, minimum=MIN_ROUNDS)
     threads: int | None = setting(None, "torch threads [torch's default].", minimum=1)
-    device: str = setting("cpu", "torch device.")
-    precision: str = setting("fp32", "bf16: every candidate runs under bf16 autocast (the router stays fp32).",
-                             choices=PRECISIONS)
+    device: str = device_setting()
+    precision: str = precision_setting("fp32, tf32 (TF32 matmuls, CUDA only) or bf16: every candidate runs under "
+                                       "bf16 autocast (the router stays fp32).")
     repeats: int = setting(3, "Fresh processes to repeat the measurement in; ratios are their median (min, max).",
                            minimum=1)
     paths: tuple[str, ...] | None = setting(None, "Comma list of candidates to time (default: all), e.g. 'moe "
@@ -37,7 +58,7 @@ class LayerBenchConfig(Settings):
 
 
 @dataclass(frozen=True)
-class ModelBenchConfig(Settings):
+class ModelBenchConfig(_OnDevice):
     """`dgmoe bench models`: train step, inference, memory, params and FLOPs of whole models
     (`dgmoe.bench.models`); the first model is the reference."""
 
@@ -46,10 +67,13 @@ class ModelBenchConfig(Settings):
     batch_size: int = setting(32, "Images per step.", minimum=1)
     num_classes: int = setting(7, "Classes of the head.", minimum=1)
     rounds: int = setting(5, _ROUNDS, minimum=MIN_ROUNDS)
-    device: str = setting("cpu", "torch device.")
-    precision: str = setting("fp32", "Arithmetic of the step (bf16: autocast).", choices=PRECISIONS)
+    device: str = device_setting()
+    precision: str = precision_setting()
     compile: bool = setting(False, "torch.compile every model block by block, as `dgmoe train --compile`.",
                             flags=("--compile",))
+    compile_mode: str = compile_mode_setting()
+    model_kwargs: dict[str, Any] = setting({}, "create_model overrides per model as a JSON object, e.g. "
+                                               "'{\"gmoe_small_patch16_224\": {\"top_k\": 1}}'.")
     fused_optimizer: bool = setting(False, "Adam steps in torch's fused kernel, as `dgmoe train --fused-optimizer`.",
                                     flags=("--fused-optimizer",))
     threads: int | None = setting(None, "torch threads [torch's default].", minimum=1)
@@ -57,7 +81,7 @@ class ModelBenchConfig(Settings):
 
 
 @dataclass(frozen=True)
-class MemoryBenchConfig(Settings):
+class MemoryBenchConfig(_OnDevice):
     """`dgmoe bench memory`: peak training memory per model and batch size (`dgmoe.bench.models`)."""
 
     models: tuple[str, ...] = setting(("vit_small_patch16_224", "gmoe_small_patch16_224"),
@@ -65,8 +89,8 @@ class MemoryBenchConfig(Settings):
     batch_sizes: tuple[int, ...] = setting((16, 32, 96), "Comma list. 96 is DomainBed's step (32 images x 3 "
                                                          "training domains).", parser=comma_ints, minimum=1)
     img_size: int = setting(224, "Image size in pixels.", minimum=1)
-    device: str = setting("cpu", "torch device.")
-    precision: str = setting("fp32", "Arithmetic of the step (bf16: autocast).", choices=PRECISIONS)
+    device: str = device_setting()
+    precision: str = precision_setting()
     threads: int | None = setting(None, "torch threads [torch's default].", minimum=1)
 
     def models_config(self) -> ModelBenchConfig:
@@ -113,6 +137,6 @@ class AlgorithmBenchRun(Settings):
     img_size: int = setting(BenchmarkConfig.img_size, "Image size in pixels.", minimum=1)
     patch_size: int | None = setting(BenchmarkConfig.patch_size, "ViT patch size in pixels.", minimum=1)
     threads: int = setting(BenchmarkConfig.threads, "torch threads per worker process.", minimum=1)
-    device: str = setting(BenchmarkConfig.device, "torch device.")
+    device: str = device_setting()
     group_size: int = setting(BenchmarkConfig.group_size, "Worker processes alive at once (ERM's included); each "
                                                           "holds a backbone, so this bounds memory.", minimum=2)

@@ -90,6 +90,12 @@ def bench_data(run: RunConfig, cfg: DataBenchConfig = DataBenchConfig()) -> list
     """One row per worker count: loader img/s, the model step's img/s, their ratio, the training loop's img/s
     and its share of the step's, and evaluation img/s (steady, and the first pass with the workers' start-up)."""
     setup = prepare_run(run)
+    run = setup.cfg  # (`--device auto` resolved)
+    with setup.arithmetic():  # TF32 on (tf32) or off (fp32) on CUDA, as the trainer sets it
+        return _rows(run, setup, cfg)
+
+
+def _rows(run: RunConfig, setup, cfg: DataBenchConfig) -> list[dict]:
     batches = setup.train_batches()  # exactly the trainer's
     images = setup.hparams["batch_size"] * len(setup.train_envs)
     step = _step_rate(run, setup, batches, cfg, images)

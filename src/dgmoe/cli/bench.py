@@ -12,7 +12,8 @@ from dgmoe.cli.options import ListFlagsGroup, build_config, config_from_options,
 #: the `dgmoe train` settings that describe what `bench data` loads and steps (not where results go)
 BENCH_DATA_SETTINGS = ("dataset", "test_envs", "holdout_fraction", "img_size", "n_per_domain", "model", "patch_size",
                        "model_kwargs", "pretrained", "algorithm", "hparams", "trial_seed", "hparams_seed", "seed",
-                       "precision", "fused_optimizer", "data_dir", "device", "num_threads", "compile")
+                       "precision", "fused_optimizer", "data_dir", "device", "num_threads", "compile",
+                       "compile_mode")
 
 
 def _print_table(result: tuple[list[dict], list[str]] | list[dict]) -> None:
@@ -77,7 +78,7 @@ def models(ctx: click.Context, **kw: Any) -> None:
     cfg = build_config(ModelBenchConfig, ctx, kw)
     _print_machine(cfg.threads, cfg.device)
     click.echo(f"{cfg.repeats} fresh processes x {cfg.rounds} rounds; batch {cfg.batch_size} at {cfg.img_size} px, "
-               f"{cfg.precision}{', torch.compile' if cfg.compile else ''}"
+               f"{cfg.precision}{f', torch.compile ({cfg.compile_mode})' if cfg.compile else ''}"
                f"{', fused Adam' if cfg.fused_optimizer else ''}; reference {cfg.models[0]}")
     _print_table(bench_models(cfg, cfg.repeats))
 
@@ -122,6 +123,9 @@ def data(ctx: click.Context, config_file: str | None, **kw: Any) -> None:
     cfg = build_config(DataBenchConfig, ctx, kw)
     base = RunConfig.from_file(config_file) if config_file else None
     run = config_from_options(ctx, kw, base)
+    from dgmoe.devices import resolve_device
+
+    run = run.replace(device=resolve_device(run.execution.device))  # (its precision is checked by prepare_run)
     _print_machine(run.execution.num_threads, run.execution.device)
     click.echo(f"{run.data.dataset} with {run.model.name} ({run.algorithm.name}, {run.training.precision}) on "
                f"{run.execution.device}; {cfg.steps} timed steps per measurement")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dgmoe.devices import device_setting
 from dgmoe.settings import ConfigError, Settings, comma_floats, existing_folder, setting
 
 
@@ -67,7 +68,7 @@ class SoupOptions(Settings):
                                    "training, unfinished, unreadable): each soup of their group names them in its "
                                    "record and reads 'partial' in tables. Without it such folders stop the command.",
                             flags=("--partial",))
-    device: str = setting("cpu", "torch device of the evaluations.")
+    device: str = device_setting("of the evaluations")
     data_dir: str | None = setting(None, "Dataset root (default: each run's own --data-dir).")
     eval_batch_size: int = setting(64, "Batch size of the evaluations.", minimum=1)
     num_workers: int = setting(0, "Data-loading worker processes of the evaluations.", minimum=0)
