@@ -10,6 +10,7 @@ from typing import Any
 from dgmoe.bench.algorithms import BenchmarkConfig
 from dgmoe.bench.timing import MIN_ROUNDS, MIN_WARMUP
 from dgmoe.devices import (
+    PRECISIONS,
     check_compile_mode,
     check_precision,
     compile_mode_setting,
@@ -96,6 +97,27 @@ class MemoryBenchConfig(_OnDevice):
     def models_config(self) -> ModelBenchConfig:
         return ModelBenchConfig(self.models, self.img_size, device=self.device, precision=self.precision,
                                 threads=self.threads)
+
+
+@dataclass(frozen=True)
+class SyncBenchConfig(_OnDevice):
+    """`dgmoe bench syncs`: host synchronisations per training step of whole models (`dgmoe.bench.syncs`)."""
+
+    models: tuple[str, ...] = setting(("gmoe_small_patch16_224", "sfmoe_small_patch16_224", "moge_small_patch16_224"),
+                                      "Comma list of models.", parser=comma_names)
+    precisions: tuple[str, ...] = setting(("fp32", "tf32"), "Comma list of precisions (fp32, tf32, bf16).",
+                                          parser=comma_names, choices=PRECISIONS)
+    img_size: int = setting(224, "Image size in pixels.", minimum=1)
+    batch_size: int = setting(96, "Images per step (96: DomainBed's 32 x 3 training domains).", minimum=1)
+    steps: int = setting(2, "Steps counted, after a first one.", minimum=1)
+    device: str = device_setting()
+    compile: bool = setting(False, "torch.compile every model block by block, as `dgmoe train --compile`.",
+                            flags=("--compile",))
+
+    @property
+    def precision(self) -> str:
+        """The precision `_OnDevice` checks: tf32 when any asked for is (refused off CUDA)."""
+        return "tf32" if "tf32" in self.precisions else self.precisions[0]
 
 
 @dataclass(frozen=True)

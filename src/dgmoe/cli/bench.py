@@ -6,7 +6,14 @@ from typing import Any
 
 import click
 
-from dgmoe.bench.configs import DataBenchConfig, LayerBenchConfig, MemoryBenchConfig, ModelBenchConfig, StemBenchConfig
+from dgmoe.bench.configs import (
+    DataBenchConfig,
+    LayerBenchConfig,
+    MemoryBenchConfig,
+    ModelBenchConfig,
+    StemBenchConfig,
+    SyncBenchConfig,
+)
 from dgmoe.cli.options import ListFlagsGroup, build_config, config_from_options, config_options, run_options
 
 #: the `dgmoe train` settings that describe what `bench data` loads and steps (not where results go)
@@ -93,6 +100,20 @@ def memory(ctx: click.Context, **kw: Any) -> None:
     cfg = build_config(MemoryBenchConfig, ctx, kw)
     _print_machine(cfg.threads, cfg.device)
     _print_table(bench_memory(cfg.models_config(), cfg.batch_sizes))
+
+
+@command.command("syncs")
+@config_options(SyncBenchConfig)
+@click.pass_context
+def syncs(ctx: click.Context, **kw: Any) -> None:
+    """Host synchronisations per training step of whole models (CUDA's sync debug mode), per precision."""
+    from dgmoe.bench.syncs import bench_syncs
+
+    cfg = build_config(SyncBenchConfig, ctx, kw)
+    _print_machine(None, cfg.device)
+    click.echo(f"batch {cfg.batch_size} at {cfg.img_size} px, {cfg.steps} steps counted after a first"
+               f"{', torch.compile' if cfg.compile else ''}")
+    _print_table(bench_syncs(cfg))
 
 
 @command.command("stem")
