@@ -107,7 +107,7 @@ def fp32_arithmetic(precision: str, device: str) -> Iterator[None]:
     import torch
 
     mode = "tf32" if precision == "tf32" else "ieee"
-    matmul, conv = torch.backends.cuda.matmul, torch.backends.cudnn.conv
+    matmul, conv = torch.backends.cuda.matmul, torch.backends.cudnn.conv  # type: ignore[attr-defined]
     if hasattr(matmul, "fp32_precision"):  # torch >= 2.9: the legacy allow_tf32 flags must not be mixed in
         saved = (matmul.fp32_precision, conv.fp32_precision)
         matmul.fp32_precision, conv.fp32_precision = mode, mode
