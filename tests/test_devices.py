@@ -97,3 +97,34 @@ def test_train_refuses_tf32_on_a_cpu_machine_before_writing(tmp_path):
         train(dataset="RotatedMNIST", model="vit_micro_patch7_28", n_per_domain=8, steps=1,
               precision="tf32", output_dir=str(out))
     assert not out.exists()
+
+
+def test_graphed_steps_are_marked_and_others_are_not(monkeypatch):
+    """With CUDA graphs each update starts with `cudagraph_mark_step_begin` (the trainer and `bench data` call
+    `RunSetup.step_begins`); compiled in the default mode, or eager, nothing is called."""
+    from types import SimpleNamespace
+
+    from dgmoe.engine.setup import RunSetup
+
+    marks: list[int] = []
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append(1))
+    for settings, expected in (({"compile": True, "compile_mode": "reduce-overhead"}, 1), ({"compile": True}, 0),
+                               ({}, 0)):
+        marks.clear()
+        RunSetup.step_begins(SimpleNamespace(cfg=RunConfig().replace(**settings)))  # type: ignore[arg-type]
+        assert len(marks) == expected, settings
+
+
+def test_the_run_compiles_its_blocks_in_its_compile_mode(monkeypatch):
+    """`placed_algorithm` hands `--compile-mode` to torch.compile (default here: reduce-overhead needs CUDA)."""
+    import dgmoe.engine.setup as setup_module
+    from dgmoe.engine.setup import prepare_run
+
+    seen = []
+    monkeypatch.setattr(setup_module, "compile_blocks", lambda network, **kw: seen.append(kw) or network)
+    cfg = RunConfig().replace(dataset="RotatedMNIST", model="vit_micro_patch7_28", model_kwargs={"depth": 1},
+                              n_per_domain=8, compile=True, output_dir="unused")
+    setup = prepare_run(cfg)
+    assert setup.cfg.execution.device == resolve_device(AUTO)  # resolved when the run is prepared
+    setup.placed_algorithm()
+    assert seen == [{"mode": "default"}]

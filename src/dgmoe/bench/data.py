@@ -50,8 +50,13 @@ def _rate(setup, batches: TrainBatches, workers: int, cfg: DataBenchConfig, imag
 def _loop_rate(setup, batches: TrainBatches, workers: int, cfg: DataBenchConfig, images_per_step: int) -> float:
     """img/s of the trainer's loop: the next step's batches, moved to the device, and the update."""
     algorithm = setup.placed_algorithm()
+
+    def update(minibatches: list, step: int) -> Any:
+        setup.step_begins()
+        return algorithm.update(minibatches, step)
+
     with setup.autocast():
-        return _rate(setup, batches, workers, cfg, images_per_step, algorithm.update)
+        return _rate(setup, batches, workers, cfg, images_per_step, update)
 
 
 def _eval_rates(run: RunConfig, setup, workers: int) -> tuple[float, float]:
@@ -77,10 +82,12 @@ def _step_rate(run: RunConfig, setup, batches: TrainBatches, cfg: DataBenchConfi
     sync = device_sync(device)
     with setup.autocast():
         for step in range(cfg.warmup):
+            setup.step_begins()
             algorithm.update(minibatches, step)
         sync()
         start = time.perf_counter()
         for step in range(cfg.steps):
+            setup.step_begins()
             algorithm.update(minibatches, cfg.warmup + step)
         sync()
     return cfg.steps * images_per_step / (time.perf_counter() - start)

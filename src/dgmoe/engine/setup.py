@@ -125,11 +125,12 @@ class RunSetup:
         `--precision tf32`, IEEE fp32 otherwise, on CUDA; the previous switches restored on exit."""
         return fp32_arithmetic(self.cfg.training.precision, self.cfg.execution.device)
 
-    @property
-    def graphed(self) -> bool:
-        """Whether compiled blocks replay CUDA graphs (`--compile --compile-mode reduce-overhead`): each step must
-        then begin with `torch.compiler.cudagraph_mark_step_begin()`."""
-        return self.cfg.execution.compile and self.cfg.execution.compile_mode == "reduce-overhead"
+    def step_begins(self) -> None:
+        """Called before each update: with CUDA graphs (`--compile --compile-mode reduce-overhead`) it tells torch
+        a new step begins, whose graph replays may overwrite the previous step's outputs; otherwise nothing."""
+        ex = self.cfg.execution
+        if ex.compile and ex.compile_mode == "reduce-overhead":
+            torch.compiler.cudagraph_mark_step_begin()
 
     def placed_algorithm(self) -> Algorithm:
         """The algorithm on the run's device, its network compiled block by block with `--compile`

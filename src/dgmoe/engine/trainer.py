@@ -258,8 +258,7 @@ def _run_loop(cfg: RunConfig, setup: RunSetup, writer: RunWriter, run_log: RunLo
         tic = time.perf_counter()
         for step, minibatches in zip(range(start, n_steps), steps):
             minibatches = [b.to(ex.device) for b in shard(minibatches, info)]
-            if setup.graphed:  # a new step: CUDA graph outputs of the previous one may be overwritten
-                torch.compiler.cudagraph_mark_step_begin()
+            setup.step_begins()  # (CUDA graphs: the previous step's graph outputs may be overwritten)
             with autocast:
                 metrics = algorithm.update(minibatches, step)
             watch.observe(step, metrics)  # on the device: read back at checkpoints, before any record
