@@ -58,6 +58,19 @@ def test_the_compile_mode_reaches_torch_compile(monkeypatch):
     assert seen == [{"mode": "default"}]
 
 
+def test_flops_of_a_cuda_only_config_are_counted_on_the_cpu():
+    """`training_flops` counts on the CPU: a config of the GPU's settings (tf32, CUDA graphs), which the CPU
+    refuses, is counted in fp32 eager there."""
+    from dgmoe.bench.models import training_flops
+
+    cfg = ModelBenchConfig(("vit_micro_patch7_28",), device="cpu", **TINY)
+    gpu_like = ModelBenchConfig(("vit_micro_patch7_28",), device="cpu", **TINY)
+    for name, value in (("device", "cuda"), ("precision", "tf32"), ("compile", True),
+                        ("compile_mode", "reduce-overhead")):
+        object.__setattr__(gpu_like, name, value)  # (what a config built on a GPU machine holds)
+    assert training_flops("vit_micro_patch7_28", gpu_like) == training_flops("vit_micro_patch7_28", cfg)
+
+
 @pytest.mark.slow
 def test_a_compiled_default_mode_step_trains_on_the_cpu():
     """The compiled step (mode default, inductor; needs a C compiler) takes the same steps as the eager one."""

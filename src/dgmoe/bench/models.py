@@ -104,7 +104,8 @@ def training_flops(name: str, cfg: ModelBenchConfig) -> tuple[int, int]:
     """(parameters, forward FLOPs per image) of a model, counted by torch's FlopCounterMode."""
     model: Any = create_model(name, num_classes=cfg.num_classes, img_size=cfg.img_size,  # timm's API
                               **cfg.model_kwargs.get(name, {})).eval()
-    one = ModelBenchConfig(**{**asdict(cfg), "batch_size": 1, "device": "cpu"})
+    one = ModelBenchConfig(**{**asdict(cfg), "batch_size": 1, "device": "cpu", "precision": "fp32", "compile": False,
+                              "compile_mode": "default"})  # (counted on the CPU, where tf32 and graphs do not exist)
     x, _, kw = _inputs(model, one)
     with FlopCounterMode(display=False) as counter, torch.no_grad():
         model.forward_head(model.forward_features(x, **kw))
