@@ -33,7 +33,7 @@ class _OnDevice(Settings):
         super().__post_init__()
         device = resolve_device(self.device)  # type: ignore[attr-defined]
         object.__setattr__(self, "device", device)
-        check_precision(self.precision, device)  # type: ignore[attr-defined]
+        check_precision(getattr(self, "precision", "fp32"), device)
         check_compile_mode(getattr(self, "compile_mode", "default"), getattr(self, "compile", False), device)
 
 
@@ -143,7 +143,7 @@ class DataBenchConfig(Settings):
 
 
 @dataclass(frozen=True)
-class AlgorithmBenchRun(Settings):
+class AlgorithmBenchRun(_OnDevice):
     """`dgmoe algorithms bench`: one `dgmoe.bench.algorithms.BenchmarkConfig` per backbone (whose defaults these
     are)."""
 
