@@ -2,15 +2,24 @@
 # The GPU measurements of the "train at the speed of the GPU" issue (docs/benchmarks.md, section 12):
 #   PYTHONPATH=src bash benchmarks/gpu.sh [OUT] [STAGES] [SECONDS]   (or with dgmoe installed: `pip install -e .`)
 # The device image lacks mlxtend and submitit: bring their wheels and `pip install --no-deps` them first.
-# STAGES: any of "tests layer models memory data profile compile" (default: all, in that order, about
-# 8 minutes on an H100). MODELS, MEMORY_MODELS, DATA_MODELS, COMPILE_MODELS (the models of those stages),
-# DATA_WORKERS (0,4) and TRAIN_WORKERS (0) adjust them.
+# STAGES: any of "tests syncs default top1 layer models memory data profile compile graphs" (default: all, in
+# that order; the seven stages before syncs, default, top1 and graphs took about 8 minutes on an H100, the four
+# are not yet timed on a device: pass a budget that fits or fewer stages). MODELS, MEMORY_MODELS, DATA_MODELS,
+# COMPILE_MODELS (the models of those stages), DATA_WORKERS (0,4) and TRAIN_WORKERS (0) adjust them.
+#   syncs:   host syncs per fp32/TF32 training step of GMoE-S/16, SF-MoE-S/16, MoGE-S (`dgmoe bench syncs`; the
+#            gpu tests hold them to 0 under set_sync_debug_mode("error"))
+#   default: the GPU user's default command, `dgmoe train` with no --device (auto: CUDA) in fp32 and in tf32,
+#            its img/s beside the model step's (`dgmoe bench data`), and the GMoE/ViT train-step ratio per
+#            precision with peak memory measured (`dgmoe bench models`, torch.cuda.max_memory_allocated)
+#   top1:    GMoE-S/16 top-1 (GMoE's inference configuration) inference vs ViT-S/16, bf16 and fp32
+#   graphs:  the whole-model table eager / compiled / graphed (--compile-mode reduce-overhead: CUDA graphs),
+#            bf16 and tf32
 # Each stage writes OUT/<stage>.txt under its own time limit, cut to what is left of SECONDS (the
 # whole run's budget, default 540), so one slow stage cannot eat the others and the run ends in time.
 set -uo pipefail
 DGMOE="python -m dgmoe"   # works without an installed `dgmoe` executable (PYTHONPATH=src on the device image)
 OUT=${1:-runs/gpu}
-STAGES=${2:-tests layer models memory data profile compile}
+STAGES=${2:-tests syncs default top1 layer models memory data profile compile graphs}
 MODELS=${MODELS:-vit_small_patch16_224,gmoe_small_patch16_224,sfmoe_small_patch16_224,moge_small_patch16_224}
 DATA_MODELS=${DATA_MODELS:-vit_small_patch16_224 gmoe_small_patch16_224}
 COMPILE_MODELS=${COMPILE_MODELS:-vit_small_patch16_224,gmoe_small_patch16_224}
@@ -30,20 +39,13 @@ python -c "import torch; print(torch.__version__, torch.cuda.get_device_name(), 
   > "$OUT/versions.txt" 2>&1; cat "$OUT/versions.txt"
 # 1. correctness on CUDA: the sync-free dispatch, zero host syncs per training update (GMoE, SF-MoE, MoGE), the
 #    CUDA dispatch paths, device-side augmentation and the step loop with its background loader
-want tests && stage gpu_tests 100 python -m pytest -q -m gpu tests/moe tests/data/test_data_loaders.py
-# 2. the MoE layer at ViT-S dims, T = 96 x 197, bf16: the layer as a model runs it (eager and compiled), the
-#    dispatch alone, the router alone, the peers; then where each one's time goes (kernels, host or device bound)
-want layer && stage layer_bf16 100 $DGMOE bench layer --device cuda --precision bf16 --tokens 18912 --rounds 10 --repeats 1 \
-  --paths "moe grouped (default),moe grouped (default) compiled,dispatch sync-free grouped_mm,transformers-style eager loop,transformers grouped_mm experts,router alone"
-want layer && stage layer_profile 60 python benchmarks/profile_layer.py
-# 3. whole models, batch 96 at 224 px, bf16: eager, then compiled block by block; then peak memory
-want models && stage models_bf16 120 $DGMOE bench models --device cuda --precision bf16 --batch-size 96 --rounds 10 --models "$MODELS"
-want memory && stage memory_bf16 80 $DGMOE bench memory --device cuda --precision bf16 --batch-sizes 96 --models "${MEMORY_MODELS:-$MODELS}"
-# 4. the data path: a PACS-shaped folder of random JPEGs (4 domains x 7 classes x 60 images), cached at 224 px;
-#    loader and training-loop img/s per worker count beside the model step's, then `dgmoe train` itself.
-#    DATA_FLAGS (e.g. --compile, --fused-optimizer) go to both commands; DATA_TAG (e.g. _compiled) names their
-#    outputs.
-if want data; then
+want tests && stage gpu_tests 100 python -m pytest -q -m gpu tests/moe tests/data/test_data_loaders.py \
+  tests/bench/test_bench_gpu_checks.py
+# 1b. host syncs per training step in the GPU user's fp32 and TF32 (bf16 beside), batch 96 at 224 px
+want syncs && stage syncs 90 $DGMOE bench syncs --device cuda --precisions fp32,tf32,bf16 \
+  --models gmoe_small_patch16_224,sfmoe_small_patch16_224,moge_small_patch16_224
+# 1c. the default command: no --device (auto), fp32 (DomainBed's) and tf32; the data folder of stage 4 first
+if want default || want data; then
 if [ ! -d "$OUT/PACS_fake" ]; then
 python - "$OUT/PACS_fake" <<'PY'
 import sys, numpy as np
@@ -58,6 +60,41 @@ for d in ("art_painting", "cartoon", "photo", "sketch"):
 PY
 stage prepare 40 $DGMOE data prepare --dataset PACS --data-dir "$OUT/PACS_fake" --img-size 224
 fi
+fi
+if want default; then
+for precision in fp32 tf32; do
+  stage "default_models_$precision" 90 $DGMOE bench models --precision "$precision" --batch-size 96 --rounds 10 \
+    --models vit_small_patch16_224,gmoe_small_patch16_224
+  for model in $DATA_MODELS; do
+    stage "default_data_${model}_$precision" 60 $DGMOE bench data --dataset PACS --data-dir "$OUT/PACS_fake" \
+      --model "$model" --precision "$precision" --workers 0 --timed-steps 30
+    stage "default_train_${model}_$precision" 60 $DGMOE train --dataset PACS --data-dir "$OUT/PACS_fake" \
+      --model "$model" --precision "$precision" --steps 300 --checkpoint-freq 150 --progress lines --log-every-s 3 \
+      --output-dir "$OUT/runs/default_${model}_$precision"
+  done
+done
+fi
+# 1d. GMoE's top-1 inference configuration (GMoE, Table 16) against ViT-S/16: the "inference vs ref" column
+if want top1; then
+for precision in bf16 fp32; do
+  stage "top1_$precision" 90 $DGMOE bench models --device cuda --precision "$precision" --batch-size 96 --rounds 10 \
+    --models vit_small_patch16_224,gmoe_small_patch16_224 --model-kwargs '{"gmoe_small_patch16_224": {"top_k": 1}}'
+done
+fi
+# 2. the MoE layer at ViT-S dims, T = 96 x 197, bf16: the layer as a model runs it (eager and compiled), the
+#    dispatch alone, the router alone, the peers; then where each one's time goes (kernels, host or device bound)
+want layer && stage layer_bf16 100 $DGMOE bench layer --device cuda --precision bf16 --tokens 18912 --rounds 10 --repeats 1 \
+  --paths "moe grouped (default),moe grouped (default) compiled,dispatch sync-free grouped_mm,transformers-style eager loop,transformers grouped_mm experts,router alone"
+want layer && stage layer_profile 60 python benchmarks/profile_layer.py
+# 3. whole models, batch 96 at 224 px, bf16: eager, then compiled block by block; then peak memory
+want models && stage models_bf16 120 $DGMOE bench models --device cuda --precision bf16 --batch-size 96 --rounds 10 --models "$MODELS"
+want memory && stage memory_bf16 80 $DGMOE bench memory --device cuda --precision bf16 --batch-sizes 96 --models "${MEMORY_MODELS:-$MODELS}"
+want memory && stage memory_fp32 80 $DGMOE bench memory --device cuda --precision fp32 --batch-sizes 96 --models "${MEMORY_MODELS:-$MODELS}"
+# 4. the data path: a PACS-shaped folder of random JPEGs (4 domains x 7 classes x 60 images), cached at 224 px;
+#    loader and training-loop img/s per worker count beside the model step's, then `dgmoe train` itself.
+#    DATA_FLAGS (e.g. --compile, --fused-optimizer) go to both commands; DATA_TAG (e.g. _compiled) names their
+#    outputs. (The folder is made in 1c.)
+if want data; then
 for model in $DATA_MODELS; do
   stage "data_$model${DATA_TAG:-}" 75 $DGMOE bench data --dataset PACS --data-dir "$OUT/PACS_fake" --model "$model" \
     --device cuda --precision bf16 --workers "${DATA_WORKERS:-0,4}" --timed-steps 30 ${DATA_FLAGS:-}
@@ -74,4 +111,16 @@ want profile && want data && stage loop_profile 60 python benchmarks/profile_loo
   --model gmoe_small_patch16_224
 want compile && stage models_bf16_compile 200 $DGMOE bench models --device cuda --precision bf16 --batch-size 96 --rounds 10 --compile \
   --models "$COMPILE_MODELS"
+# 6. the whole-model table eager / compiled / graphed: the compiled blocks replayed as CUDA graphs
+#    (--compile-mode reduce-overhead), beside stage 3's eager and stage 5's compiled rows; tf32 all three
+if want graphs; then
+  stage models_bf16_graphed 200 $DGMOE bench models --device cuda --precision bf16 --batch-size 96 --rounds 10 \
+    --compile --compile-mode reduce-overhead --models "$COMPILE_MODELS"
+  stage models_tf32 90 $DGMOE bench models --device cuda --precision tf32 --batch-size 96 --rounds 10 \
+    --models "$COMPILE_MODELS"
+  stage models_tf32_compile 200 $DGMOE bench models --device cuda --precision tf32 --batch-size 96 --rounds 10 \
+    --compile --models "$COMPILE_MODELS"
+  stage models_tf32_graphed 200 $DGMOE bench models --device cuda --precision tf32 --batch-size 96 --rounds 10 \
+    --compile --compile-mode reduce-overhead --models "$COMPILE_MODELS"
+fi
 echo "done: $OUT at ${SECONDS} s"

@@ -12,7 +12,7 @@ TESTS = Path(__file__).resolve().parent
 LAYERS = [
     {"errors", "tables"},
     {"registry", "seeding", "records", "settings", "peft_config", "document"},
-    {"scope", "duplicates", "names"},
+    {"scope", "duplicates", "names", "devices"},
     {"sharding", "hparams", "metrics", "selection"},
     {"moe", "data"},
     {"models"},

@@ -161,7 +161,13 @@ TRAIN_CASES = [
     ("no-validation-images", ["--n-per-domain", "3"],
      "leaves no validation images (out split) in training domains 15, 30, 45, 60, 75 (3 images each)", 2),
     ("no-validation-images-fix", ["--n-per-domain", "4"], "use --n-per-domain >= 5 or a larger --holdout-fraction", 2),
-    ("precision", ["--precision", "fp16"], "'fp16' is not one of 'fp32', 'bf16'", 2),
+    ("precision", ["--precision", "fp16"], "'fp16' is not one of 'fp32', 'tf32', 'bf16'", 2),
+    ("precision-tf32-cpu", ["--precision", "tf32", "--device", "cpu"], "--precision tf32 rounds CUDA matmuls to TF32; "
+     "--device cpu is not a CUDA device", 2),
+    ("compile-mode-alone", ["--compile-mode", "reduce-overhead"], "--compile-mode reduce-overhead is read by "
+     "--compile only", 2),
+    ("compile-mode-cpu", ["--compile", "--compile-mode", "reduce-overhead", "--device", "cpu"],
+     "--compile-mode reduce-overhead captures CUDA graphs; --device cpu is not a CUDA device", 2),
     ("progress", ["--progress", "loud"], "'loud' is not one of", 2),
     ("num-workers", ["--num-workers", "-1"], "--num-workers must be >= 0", 2),
     ("eval-batch", ["--eval-batch-size", "0"], "--eval-batch-size must be >= 1", 2),

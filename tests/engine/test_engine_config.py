@@ -101,7 +101,7 @@ def test_identity_excludes_execution_by_construction():
     ({"holdout_fraction": 1.0}, "--holdout-fraction must be < 1"),
     ({"test_envs": (1, 1)}, "--test-envs names a domain twice"),
     ({"hparams": "{lr: 1}"}, "--hparams is not valid JSON"),
-    ({"precision": "fp16"}, "--precision must be one of fp32, bf16"),
+    ({"precision": "fp16"}, "--precision must be one of fp32, tf32, bf16"),
     ({"num_workers": 2.5}, "--num-workers must be an integer"),
 ])
 def test_bad_settings_name_their_flag(settings, message):

@@ -30,11 +30,22 @@ def run(tmp_path_factory):
 
 def test_first_line_names_the_held_out_domain_and_the_run(run):
     out, _, lines = run
-    assert lines[0] == (f"ERM with vit_micro_patch7_28 on RotatedMNIST: test domain 15 held out, training on "
-                        f"0, 30, 45, 60, 75 -> {out}")
+    assert lines[0] == (f"ERM with vit_micro_patch7_28 on RotatedMNIST (cpu, fp32): test domain 15 held out, "
+                        f"training on 0, 30, 45, 60, 75 -> {out}")
     assert lines[1].startswith("RotatedMNIST: 6 domains, 10 classes, 28 px from ")
     assert "4 steps, a checkpoint every 2" in lines[1]
     assert lines[-1].startswith(f"finished {out}: test accuracy ")
+
+
+def test_device_auto_is_recorded_as_the_device_used(run):
+    """The default --device auto resolves before anything is written: config.json never says "auto" (on this
+    CPU-only machine, cpu; the first line says the same)."""
+    out, _, lines = run
+    import torch
+
+    used = "cuda" if torch.cuda.is_available() else "cpu"
+    assert json.loads((out / "config.json").read_text())["config"]["execution"]["device"] == used
+    assert f"({used}" in lines[0]
 
 
 def test_train_log_keeps_what_the_console_said(run):

@@ -37,6 +37,7 @@ from typing import Any
 
 from dgmoe.bench.config import BenchmarkConfig
 from dgmoe.bench.timing import Spread, timing_warnings
+from dgmoe.devices import resolve_device
 from dgmoe.engine.progress import Progress
 from dgmoe.tables import markdown_table
 
@@ -176,6 +177,7 @@ def benchmark_algorithms(config: BenchmarkConfig) -> list[AlgorithmCost]:
     module docstring); the results follow `config.algorithms`' order."""
     from dgmoe.algorithms import get_algorithm
 
+    config = replace(config, device=resolve_device(config.device))
     for name in config.algorithms:
         get_algorithm(name)  # unknown names fail here, with the registry's list of valid ones
     others = [n for n in dict.fromkeys(config.algorithms) if n != "ERM"]

@@ -1,20 +1,28 @@
 """The configs of the `dgmoe bench` commands: what each benchmark measures and how often. Their options are
 generated from these fields (`dgmoe.cli.options`); the benchmarks take them (and fresh worker processes
-rebuild them from their JSON). This module imports no torch, so that `dgmoe bench --help` starts at once."""
+rebuild them from their JSON). This module imports no torch, so that `dgmoe bench --help` starts at once
+(torch is imported when a config is built with `--device auto`, to resolve it)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
 from dgmoe.bench.timing import MIN_ROUNDS, MIN_WARMUP
+from dgmoe.devices import (
+    AUTO,
+    PRECISIONS,
+    check_compile_mode,
+    check_precision,
+    compile_mode_setting,
+    device_setting,
+    precision_setting,
+    resolve_device,
+)
 from dgmoe.names import check_model
 from dgmoe.settings import Settings, comma_ints, comma_names, setting
 
 DEFAULT_MODELS = ("vit_small_patch16_224", "gmoe_small_patch16_224", "sfmoe_small_patch16_224",
                   "moge_small_patch16_224", "resnet50")
-PRECISIONS = ("fp32", "bf16")
-
-
 def model_names(text: str) -> tuple[str, ...]:
     """A comma list of registered model names; an unknown one is refused with the registry's error, before the
     benchmark starts its worker processes."""
@@ -25,6 +33,18 @@ def model_names(text: str) -> tuple[str, ...]:
 
 
 _ROUNDS = f"Timed rounds (at least {MIN_ROUNDS}), after 2 untimed warm-up rounds."
+
+
+class _OnDevice(Settings):
+    """A benchmark's config whose `--device auto` is resolved on construction to the device used (a config that
+    exists names a real device), with `--precision` (and `--compile-mode`) checked against it."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        device = resolve_device(self.device)  # type: ignore[attr-defined]
+        object.__setattr__(self, "device", device)
+        check_precision(getattr(self, "precision", "fp32"), device)
+        check_compile_mode(getattr(self, "compile_mode", "default"), getattr(self, "compile", False), device)
 
 
 @dataclass(frozen=True)
@@ -40,7 +60,7 @@ class BenchmarkConfig:
     num_classes: int = 7
     threads: int = 1
     seed: int = 0
-    device: str = "cpu"
+    device: str = AUTO  # resolved by `benchmark_algorithms`
     model_overrides: tuple[tuple[str, Any], ...] = field(default_factory=tuple)
     group_size: int = 12  # worker processes alive at once, ERM's included
 
@@ -55,7 +75,7 @@ class BenchmarkConfig:
 
 
 @dataclass(frozen=True)
-class LayerBenchConfig(Settings):
+class LayerBenchConfig(_OnDevice):
     """`dgmoe bench layer`: the MoE layer's forward+backward against its limit (`dgmoe.bench.layer`)."""
 
     tokens: int = setting(32 * 197, "Tokens per call (a ViT-S/16 batch of 32 at 224 px).", minimum=1)
@@ -65,9 +85,9 @@ class LayerBenchConfig(Settings):
     router: str = setting("cosine", "Router.", choices=("cosine", "linear"))
     rounds: int = setting(7, _ROUNDS, minimum=MIN_ROUNDS)
     threads: int | None = setting(None, "torch threads [torch's default].", minimum=1)
-    device: str = setting("cpu", "torch device.")
-    precision: str = setting("fp32", "bf16: every candidate runs under bf16 autocast (the router stays fp32).",
-                             choices=PRECISIONS)
+    device: str = device_setting()
+    precision: str = precision_setting("fp32, tf32 (TF32 matmuls, CUDA only) or bf16: every candidate runs under "
+                                       "bf16 autocast (the router stays fp32).")
     repeats: int = setting(3, "Fresh processes to repeat the measurement in; ratios are their median (min, max).",
                            minimum=1)
     paths: tuple[str, ...] | None = setting(None, "Comma list of candidates to time (default: all), e.g. 'moe "
@@ -76,7 +96,7 @@ class LayerBenchConfig(Settings):
 
 
 @dataclass(frozen=True)
-class ModelBenchConfig(Settings):
+class ModelBenchConfig(_OnDevice):
     """`dgmoe bench models`: train step, inference, memory, params and FLOPs of whole models
     (`dgmoe.bench.models`); the first model is the reference."""
 
@@ -85,10 +105,13 @@ class ModelBenchConfig(Settings):
     batch_size: int = setting(32, "Images per step.", minimum=1)
     num_classes: int = setting(7, "Classes of the head.", minimum=1)
     rounds: int = setting(5, _ROUNDS, minimum=MIN_ROUNDS)
-    device: str = setting("cpu", "torch device.")
-    precision: str = setting("fp32", "Arithmetic of the step (bf16: autocast).", choices=PRECISIONS)
+    device: str = device_setting()
+    precision: str = precision_setting()
     compile: bool = setting(False, "torch.compile every model block by block, as `dgmoe train --compile`.",
                             flags=("--compile",))
+    compile_mode: str = compile_mode_setting()
+    model_kwargs: dict[str, Any] = setting({}, "create_model overrides per model as a JSON object, e.g. "
+                                               "'{\"gmoe_small_patch16_224\": {\"top_k\": 1}}'.")
     fused_optimizer: bool = setting(False, "Adam steps in torch's fused kernel, as `dgmoe train --fused-optimizer`.",
                                     flags=("--fused-optimizer",))
     threads: int | None = setting(None, "torch threads [torch's default].", minimum=1)
@@ -96,7 +119,7 @@ class ModelBenchConfig(Settings):
 
 
 @dataclass(frozen=True)
-class MemoryBenchConfig(Settings):
+class MemoryBenchConfig(_OnDevice):
     """`dgmoe bench memory`: peak training memory per model and batch size (`dgmoe.bench.models`)."""
 
     models: tuple[str, ...] = setting(("vit_small_patch16_224", "gmoe_small_patch16_224"),
@@ -104,13 +127,34 @@ class MemoryBenchConfig(Settings):
     batch_sizes: tuple[int, ...] = setting((16, 32, 96), "Comma list. 96 is DomainBed's step (32 images x 3 "
                                                          "training domains).", parser=comma_ints, minimum=1)
     img_size: int = setting(224, "Image size in pixels.", minimum=1)
-    device: str = setting("cpu", "torch device.")
-    precision: str = setting("fp32", "Arithmetic of the step (bf16: autocast).", choices=PRECISIONS)
+    device: str = device_setting()
+    precision: str = precision_setting()
     threads: int | None = setting(None, "torch threads [torch's default].", minimum=1)
 
     def models_config(self) -> ModelBenchConfig:
         return ModelBenchConfig(self.models, self.img_size, device=self.device, precision=self.precision,
                                 threads=self.threads)
+
+
+@dataclass(frozen=True)
+class SyncBenchConfig(_OnDevice):
+    """`dgmoe bench syncs`: host synchronisations per training step of whole models (`dgmoe.bench.syncs`)."""
+
+    models: tuple[str, ...] = setting(("gmoe_small_patch16_224", "sfmoe_small_patch16_224", "moge_small_patch16_224"),
+                                      "Comma list of models.", parser=comma_names)
+    precisions: tuple[str, ...] = setting(("fp32", "tf32"), "Comma list of precisions (fp32, tf32, bf16).",
+                                          parser=comma_names, choices=PRECISIONS)
+    img_size: int = setting(224, "Image size in pixels.", minimum=1)
+    batch_size: int = setting(96, "Images per step (96: DomainBed's 32 x 3 training domains).", minimum=1)
+    steps: int = setting(2, "Steps counted, after a first one.", minimum=1)
+    device: str = device_setting()
+    compile: bool = setting(False, "torch.compile every model block by block, as `dgmoe train --compile`.",
+                            flags=("--compile",))
+
+    @property
+    def precision(self) -> str:
+        """The precision `_OnDevice` checks: tf32 when any asked for is (refused off CUDA)."""
+        return "tf32" if "tf32" in self.precisions else self.precisions[0]
 
 
 @dataclass(frozen=True)
@@ -136,7 +180,7 @@ class DataBenchConfig(Settings):
 
 
 @dataclass(frozen=True)
-class AlgorithmBenchConfig(Settings):
+class AlgorithmBenchConfig(_OnDevice):
     """`dgmoe algorithms bench`: one `BenchmarkConfig` per backbone (whose defaults these are)."""
 
     backbones: tuple[str, ...] = setting(("vit_tiny_patch16_224", "gmoe_tiny_patch16_224"), "Registered model name; "
@@ -151,6 +195,6 @@ class AlgorithmBenchConfig(Settings):
     img_size: int = setting(BenchmarkConfig.img_size, "Image size in pixels.", minimum=1)
     patch_size: int | None = setting(BenchmarkConfig.patch_size, "ViT patch size in pixels.", minimum=1)
     threads: int = setting(BenchmarkConfig.threads, "torch threads per worker process.", minimum=1)
-    device: str = setting(BenchmarkConfig.device, "torch device.")
+    device: str = device_setting()
     group_size: int = setting(BenchmarkConfig.group_size, "Worker processes alive at once (ERM's included); each "
                                                           "holds a backbone, so this bounds memory.", minimum=2)

@@ -50,8 +50,13 @@ def _rate(setup, batches: TrainBatches, workers: int, cfg: DataBenchConfig, imag
 def _loop_rate(setup, batches: TrainBatches, workers: int, cfg: DataBenchConfig, images_per_step: int) -> float:
     """img/s of the trainer's loop: the next step's batches, moved to the device, and the update."""
     algorithm = setup.placed_algorithm()
+
+    def update(minibatches: list, step: int) -> Any:
+        setup.step_begins()
+        return algorithm.update(minibatches, step)
+
     with setup.autocast():
-        return _rate(setup, batches, workers, cfg, images_per_step, algorithm.update)
+        return _rate(setup, batches, workers, cfg, images_per_step, update)
 
 
 def _eval_rates(run: RunConfig, setup, workers: int) -> tuple[float, float]:
@@ -77,10 +82,12 @@ def _step_rate(run: RunConfig, setup, batches: TrainBatches, cfg: DataBenchConfi
     sync = device_sync(device)
     with setup.autocast():
         for step in range(cfg.warmup):
+            setup.step_begins()
             algorithm.update(minibatches, step)
         sync()
         start = time.perf_counter()
         for step in range(cfg.steps):
+            setup.step_begins()
             algorithm.update(minibatches, cfg.warmup + step)
         sync()
     return cfg.steps * images_per_step / (time.perf_counter() - start)
@@ -90,6 +97,12 @@ def bench_data(run: RunConfig, cfg: DataBenchConfig = DataBenchConfig()) -> list
     """One row per worker count: loader img/s, the model step's img/s, their ratio, the training loop's img/s
     and its share of the step's, and evaluation img/s (steady, and the first pass with the workers' start-up)."""
     setup = prepare_run(run)
+    run = setup.cfg  # (`--device auto` resolved)
+    with setup.arithmetic():  # TF32 on (tf32) or off (fp32) on CUDA, as the trainer sets it
+        return _rows(run, setup, cfg)
+
+
+def _rows(run: RunConfig, setup, cfg: DataBenchConfig) -> list[dict]:
     batches = setup.train_batches()  # exactly the trainer's
     images = setup.hparams["batch_size"] * len(setup.train_envs)
     step = _step_rate(run, setup, batches, cfg, images)

@@ -60,6 +60,7 @@ from dgmoe.bench.timing import (
     timing_warnings,
     tune_malloc,
 )
+from dgmoe.devices import fp32_arithmetic
 from dgmoe.engine.progress import Progress
 from dgmoe.models.layers import Mlp
 from dgmoe.moe import MoEConfig, MoEMlp
@@ -280,4 +281,6 @@ def bench_moe_layer_repeated(cfg: LayerBenchConfig, repeats: int,
 if __name__ == "__main__":
     tune_malloc()
     spec = json.loads(sys.argv[1])
-    print(json.dumps(bench_moe_layer(LayerBenchConfig(**spec["cfg"]), spec["candidate"])))
+    layer_cfg = LayerBenchConfig(**spec["cfg"])
+    with fp32_arithmetic(layer_cfg.precision, layer_cfg.device):  # TF32 on for tf32, off for fp32 (CUDA)
+        print(json.dumps(bench_moe_layer(layer_cfg, spec["candidate"])))

@@ -38,6 +38,7 @@ from dgmoe.bench.timing import (
     timing_warnings,
     tune_malloc,
 )
+from dgmoe.devices import fp32_arithmetic
 from dgmoe.engine.progress import Progress
 from dgmoe.models import count_parameters, create_model
 from dgmoe.models.compiled import compile_blocks
@@ -58,8 +59,9 @@ def _inputs(model, cfg: ModelBenchConfig):
 def _build(name: str, cfg: ModelBenchConfig):
     """The model on its device; with `compile`, compiled block by block as `dgmoe train --compile` does (a
     `torch.compile` wrapper of the whole module would leave `forward_features`, which is what runs, eager)."""
-    model = create_model(name, num_classes=cfg.num_classes, img_size=cfg.img_size).to(cfg.device)
-    return compile_blocks(model) if cfg.compile else model
+    model = create_model(name, num_classes=cfg.num_classes, img_size=cfg.img_size,
+                         **cfg.model_kwargs.get(name, {})).to(cfg.device)
+    return compile_blocks(model, mode=cfg.compile_mode) if cfg.compile else model
 
 
 def _steps(model, cfg: ModelBenchConfig):
@@ -69,7 +71,11 @@ def _steps(model, cfg: ModelBenchConfig):
         use_fused_kernel(opt)
     amp = torch.autocast(device_type=cfg.device.split(":")[0], dtype=torch.bfloat16, enabled=cfg.precision == "bf16")
 
+    graphed = cfg.compile and cfg.compile_mode == "reduce-overhead"
+
     def train_step() -> None:  # as ERM trains: task loss + the sparse layers' auxiliary losses
+        if graphed:  # a new step: the previous step's CUDA graph outputs may be overwritten
+            torch.compiler.cudagraph_mark_step_begin()
         model.train()
         clear_aux(model)
         with amp:
@@ -85,6 +91,8 @@ def _steps(model, cfg: ModelBenchConfig):
 
     @torch.no_grad()
     def infer() -> None:
+        if graphed:
+            torch.compiler.cudagraph_mark_step_begin()
         model.eval()
         with amp:
             model.forward_head(model.forward_features(x, **kw))
@@ -94,8 +102,10 @@ def _steps(model, cfg: ModelBenchConfig):
 
 def training_flops(name: str, cfg: ModelBenchConfig) -> tuple[int, int]:
     """(parameters, forward FLOPs per image) of a model, counted by torch's FlopCounterMode."""
-    model: Any = create_model(name, num_classes=cfg.num_classes, img_size=cfg.img_size).eval()  # timm's API
-    one = ModelBenchConfig(**{**asdict(cfg), "batch_size": 1, "device": "cpu"})
+    model: Any = create_model(name, num_classes=cfg.num_classes, img_size=cfg.img_size,  # timm's API
+                              **cfg.model_kwargs.get(name, {})).eval()
+    one = ModelBenchConfig(**{**asdict(cfg), "batch_size": 1, "device": "cpu", "precision": "fp32", "compile": False,
+                              "compile_mode": "default"})  # (counted on the CPU, where tf32 and graphs do not exist)
     x, _, kw = _inputs(model, one)
     with FlopCounterMode(display=False) as counter, torch.no_grad():
         model.forward_head(model.forward_features(x, **kw))
@@ -247,9 +257,10 @@ def bench_memory(cfg: ModelBenchConfig, batch_sizes: tuple[int, ...]) -> list[di
 if __name__ == "__main__":
     spec = json.loads(sys.argv[1])
     config = ModelBenchConfig(**{**spec["cfg"], "models": tuple(spec["cfg"]["models"])})
-    if spec["task"] == "time":
-        print(json.dumps(time_models(config)))
-    elif spec["task"] == "memory_batches":
-        print(json.dumps(_cuda_memory_child(spec["name"], config, spec["batches"])))
-    else:
-        print(json.dumps(_measure_memory_child(spec["name"], config)))
+    with fp32_arithmetic(config.precision, config.device):  # TF32 on for tf32, off for fp32 (CUDA)
+        if spec["task"] == "time":
+            print(json.dumps(time_models(config)))
+        elif spec["task"] == "memory_batches":
+            print(json.dumps(_cuda_memory_child(spec["name"], config, spec["batches"])))
+        else:
+            print(json.dumps(_measure_memory_child(spec["name"], config)))

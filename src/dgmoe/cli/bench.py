@@ -6,13 +6,21 @@ from typing import Any
 
 import click
 
-from dgmoe.bench.config import DataBenchConfig, LayerBenchConfig, MemoryBenchConfig, ModelBenchConfig, StemBenchConfig
+from dgmoe.bench.config import (
+    DataBenchConfig,
+    LayerBenchConfig,
+    MemoryBenchConfig,
+    ModelBenchConfig,
+    StemBenchConfig,
+    SyncBenchConfig,
+)
 from dgmoe.cli.options import ListFlagsGroup, build_config, config_from_options, config_options, run_options
 
 #: the `dgmoe train` settings that describe what `bench data` loads and steps (not where results go)
 BENCH_DATA_SETTINGS = ("dataset", "test_envs", "holdout_fraction", "img_size", "n_per_domain", "model", "patch_size",
                        "model_kwargs", "pretrained", "algorithm", "hparams", "trial_seed", "hparams_seed", "seed",
-                       "precision", "fused_optimizer", "data_dir", "device", "num_threads", "compile")
+                       "precision", "fused_optimizer", "data_dir", "device", "num_threads", "compile",
+                       "compile_mode")
 
 
 def _print_table(result: tuple[list[dict], list[str]] | list[dict]) -> None:
@@ -78,7 +86,7 @@ def models(ctx: click.Context, **kw: Any) -> None:
     cfg = build_config(ModelBenchConfig, ctx, kw)
     _print_machine(cfg.threads, cfg.device)
     click.echo(f"{cfg.repeats} fresh processes x {cfg.rounds} rounds; batch {cfg.batch_size} at {cfg.img_size} px, "
-               f"{cfg.precision}{', torch.compile' if cfg.compile else ''}"
+               f"{cfg.precision}{f', torch.compile ({cfg.compile_mode})' if cfg.compile else ''}"
                f"{', fused Adam' if cfg.fused_optimizer else ''}; reference {cfg.models[0]}")
     _print_table(bench_models(cfg, cfg.repeats))
 
@@ -93,6 +101,20 @@ def memory(ctx: click.Context, **kw: Any) -> None:
     cfg = build_config(MemoryBenchConfig, ctx, kw)
     _print_machine(cfg.threads, cfg.device)
     _print_table(bench_memory(cfg.models_config(), cfg.batch_sizes))
+
+
+@command.command("syncs")
+@config_options(SyncBenchConfig)
+@click.pass_context
+def syncs(ctx: click.Context, **kw: Any) -> None:
+    """Host synchronisations per training step of whole models (CUDA's sync debug mode), per precision."""
+    from dgmoe.bench.syncs import bench_syncs
+
+    cfg = build_config(SyncBenchConfig, ctx, kw)
+    _print_machine(None, cfg.device)
+    click.echo(f"batch {cfg.batch_size} at {cfg.img_size} px, {cfg.steps} steps counted after a first"
+               f"{', torch.compile' if cfg.compile else ''}")
+    _print_table(bench_syncs(cfg))
 
 
 @command.command("stem")
@@ -123,6 +145,9 @@ def data(ctx: click.Context, config_file: str | None, **kw: Any) -> None:
     cfg = build_config(DataBenchConfig, ctx, kw)
     base = RunConfig.from_file(config_file) if config_file else None
     run = config_from_options(ctx, kw, base)
+    from dgmoe.devices import resolve_device
+
+    run = run.replace(device=resolve_device(run.execution.device))  # (its precision is checked by prepare_run)
     _print_machine(run.execution.num_threads, run.execution.device)
     click.echo(f"{run.data.dataset} with {run.model.name} ({run.algorithm.name}, {run.training.precision}) on "
                f"{run.execution.device}; {cfg.steps} timed steps per measurement")

@@ -9,6 +9,7 @@ import click
 
 from dgmoe.cli.options import ListFlagsGroup, build_config, config_file_options, config_options, print_config
 from dgmoe.cli.sweep import TrainFlagsAfterDash, launch_options, launcher_options, train_flags
+from dgmoe.devices import AUTO
 from dgmoe.engine.config import ExecutionConfig
 from dgmoe.errors import DgmoeError, UsageError
 from dgmoe.recipes import get_recipe, list_recipes  # the paper modules load on first use
@@ -95,7 +96,7 @@ def launch(ctx: click.Context, flags: tuple[str, ...], config_file: str | None, 
         click.echo(f"{recipe.name} at the {plan.scale} scale into {output_dir}:\n{describe_jobs(plan)}")
     try:
         reports = run_plan(plan, opts.launcher, opts, echo=click.echo, relaunch_queued=opts.relaunch_queued,
-                           seed=opts.seed, device=execution.get("device", "cpu"))
+                           seed=opts.seed, device=execution.get("device", AUTO))
     except (ValueError, ImportError) as err:
         raise UsageError(str(err)) from None
     failed = sum(o.outcome == "failed" for r in reports for o in r.outcomes)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Iterable, Mapping
 
+from dgmoe.devices import compile_mode_setting, device_setting, precision_setting
 from dgmoe.errors import UsageError
 from dgmoe.peft_config import EXPERT_KINDS, PEFT_MODES, TARGET_PRESETS, PeftConfig
 from dgmoe.settings import ConfigError, Settings, config_from_file, flag, key_of, plain, setting
@@ -158,7 +159,9 @@ class TrainingConfig(_Section):
     steps: int | None = setting(None, "Training steps [dataset default: 5001, DomainNet 15001]; 0 evaluates the "
                                       "initial network once (e.g. a zero-shot head).", minimum=0)
     checkpoint_freq: int | None = setting(None, "Steps between evaluations [dataset default].", minimum=1)
-    precision: str = setting("fp32", "Arithmetic of the training step (bf16: autocast).", choices=("fp32", "bf16"))
+    precision: str = precision_setting("Arithmetic of the training step and the evaluations: fp32 (IEEE, TF32 off on "
+                                       "CUDA, DomainBed's), tf32 (fp32 weights, TF32 matmuls and convolutions; "
+                                       "CUDA only) or bf16 (autocast).")
     fused_optimizer: bool = setting(
         False, "Adam, AdamW and SGD run torch's fused kernel: one kernel per step instead of torch's default "
                "(DomainBed's), whose Python took about a tenth of a host-bound GPU step (docs/benchmarks.md, "
@@ -177,13 +180,14 @@ class ExecutionConfig(_Section):
     data_dir: str | None = setting(None, "Root holding <Name>/<domain>/<class>/<img>; optional for MNIST.")
     label: str | None = setting(None, "Name of the run in results tables and reports, one line of text (tables "
                                       "escape |, &, %, < and the like); naming leaves the run's identity unchanged.")
-    device: str = setting("cpu", "torch device, e.g. cpu, cuda, cuda:1.")
+    device: str = device_setting("(config.json records the device used)")
     num_workers: int = setting(0, "Data-loading worker processes, for data decoded per item (on a GPU the loader "
                                   "already runs in a background thread; cached data needs none).", minimum=0)
     num_threads: int | None = setting(None, "torch intra-op threads [torch's default].", minimum=1)
     eval_batch_size: int = setting(64, "Batch size of the evaluations.", minimum=1)
     compile: bool = setting(False, "torch.compile the model block by block (dgmoe.models.compiled); the first "
                                    "steps then take longer while graphs are built.")
+    compile_mode: str = compile_mode_setting()
     save_best: bool = setting(True, "Keep best.safetensors, the weights with the best training-domain validation.")
     skip_model_save: bool = setting(False, "Keep no weights: only records and config (DomainBed's "
                                            "--skip_model_save).")

@@ -1,6 +1,7 @@
 """What `dgmoe train` refuses before torch is imported, in one line and well under a CPU-second: model, algorithm
 and dataset names, `--test-envs` out of a catalogue dataset's declared domains (`dgmoe.names`), a `--pretrained`
-file that is not there, and a `--device cuda` on a machine that shows no GPU. Everything else is checked once
+file that is not there, a `--device cuda` on a machine that shows no GPU, and `--precision tf32` or
+`--compile-mode reduce-overhead` off CUDA. Everything else is checked once
 the data and the model are loaded (`dgmoe.engine.setup.prepare_run`), with the same words where both check.
 """
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from dgmoe.devices import AUTO, check_compile_mode, check_precision
 from dgmoe.engine.config import RunConfig
 from dgmoe.errors import UsageError
 from dgmoe.names import check_names, check_pretrained_file, check_test_envs
@@ -33,6 +35,11 @@ def precheck(cfg: RunConfig) -> None:
     device = cfg.execution.device
     if device.split(":")[0] == "cuda" and surely_no_cuda():
         raise UsageError(no_cuda_message(device))
+    if device == AUTO and surely_no_cuda():
+        device = "cpu"  # (what auto resolves to here; otherwise torch answers once the run is prepared)
+    if device != AUTO:
+        check_precision(cfg.training.precision, device)
+        check_compile_mode(cfg.execution.compile_mode, cfg.execution.compile, device)
     check_names(cfg.data.dataset, cfg.model.name, cfg.algorithm.name)
     check_test_envs(cfg.data.dataset, cfg.data.test_envs)
     check_pretrained_file(cfg.model.pretrained)

@@ -23,6 +23,7 @@ from dgmoe.data import check_test_envs, domain_splits, get_dataset, get_spec, ge
 from dgmoe.data.base import MultiDomainDataset
 from dgmoe.data.loaders import EvalBatches, TrainBatches
 from dgmoe.data.prompts import prompt_class_names, templates
+from dgmoe.devices import check_compile_mode, check_precision, describe, fp32_arithmetic, resolve_device
 from dgmoe.engine.config import RunConfig
 from dgmoe.engine.hparams import run_hparams
 from dgmoe.engine.precheck import no_cuda_message
@@ -62,10 +63,12 @@ class RunSetup:
                 "checkpoint_freq": self.checkpoint_freq, "domains": list(self.dataset.domains), **version}
 
     def announcement(self) -> str:
-        """The run's first line: what trains, on what, which domains are held out and where it writes."""
+        """The run's first line: what trains, on what (the device used and the precision), which domains are held
+        out and where it writes."""
         names, cfg = self.dataset.domains, self.cfg
         held = ", ".join(names[i] for i in self.test_envs)
-        return (f"{cfg.algorithm.name} with {cfg.model.name} on {self.dataset.name}: test domain"
+        return (f"{cfg.algorithm.name} with {cfg.model.name} on {self.dataset.name} "
+                f"({describe(cfg.execution.device, cfg.training.precision)}): test domain"
                 f"{'s' if len(self.test_envs) > 1 else ''} {held} held out, training on "
                 f"{', '.join(names[i] for i in self.train_envs)} -> {cfg.execution.output_dir}")
 
@@ -117,6 +120,18 @@ class RunSetup:
             return contextlib.nullcontext()
         return torch.autocast(device_type=self.cfg.execution.device.split(":")[0], dtype=torch.bfloat16)
 
+    def arithmetic(self) -> Any:
+        """The fp32 arithmetic of the whole run, set once (`dgmoe.devices.fp32_arithmetic`): TF32 with
+        `--precision tf32`, IEEE fp32 otherwise, on CUDA; the previous switches restored on exit."""
+        return fp32_arithmetic(self.cfg.training.precision, self.cfg.execution.device)
+
+    def step_begins(self) -> None:
+        """Called before each update: with CUDA graphs (`--compile --compile-mode reduce-overhead`) it tells torch
+        a new step begins, whose graph replays may overwrite the previous step's outputs; otherwise nothing."""
+        ex = self.cfg.execution
+        if ex.compile and ex.compile_mode == "reduce-overhead":
+            torch.compiler.cudagraph_mark_step_begin()
+
     def placed_algorithm(self) -> Algorithm:
         """The algorithm on the run's device, its network compiled block by block with `--compile`
         (`dgmoe.models.compiled`) and its optimisers fused with `--fused-optimizer`: the trainer and `dgmoe
@@ -124,7 +139,7 @@ class RunSetup:
         ex = self.cfg.execution
         self.algorithm.to(ex.device)
         if ex.compile:
-            compile_blocks(self.algorithm.network)
+            compile_blocks(self.algorithm.network, mode=ex.compile_mode)
         if self.cfg.training.fused_optimizer:
             self.algorithm.use_fused_optimizers()
         return self.algorithm
@@ -274,8 +289,11 @@ def prepare_run(cfg: RunConfig) -> RunSetup:
 
 
 def _prepare_run(cfg: RunConfig) -> RunSetup:
+    cfg = cfg.replace(device=resolve_device(cfg.execution.device))  # `--device auto`: the device used, recorded
     data, model, alg, seeds = cfg.data, cfg.model, cfg.algorithm, cfg.seeds
     check_device(cfg.execution.device)
+    check_precision(cfg.training.precision, cfg.execution.device)
+    check_compile_mode(cfg.execution.compile_mode, cfg.execution.compile, cfg.execution.device)
     MODELS.get(model.name)                  # unknown names fail before data is read
     model.check_head()
     algorithm_cls = get_algorithm(alg.name)

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from dgmoe.data.loaders import EvalBatches
+from dgmoe.devices import resolve_device
 from dgmoe.engine.closing import finished_line, selected_by_training_domains, test_summary
 from dgmoe.engine.config import RunConfig, identity_differences
 from dgmoe.engine.distributed import DistInfo, barrier, init_from_env, make_gradient_averager, shard
@@ -84,6 +85,7 @@ def train(cfg: RunConfig | None = None, *, sinks: Sequence[Sink] = (), **setting
     if cfg.execution.output_dir is None:
         raise UsageError("--output-dir is required (the run folder)")
     out = Path(cfg.execution.output_dir)
+    cfg = cfg.replace(device=resolve_device(cfg.execution.device))  # `--device auto`: config.json records the used one
     info = init_from_env(cfg.execution.device)
     if info.enabled and cfg.execution.device.startswith("cuda"):
         local = int(os.environ.get("LOCAL_RANK", "0"))
@@ -102,7 +104,8 @@ def train(cfg: RunConfig | None = None, *, sinks: Sequence[Sink] = (), **setting
             with RunLock(out) if info.is_main else contextlib.nullcontext() as lock:  # one trainer per run folder
                 state = _check_output_dir(cfg)  # (another trainer may have finished it meanwhile)
                 if state != "done":
-                    return _train_locked(cfg, setup, out, info, run_log, sinks, lock, state == "takeover")
+                    with setup.arithmetic():  # TF32 switched on (tf32) or off (fp32) once, restored after
+                        return _train_locked(cfg, setup, out, info, run_log, sinks, lock, state == "takeover")
         if info.is_main:
             _tidy_finished(out, cfg.execution.keep_resume)
         run_log.say(f"{out} is finished (its `done` marker is present); nothing to do")
@@ -256,6 +259,7 @@ def _run_loop(cfg: RunConfig, setup: RunSetup, writer: RunWriter, run_log: RunLo
         tic = time.perf_counter()
         for step, minibatches in zip(range(start, n_steps), steps):
             minibatches = [b.to(ex.device) for b in shard(minibatches, info)]
+            setup.step_begins()  # (CUDA graphs: the previous step's graph outputs may be overwritten)
             with autocast:
                 metrics = algorithm.update(minibatches, step)
             watch.observe(step, metrics)  # on the device: read back at checkpoints, before any record

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
 from dgmoe.bench.config import BenchmarkConfig
+from dgmoe.devices import AUTO, resolve_device
 from dgmoe.engine.config import RunConfig
 from dgmoe.engine.io import write_json_atomic
 from dgmoe.errors import UsageError
@@ -150,7 +151,7 @@ def read_manifest(output_dir: str | Path) -> dict:
 
 
 def launch(plan: Plan, launcher: str, opts: LaunchConfig = LaunchConfig(), echo: Echo = print,
-           relaunch_queued: bool = False, seed: int = 0, device: str = "cpu") -> list[LaunchReport]:
+           relaunch_queued: bool = False, seed: int = 0, device: str = AUTO) -> list[LaunchReport]:
     """Launch a prepared plan: each part's jobs with `launch_sweep`, or the in-process measurement."""
     recipe = plan.recipe
     if recipe.kind not in SWEEP_KINDS:
@@ -193,10 +194,12 @@ def benchmark_config(recipe: Recipe, backbone: str, algorithms: tuple[str, ...],
                            batch_per_domain=c.batch_per_domain, img_size=c.img_size, patch_size=None, device=device)
 
 
-def run_cost(plan: Plan, echo: Echo, device: str = "cpu") -> Path:
-    """Time every chosen row of a cost table (one `benchmark_algorithms` per backbone) into cost.json."""
+def run_cost(plan: Plan, echo: Echo, device: str = AUTO) -> Path:
+    """Time every chosen row of a cost table (one `benchmark_algorithms` per backbone) into cost.json, which
+    names the device used (`--device auto` resolved)."""
     from dgmoe.bench.algorithms import benchmark_algorithms
 
+    device = resolve_device(device)
     recipe = plan.recipe
     assert recipe.cost is not None
     rows = [recipe.row(label) for label in plan.rows]
@@ -221,7 +224,7 @@ def run_cost(plan: Plan, echo: Echo, device: str = "cpu") -> Path:
     return path
 
 
-def run_synthetic(plan: Plan, echo: Echo, device: str = "cpu") -> Path:
+def run_synthetic(plan: Plan, echo: Echo, device: str = AUTO) -> Path:
     """GMoE App. B.2 (`dgmoe synthetic`) into the output dir; the smoke scale trains on 2,000 samples, 1 epoch."""
     from dgmoe.experiments.synthetic import DEFAULT_GRID, run_and_report
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from dgmoe.devices import device_setting
 from dgmoe.settings import ConfigError, Settings, existing_file, existing_folder, setting
 
 SELECTIONS = ("iid", "loo", "oracle", "worst", "worst-id", "wilds", "all")
@@ -99,5 +100,5 @@ class LeaderboardConfig(Settings):
                                       "official metric per dataset on the OOD split (wilds: iWildCam's macro-F1, "
                                       "Camelyon17's accuracy; FMoW's worst-region accuracy as worst).",
                              choices=("worst", "worst-id", "wilds"))
-    device: str = setting("cpu", "torch device of the predictions.")
+    device: str = device_setting("of the predictions")
     data_dir: str | None = setting(None, "Dataset root (default: each run's own --data-dir).")

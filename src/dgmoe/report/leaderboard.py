@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from dgmoe.devices import AUTO, resolve_device
 from dgmoe.document import Cell, Table
 from dgmoe.engine.checkpoint import WEIGHT_FILES, checkpoint_step, load_state, read_run_config, saved_run
 from dgmoe.engine.io import atomic_folder, remove_stale_folders, write_json_atomic, write_text_atomic
@@ -99,7 +100,7 @@ def selected_checkpoints(records: pd.DataFrame, method: type[WorstGroupSelection
     return [picks[k] for k in sorted(picks)]
 
 
-def predict_splits(pick: Pick, device: str = "cpu", data_dir: str | None = None,
+def predict_splits(pick: Pick, device: str = AUTO, data_dir: str | None = None,
                    ) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """{split: (labels, predictions, group ids)} over every whole held-out split of the pick's run."""
     from safetensors.torch import load_file
@@ -107,6 +108,7 @@ def predict_splits(pick: Pick, device: str = "cpu", data_dir: str | None = None,
     from dgmoe.data.loaders import EvalBatches
     from dgmoe.engine.setup import prepare_run
 
+    device = resolve_device(device)
     run = saved_run(read_run_config(pick.run_dir)).replace(device=device, **({"data_dir": data_dir} if data_dir
                                                                               else {}))
     setup = prepare_run(run)
@@ -150,7 +152,7 @@ def _folder(label: str) -> str:
 
 
 def export(records: pd.DataFrame, out: Path, method: type[WorstGroupSelection] = WorstGroupSelection,
-           device: str = "cpu", data_dir: str | None = None, echo: Callable[[str], None] = lambda s: None
+           device: str = AUTO, data_dir: str | None = None, echo: Callable[[str], None] = lambda s: None
            ) -> list[Path]:
     """Write the prediction files and summaries of every method row under `out`; returns the summary paths.
 

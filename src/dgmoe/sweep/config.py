@@ -9,6 +9,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from dgmoe.devices import device_setting
 from dgmoe.engine.config import RunConfig
 from dgmoe.settings import ConfigError, Settings, comma_floats, comma_ints, existing_folder, setting
 from dgmoe.sweep import state
@@ -76,7 +77,7 @@ class SoupConfig(Settings):
                                    "training, unfinished, unreadable): each soup of their group names them in its "
                                    "record and reads 'partial' in tables. Without it such folders stop the command.",
                             flags=("--partial",))
-    device: str = setting("cpu", "torch device of the evaluations.")
+    device: str = device_setting("of the evaluations")
     data_dir: str | None = setting(None, "Dataset root (default: each run's own --data-dir).")
     eval_batch_size: int = setting(64, "Batch size of the evaluations.", minimum=1)
     num_workers: int = setting(0, "Data-loading worker processes of the evaluations.", minimum=0)

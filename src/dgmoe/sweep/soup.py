@@ -24,6 +24,7 @@ integer buffers are the first member's.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import json
 from collections import defaultdict
@@ -36,6 +37,7 @@ import torch.nn as nn
 from safetensors.torch import load_file
 
 from dgmoe.data.loaders import EvalBatches
+from dgmoe.devices import resolve_device
 from dgmoe.engine.checkpoint import load_state, save_weights
 from dgmoe.engine.evaluate import evaluate_domains, split_metrics
 from dgmoe.engine.io import atomic_folder, read_jsonl, remove_stale_folders, write_json_atomic, write_jsonl_atomic
@@ -195,6 +197,7 @@ class _Evaluator:
     """The data, splits and an algorithm of one (dataset, held-out domains, trial seed), built once."""
 
     def __init__(self, member: Member, options: SoupConfig):
+        options = dataclasses.replace(options, device=resolve_device(options.device))  # (auto: the device used)
         run = member.run.replace(device=options.device, **({"data_dir": options.data_dir} if options.data_dir
                                                                else {}))
         self.setup: RunSetup = prepare_run(run)

@@ -21,9 +21,8 @@ from __future__ import annotations
 import torch
 import triton
 
-from dgmoe.moe.experts import Experts
+from dgmoe.moe.experts import Experts, compute_dtype
 from dgmoe.moe.kernels.gemm import ACT_CODES, ACT_NONE, grouped_rows, grouped_weight_grad
-from dgmoe.moe.experts import compute_dtype
 from dgmoe.moe.sync_free import sorted_assignments
 
 
