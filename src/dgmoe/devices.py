@@ -97,6 +97,18 @@ def describe(device: str, precision: str) -> str:
     return f"{resolved}{name}, {precision}"
 
 
+def tf32_matmuls() -> bool:
+    """Whether CUDA fp32 matmuls may run in TF32 now (inside `fp32_arithmetic('tf32', ...)`), read from the switch
+    `fp32_arithmetic` sets (torch >= 2.9's `fp32_precision`, else the legacy `allow_tf32`): what the fused kernels
+    of `dgmoe.moe.kernels` follow."""
+    import torch
+
+    matmul = torch.backends.cuda.matmul  # type: ignore[attr-defined]
+    if hasattr(matmul, "fp32_precision"):
+        return matmul.fp32_precision == "tf32"
+    return bool(matmul.allow_tf32)
+
+
 @contextlib.contextmanager
 def fp32_arithmetic(precision: str, device: str) -> Iterator[None]:
     """Within: CUDA fp32 matmuls and cuDNN convolutions in TF32 for `precision` 'tf32', in IEEE fp32 for any

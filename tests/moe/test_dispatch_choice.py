@@ -23,9 +23,14 @@ def _needs(device: str, dtype: torch.dtype, **kw) -> DispatchNeeds:
 DEFAULT = {
     ("cpu", FP32, False): "sorted_fused", ("cpu", BF16, False): "sorted_fused",
     ("cpu", FP32, True): "sorted_fused", ("cpu", BF16, True): "sync_free",
-    ("cuda", FP32, False): "sorted_fused", ("cuda", BF16, False): "sync_free",
-    ("cuda", FP32, True): "sorted_fused", ("cuda", BF16, True): "sync_free",
+    ("cuda", FP32, False): "fixed_shape", ("cuda", BF16, False): "sync_free",
+    ("cuda", FP32, True): "fixed_shape", ("cuda", BF16, True): "sync_free",
 }
+#: the same with triton installed: the fused Triton experts run every eager CUDA call that the measured bf16
+#: grouped GEMM does not
+DEFAULT_TRITON = {**DEFAULT, ("cuda", FP32, False): "triton"}
+#: paths with no host reads (fixed shapes): every CUDA call of the FFN experts takes one
+SYNC_FREE_PATHS = {"sync_free", "fixed_shape", "triton"}
 #: what only the autograd path implements, and inference
 AUTOGRAD_NEEDS = {"no gradients": dict(grad=False), "expert dropout": dict(expert_dropout=True),
                   "twice differentiable": dict(twice_differentiable=True), "quick_gelu": dict(activation="quick_gelu")}
@@ -43,7 +48,34 @@ def test_what_the_fused_function_lacks_takes_autograd_unless_the_grouped_gemm_ru
     """The sync-free dispatch is plain autograd (dropout, any activation, no-grad all work through it): where it
     runs by default it keeps running; elsewhere these needs leave the fused sorted function for autograd."""
     path = choose_path(device, dtype, compiling, _needs(device, dtype, **AUTOGRAD_NEEDS[need]))
-    assert path == ("sync_free" if DEFAULT[device, dtype, compiling] == "sync_free" else "sorted_autograd")
+    default = DEFAULT[device, dtype, compiling]
+    assert path == (default if default in SYNC_FREE_PATHS else "sorted_autograd")
+
+
+@pytest.mark.parametrize("device, dtype, compiling", CASES)
+def test_with_triton_eager_cuda_calls_take_the_fused_kernels(device, dtype, compiling):
+    assert choose_path(device, dtype, compiling, _needs(device, dtype, triton=True)) == \
+        DEFAULT_TRITON[device, dtype, compiling]
+    # bf16 on a GPU without a fused grouped GEMM (before SM90) takes the kernels too, and fp16
+    needs = DispatchNeeds(fused_grouped_gemm=False, triton=True)
+    assert choose_path("cuda", BF16, False, needs) == "triton"
+    assert choose_path("cuda", torch.float16, False, needs) == "triton"
+
+
+@pytest.mark.parametrize("need, path", [("no gradients", "triton"), ("quick_gelu", "triton"),
+                                        ("expert dropout", "fixed_shape"), ("twice differentiable", "fixed_shape")])
+def test_what_the_kernels_lack_takes_the_fixed_shape_path_on_cuda(need, path):
+    """The kernels fuse GELU and QuickGELU and one backward; expert dropout and double backward leave them for
+    the fixed-shape dispatch (plain autograd, still no host reads), never for a sorted path."""
+    needs = _needs("cuda", FP32, triton=True, **AUTOGRAD_NEEDS[need])
+    assert choose_path("cuda", FP32, False, needs) == path
+    assert choose_path("cuda", FP32, False, _needs("cuda", FP32, triton=True, activation="relu")) == "fixed_shape"
+
+
+def test_no_cuda_call_of_ffn_experts_takes_a_path_that_reads_counts_back():
+    for needs in (dict(), dict(triton=True), *AUTOGRAD_NEEDS.values(), dict(grouped_mm=False)):
+        for dtype, compiling in itertools.product((FP32, BF16, torch.float16), (False, True)):
+            assert choose_path("cuda", dtype, compiling, _needs("cuda", dtype, **needs)) in SYNC_FREE_PATHS
 
 
 @pytest.mark.parametrize("device, dtype, compiling", CASES)
@@ -61,7 +93,7 @@ def test_the_mask_option_is_the_reference_everywhere(device, dtype, compiling, f
 def test_a_torch_without_grouped_mm_never_takes_the_sync_free_path():
     for device, dtype, compiling in CASES:
         needs = DispatchNeeds(grouped_mm=False, fused_grouped_gemm=False)
-        assert choose_path(device, dtype, compiling, needs) == "sorted_fused"
+        assert choose_path(device, dtype, compiling, needs) == ("fixed_shape" if device == "cuda" else "sorted_fused")
 
 
 def test_the_layer_states_its_needs_and_runs_the_chosen_path(monkeypatch):

@@ -37,6 +37,7 @@ from typing import Callable, Iterator, Literal
 
 import torch
 
+from dgmoe.devices import tf32_matmuls
 from dgmoe.moe import kernels
 from dgmoe.moe.experts import ExpertBank, Experts
 from dgmoe.moe.fixed_shape import fixed_shape_dispatch
@@ -236,9 +237,8 @@ def capacity_keep_mask(expert_idx: torch.Tensor, gates: torch.Tensor, num_expert
 def triton_dispatch(x: torch.Tensor, expert_idx: torch.Tensor, gates: torch.Tensor, experts: ExpertBank,
                     keep: torch.Tensor | None = None) -> torch.Tensor:
     """The "triton" path: `dgmoe.moe.kernels.expert_dispatch`, fp32 products in TF32 where torch's fp32 matmuls
-    may use it (`torch.get_float32_matmul_precision()` other than 'highest', set by `--precision tf32`)."""
-    return kernels.expert_dispatch(x, expert_idx, gates, experts, keep,
-                                   allow_tf32=torch.get_float32_matmul_precision() != "highest")
+    may use it (`dgmoe.devices.tf32_matmuls`, switched on by `--precision tf32`)."""
+    return kernels.expert_dispatch(x, expert_idx, gates, experts, keep, allow_tf32=tf32_matmuls())
 
 
 PATHS: dict[DispatchPath, Dispatch] = {"sync_free": sync_free_dispatch, "triton": triton_dispatch,

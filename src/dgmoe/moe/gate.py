@@ -22,6 +22,7 @@ from typing import Iterator, Literal
 import torch
 import torch.nn as nn
 
+from dgmoe.moe import kernels
 from dgmoe.moe.config import MoEConfig
 from dgmoe.moe.dispatch import capacity_keep_mask, expert_capacity
 from dgmoe.moe.losses import cv_squared, load_probabilities
@@ -42,6 +43,14 @@ def routing_context(r: torch.Tensor | None) -> Iterator[None]:
         yield
 
 
+def fused_router_applies(device_type: str, compiling: bool, config: MoEConfig) -> bool:
+    """Whether the gate runs the fused Triton router (`dgmoe.moe.kernels.fused_route`): eager on CUDA with triton
+    installed, for token routing with the paper's load loss and k <= 8 (the official code's 'tutel' and MoA's
+    variants, image routing and torch.compile keep the torch ops)."""
+    return (device_type == "cuda" and not compiling and config.routing == "token" and config.load_loss == "paper"
+            and config.top_k <= min(config.num_experts, 8) and kernels.available())
+
+
 @dataclass(frozen=True)
 class Routing:
     """The routing decision for R routed units (tokens, or images with image routing)."""
@@ -52,6 +61,9 @@ class Routing:
     expert_idx: torch.Tensor    # [R, k] chosen experts, by decreasing gate
     gates: torch.Tensor         # [R, k] combine weights (renormalised if configured)
     keep: torch.Tensor | None   # [R, k] False where capacity dropped the assignment
+    #: [1 or 2, N] this process's per-expert importance (and, with gate noise, load) sums, where the fused
+    #: router computed them with the decision (`balance_loss` reduces them); None: computed from the above
+    sums: torch.Tensor | None = None
 
 
 class Gate(nn.Module):
@@ -62,27 +74,38 @@ class Gate(nn.Module):
 
     def route(self, inputs: torch.Tensor, lead_shape: tuple[int, ...] | None = None) -> Routing:
         """inputs [R, d] (tokens, or image contexts) -> routing decision, in fp32. `lead_shape` ([B, N] for
-        tokens, [B] for images) lets the gate noise be drawn per sample."""
+        tokens, [B] for images) lets the gate noise be drawn per sample. Where `fused_router_applies`, the noise,
+        softmax, top-k, renormalisation and the balance sums run in one Triton kernel (`dgmoe.moe.kernels`)
+        on the same draws."""
         cfg = self.config
         with torch.autocast(device_type=inputs.device.type, enabled=False):
             logits = self(inputs.float())
             sigma = cfg.gate_noise_std
+            draws = None
             if self.training and sigma > 0:
                 shape = (*(lead_shape or (inputs.shape[0],)), cfg.num_experts)
-                noisy = logits + per_sample(shape, lambda t: t.normal_(), logits).reshape(logits.shape) * sigma
-            else:
-                noisy = logits
+                draws = per_sample(shape, lambda t: t.normal_(), logits).reshape(logits.shape)
+            if fused_router_applies(inputs.device.type, torch.compiler.is_compiling(), cfg):
+                fused = kernels.fused_route(logits, cfg.top_k, draws, sigma, cfg.renormalize)
+                sums = torch.stack([fused.importance, fused.load]) if fused.noisy else fused.importance.unsqueeze(0)
+                return Routing(fused.logits, fused.noisy_logits, fused.probs, fused.expert_idx, fused.gates,
+                               self._keep(fused.expert_idx, fused.gates), sums)
+            noisy = logits if draws is None else logits + draws * sigma
             probs = noisy.softmax(dim=-1)
             gates, expert_idx = probs.topk(cfg.top_k, dim=-1)
             if cfg.renormalize and (cfg.top_k > 1 or cfg.routing == "image"):  # MoGE: softmax_top-K, any K
                 gates = gates / gates.sum(dim=-1, keepdim=True)
         if cfg.routing == "image":  # MoGE balances the combine weights alpha (zero outside the top-K)
             probs = torch.zeros_like(probs).scatter(1, expert_idx, gates)
-        keep = None
-        if cfg.capacity_factor is not None:
-            capacity = expert_capacity(inputs.shape[0], cfg.num_experts, cfg.top_k, cfg.capacity_factor)
-            keep = capacity_keep_mask(expert_idx, gates, cfg.num_experts, capacity, cfg.batch_prioritized)
-        return Routing(logits, noisy, probs, expert_idx, gates, keep)
+        return Routing(logits, noisy, probs, expert_idx, gates, self._keep(expert_idx, gates))
+
+    def _keep(self, expert_idx: torch.Tensor, gates: torch.Tensor) -> torch.Tensor | None:
+        """The official code's capacity (token dropping), or None without a capacity factor."""
+        cfg = self.config
+        if cfg.capacity_factor is None:
+            return None
+        capacity = expert_capacity(expert_idx.shape[0], cfg.num_experts, cfg.top_k, cfg.capacity_factor)
+        return capacity_keep_mask(expert_idx, gates, cfg.num_experts, capacity, cfg.batch_prioritized)
 
     def forced(self, units: int, device: torch.device, expert: int | None) -> Routing:
         """Every one of `units` routed units to `expert` with weight 1 (MoGE App. A's forced-expert matrix)."""
@@ -117,6 +140,8 @@ class Gate(nn.Module):
         cfg = self.config
         if cfg.load_loss == "moa":
             return self._moa_balance_loss(routing)
+        if routing.sums is not None:  # the fused router's (GMoE App. C.4's 'paper' terms)
+            return 0.5 * cv_squared(all_reduce_sum(routing.sums)).sum()
         sums = routing.probs.sum(dim=0, keepdim=True)  # [1, N] importance
         if cfg.gate_noise_std > 0:
             scores = routing.logits.softmax(-1) if cfg.load_loss == "tutel" else None
