@@ -25,7 +25,7 @@ from typing import Mapping, Sequence
 import torch
 import torch.nn as nn
 
-#: elements of one entry averaged at once: bounds `mean_of`'s float64 copies to (members x 8 MiB)
+#: elements of one entry averaged at once: bounds `mean_of`'s float64 temporaries to a few of 8 MiB
 CHUNK = 1 << 20
 
 
@@ -75,8 +75,8 @@ def _accumulation_dtype(device: torch.device) -> torch.dtype:
 @torch.no_grad()
 def mean_of(tensors: Sequence[torch.Tensor], weights: Sequence[float] | None = None,
             dtype: torch.dtype | None = None) -> torch.Tensor:
-    """sum_m w_m t_m / sum_m w_m of same-shaped tensors (uniform without `weights`), accumulated in float64 and
-    cast to `dtype` (default: the first tensor's), computed `CHUNK` elements at a time."""
+    """sum_m w_m t_m / sum_m w_m of same-shaped tensors (uniform without `weights`), summed in the members' order
+    in float64 and cast to `dtype` (default: the first tensor's), `CHUNK` elements at a time."""
     if not tensors:
         raise ValueError("a weight average needs at least one member")
     if weights is not None and len(weights) != len(tensors):
@@ -92,7 +92,10 @@ def mean_of(tensors: Sequence[torch.Tensor], weights: Sequence[float] | None = N
         parts = [f[start:start + CHUNK].to(acc) for f in flat]
         if weights is not None:
             parts = [w * p for w, p in zip(weights, parts)]
-        out[start:start + CHUNK] = (torch.stack(parts).sum(0) / total).to(out.dtype)
+        summed = parts[0]
+        for part in parts[1:]:  # in members' order: the mean of equal members is each of them, -0.0 too
+            summed = summed + part
+        out[start:start + CHUNK] = (summed / total).to(out.dtype)
     return out.view(first.shape)
 
 
