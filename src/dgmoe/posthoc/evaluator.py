@@ -1,13 +1,12 @@
 """A finished run's network rebuilt for evaluation after training, with weights given to it: the one place
 post-hoc evaluation (soups, WiSE-FT, leaderboard predictions) rebuilds a run folder's model (`rebuild`), and the
 evaluations a soup makes with it (DomainBed's records over every domain's splits, training-domain validation
-accuracy), and the output ensemble of several such networks."""
+accuracy)."""
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
 
 import torch
-import torch.nn as nn
 
 from dgmoe.data.loaders import EvalBatches
 from dgmoe.engine.checkpoint import load_state
@@ -28,17 +27,6 @@ def holding(setup: RunSetup, state: dict[str, torch.Tensor]) -> Any:
     """The run's algorithm with `state` loaded into the network it predicts with."""
     load_state(setup.algorithm.inference_network(), state)
     return setup.algorithm
-
-
-class Ensemble(nn.Module):
-    """The mean of the members' logits (each member an algorithm holding one run's weights)."""
-
-    def __init__(self, members: Sequence[nn.Module]):
-        super().__init__()
-        self.members = nn.ModuleList(members)
-
-    def predict(self, x: torch.Tensor, meta: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
-        return torch.stack([m.predict(x, meta).float() for m in self.members]).mean(0)  # type: ignore[operator]
 
 
 class Evaluator:

@@ -10,7 +10,8 @@ averages and the output ensemble, each written as a run folder of its own with D
 - `ratatouille`: the uniform mean of every run of one (dataset, held-out domains, trial seed, model) that shares
   its initialisation, whatever its algorithm (Rame et al., Model Ratatouille, ICML 2023, Eq. 2: averaging
   fine-tunings that differ in their objective, from one initialisation).
-- `ensemble`: the mean of the members' logits (DiWA's ENS baseline, Eq. 4), for comparison.
+- `ensemble`: the mean of the members' logits (DiWA's ENS baseline, Eq. 4; `EnsembleOfAverages`), for
+  comparison.
 - `wise-ft`: the zero-shot run's and a fine-tuned run's weights interpolated over an alpha grid, and the alpha
   training-domain validation picks (Wortsman et al., WiSE-FT, CVPR 2022; `dgmoe.posthoc.wise_ft`).
 
@@ -33,13 +34,14 @@ import torch
 from safetensors.torch import load_file
 
 from dgmoe.algorithms.averaging import weighted_mean
+from dgmoe.algorithms.sma import EnsembleOfAverages
 from dgmoe.engine.io import atomic_folder, read_jsonl, remove_stale_folders
 from dgmoe.engine.provenance import provenance
 from dgmoe.engine.rundir import RunWriter, read_done
 from dgmoe.errors import UsageError
 from dgmoe.posthoc import wise_ft
 from dgmoe.posthoc.config import SoupOptions
-from dgmoe.posthoc.evaluator import Ensemble, Evaluator
+from dgmoe.posthoc.evaluator import Evaluator
 from dgmoe.posthoc.members import SOUP_KEY, LeftOut, Member, find_members
 from dgmoe.posthoc.plans import Plan, older_soups, plan_soups
 from dgmoe.selection import python_argmax
@@ -60,7 +62,7 @@ def cook(plan: Plan, evaluator: Evaluator) -> tuple[Any, dict[str, torch.Tensor]
         algorithms = []
         for state in states:
             algorithms.append(copy.deepcopy(evaluator.holding(state)))
-        return Ensemble(algorithms), None, info
+        return EnsembleOfAverages(algorithms), None, info
     if plan.method != "greedy":
         state = weighted_mean(states)
         return evaluator.holding(state), state, info
