@@ -20,6 +20,7 @@ LAYERS = [
     {"engine"},
     {"analysis", "sweep", "bench"},
     {"experiments", "report"},
+    {"posthoc"},
     {"recipes"},
     {"cli"},
     {"__main__", "__init__"},

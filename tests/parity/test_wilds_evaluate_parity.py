@@ -13,7 +13,8 @@ import pytest
 from wilds_fixtures import write_camelyon, write_fmow
 
 from dgmoe.data.catalogue import get_dataset, get_spec
-from dgmoe.report.leaderboard import _aggregate, _metrics, pred_file_name
+from dgmoe.posthoc.leaderboard import _metrics
+from dgmoe.report.leaderboard import aggregate, pred_file_name
 
 FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "wilds_evaluate.json").read_text())
 DGMOE = {"fmow": "FMoW", "camelyon17": "Camelyon17", "iwildcam": "iWildCam"}
@@ -61,8 +62,8 @@ def test_dgmoe_metrics_of_the_same_predictions_are_wilds_evaluators(name, tmp_pa
             want = recorded["replicate_metrics"][split][replicate]
             assert {m: mine[m] for m in recorded["metrics"]} == pytest.approx(want, abs=1e-6), (split, replicate)
             seeds.setdefault(str(r), {"splits": {}})["splits"][split] = {"metrics": mine}
-    aggregate = _aggregate(seeds)
-    for split, stats in aggregate.items():
+    over_seeds = aggregate(seeds)
+    for split, stats in over_seeds.items():
         for metric in recorded["metrics"]:
             assert stats[metric]["mean"] == pytest.approx(recorded["aggregate"][split][metric], abs=1e-6)
             assert stats[metric]["std"] == pytest.approx(recorded["aggregate"][split][f"{metric}_std"], abs=1e-6)

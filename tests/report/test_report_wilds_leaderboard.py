@@ -146,7 +146,7 @@ def test_a_leaderboard_export_killed_at_any_write_point(runs, tmp_path, monkeypa
     next export removes what it left and equals an uninterrupted one."""
     from kill_points import kill_everywhere
 
-    from dgmoe.report.leaderboard import export
+    from dgmoe.posthoc.leaderboard import export
 
     records = load_records(runs)
     records = records[records["dataset"].isin(datasets)]

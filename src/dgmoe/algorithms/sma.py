@@ -68,7 +68,8 @@ class SMA(ERM):
 
 
 class EnsembleOfAverages(nn.Module):
-    """EoA: the ensemble of trained algorithms' `predict` (usually SMA runs with different seeds)."""
+    """EoA: the ensemble of trained algorithms' `predict` (usually SMA runs with different seeds), in float32;
+    also `dgmoe soup`'s output ensemble of a sweep's runs (DiWA's ENS)."""
 
     def __init__(self, members: Sequence[Algorithm], combine: Literal["logits", "probs"] = "logits"):
         super().__init__()
@@ -81,7 +82,7 @@ class EnsembleOfAverages(nn.Module):
 
     @torch.no_grad()
     def predict(self, x: torch.Tensor, meta: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
-        outs = [cast(Algorithm, m).predict(x, meta) for m in self.members]
+        outs = [cast(Algorithm, m).predict(x, meta).float() for m in self.members]
         if self.combine == "probs":
-            outs = [o.float().softmax(-1) for o in outs]
+            outs = [o.softmax(-1) for o in outs]
         return torch.stack(outs).mean(0)

@@ -19,14 +19,16 @@ The engine must pass the validation loss of the online weights (`predict_online`
 `predict` evaluates the SWAD average as it stands (committed segments plus those still inside the
 tolerance window), or the online weights before the valley is found. State lives in buffers: the current
 segment's running mean, up to max(N_s, N_e) pending segment means with their losses and iteration counts,
-and the running mean of the committed segments.
+and the running mean of the committed segments. Every mean follows the one averaging rule of
+`dgmoe.algorithms.averaging`: the running means are updated in place (`running_mean_`), the average evaluated
+is the mean of the committed and pending segment means weighted by their iteration counts (`mean_of`, in float64).
 """
 from __future__ import annotations
 
 import torch
 import torch.nn as nn
 
-from dgmoe.algorithms.averaging import copy_integer_buffers, flatten, load_flat, num_averaged
+from dgmoe.algorithms.averaging import copy_integer_buffers, flatten, load_flat, mean_of, num_averaged, running_mean_
 from dgmoe.algorithms.base import Metrics, frozen_copy
 from dgmoe.algorithms.erm import ERM
 from dgmoe.algorithms.registry import register_algorithm
@@ -89,7 +91,7 @@ class LossValley(nn.Module):
         if int(self.segment_count) == 0:
             self.segment_first.fill_(step)
         self.segment_count += 1
-        self.segment.lerp_(weights.to(self.segment), 1.0 / int(self.segment_count))
+        running_mean_([self.segment], [weights.to(self.segment)], int(self.segment_count))
 
     def _drop_oldest(self, n: int) -> None:
         m = int(self.n_pending)
@@ -102,7 +104,7 @@ class LossValley(nn.Module):
             c = int(self.slot_count[j])
             if c:
                 total = int(self.committed_count) + c
-                self.committed.lerp_(self.slots[j], c / total)
+                running_mean_([self.committed], [self.slots[j]], total, c)
                 self.committed_count.fill_(total)
                 if int(self.start_step) < 0:
                     self.start_step.fill_(int(self.slot_first[j]))
@@ -154,14 +156,12 @@ class LossValley(nn.Module):
         """The SWAD weights as they stand, or None before the valley is found."""
         if int(self.phase) == SEARCH:
             return None
-        total = self.committed * float(self.committed_count)
-        count = int(self.committed_count)
+        members, counts = [self.committed], [int(self.committed_count)]
         if int(self.phase) == AVERAGING:
             m = int(self.n_pending)
-            weights = self.slot_count[:m].to(self.slots)
-            total = total + weights @ self.slots[:m]
-            count += int(self.slot_count[:m].sum())
-        return total / count if count else None
+            members, counts = members + list(self.slots[:m]), counts + self.slot_count[:m].tolist()
+        kept = [(t, c) for t, c in zip(members, counts) if c]
+        return mean_of([t for t, _ in kept], [c for _, c in kept]) if kept else None
 
 
 @register_algorithm

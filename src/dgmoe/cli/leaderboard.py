@@ -8,7 +8,7 @@ import click
 
 from dgmoe.cli.options import build_config, config_options
 from dgmoe.errors import UsageError
-from dgmoe.report.config import LeaderboardConfig
+from dgmoe.posthoc.config import LeaderboardConfig
 
 
 @click.command("leaderboard")
@@ -22,8 +22,8 @@ def command(ctx: click.Context, **kw: Any) -> None:
 
     The checkpoint of each seed is the one the selection picks; its weights must have been kept (train with
     --save-model-every-checkpoint)."""
+    from dgmoe.posthoc.leaderboard import export
     from dgmoe.report.collect import load_records
-    from dgmoe.report.leaderboard import export
     from dgmoe.selection import get_selection
 
     cfg = build_config(LeaderboardConfig, ctx, kw)

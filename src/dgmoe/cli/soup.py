@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from dgmoe.cli.options import build_config, config_options
-from dgmoe.sweep.config import SoupConfig, SoupRunConfig
+from dgmoe.posthoc.config import SoupConfig, SoupRunConfig
 
 
 @click.command("soup")
@@ -21,7 +21,7 @@ def command(ctx: click.Context, **kw: Any) -> None:
     Runs are averaged only when they share an architecture and an initialisation (the same --pretrained file,
     or the same --seed when trained from scratch); otherwise the command stops in one line, before writing.
     """
-    from dgmoe.sweep.soup import make_soups
+    from dgmoe.posthoc.soup import make_soups
 
     run, options = build_config(SoupRunConfig, ctx, kw), build_config(SoupConfig, ctx, kw)
     runs_dir, out_dir = Path(run.runs_dir), Path(run.out_dir) if run.out_dir else None

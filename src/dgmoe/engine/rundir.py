@@ -2,7 +2,8 @@
 
 `RunWriter` owns every file a run writes: config, records, weights, resume state and the `done` marker,
 which records how many checkpoints the run has and whether it stopped early, so that `dgmoe results` can
-tell a finished run from one whose records were lost.
+tell a finished run from one whose records were lost; also those of a run made after training (a soup:
+`RunWriter.write_evaluated`).
 """
 from __future__ import annotations
 
@@ -161,6 +162,18 @@ class RunWriter:
         self._write(lambda: write_json_atomic(self.out / DONE_NAME, info))
         if not self.keep_resume:
             self._write(lambda: self.resume_path.unlink(missing_ok=True))
+
+    def write_evaluated(self, run_config: dict[str, Any], records: list[dict[str, Any]],
+                        network: nn.Module | None) -> None:
+        """The whole folder of a run whose weights were made after training (a weight average, an output
+        ensemble: `dgmoe soup`): config.json, its records, `network`'s weights at the last record's step (none
+        for an ensemble: `network` None) and `done`; no resume state."""
+        self.start(run_config)
+        self.rewrite_records(records)
+        if network is not None and not self.skip_model_save and self.enabled:
+            meta = {**self.metadata, "step": str(records[-1]["step"])}
+            self._write(lambda: save_weights(network, self.out / "model.safetensors", meta))
+        self.finish(records, stopped_early=False)
 
     def _write(self, write) -> None:
         if self.lock is not None:

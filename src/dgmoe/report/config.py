@@ -1,22 +1,22 @@
-"""The configs of `dgmoe results`, `dgmoe report` and `dgmoe leaderboard`; their options are generated from
+"""The configs of `dgmoe results` and `dgmoe report`; their options are generated from
 these fields (`dgmoe.cli.options`). Light: imports neither torch nor pandas."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from dgmoe.devices import device_setting
 from dgmoe.settings import ConfigError, Settings, existing_file, existing_folder, setting
 
 SELECTIONS = ("iid", "loo", "oracle", "worst", "worst-id", "wilds", "all")
-_RUNS_DIR = "A folder of runs (searched recursively for results.jsonl)."
+#: the help of every RUNS_DIR argument that reads records (also `dgmoe leaderboard`'s)
+RUNS_DIR = "A folder of runs (searched recursively for results.jsonl)."
 
 
 @dataclass(frozen=True)
 class ResultsConfig(Settings):
     """`dgmoe results RUNS_DIR`."""
 
-    runs_dir: str = setting("", _RUNS_DIR, argument=True, required=True, parser=existing_folder)
+    runs_dir: str = setting("", RUNS_DIR, argument=True, required=True, parser=existing_folder)
     latex: bool = setting(False, "LaTeX (booktabs) instead of Markdown.", flags=("--latex",))
     selection: str | None = setting(
         None, "Model selection: training-domain validation (iid), leave-one-domain-out (loo), test-domain oracle, "
@@ -62,7 +62,7 @@ class ResultsConfig(Settings):
 class ReportConfig(Settings):
     """`dgmoe report RUNS_DIR`."""
 
-    runs_dir: str = setting("", _RUNS_DIR, argument=True, required=True, parser=existing_folder)
+    runs_dir: str = setting("", RUNS_DIR, argument=True, required=True, parser=existing_folder)
     out: str | None = setting(None, "Report folder (index.html, runs/, figures/; default: RUNS_DIR/report/), or an "
                                     ".html file (its runs/ and figures/ go to NAME_files/ beside it).")
     selection: str = setting("all", "Model selection method(s) of the results tables.", choices=SELECTIONS)
@@ -86,19 +86,3 @@ class ReportConfig(Settings):
         for name in self.include:
             if not Path(name).is_file():
                 raise ConfigError(f"--include {name}: no such file")
-
-
-@dataclass(frozen=True)
-class LeaderboardConfig(Settings):
-    """`dgmoe leaderboard RUNS_DIR --out DIR`."""
-
-    runs_dir: str = setting("", _RUNS_DIR, argument=True, required=True, parser=existing_folder)
-    out_dir: str = setting("", "Folder of the export: one sub-folder per method row, with its prediction files and "
-                               "summary.", flags=("--out",), required=True)
-    selection: str = setting("worst", "Checkpoint selection: worst-group accuracy on the OOD validation split (WILDS' "
-                                      "default split), on id_val (worst-id, WILDS' named alternative), or WILDS' "
-                                      "official metric per dataset on the OOD split (wilds: iWildCam's macro-F1, "
-                                      "Camelyon17's accuracy; FMoW's worst-region accuracy as worst).",
-                             choices=("worst", "worst-id", "wilds"))
-    device: str = device_setting("of the predictions")
-    data_dir: str | None = setting(None, "Dataset root (default: each run's own --data-dir).")

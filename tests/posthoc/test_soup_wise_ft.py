@@ -13,7 +13,7 @@ from shift_fixtures import write_pacs_oop
 
 from dgmoe.cli import run as cli
 from dgmoe.engine.io import read_jsonl
-from dgmoe.sweep.wise_ft import interpolate
+from dgmoe.posthoc.wise_ft import interpolate
 
 TINY = ("--model", "vit_micro_patch7_28", "--img-size", "28", "--checkpoint-freq", "1", "--seed", "3",
         "--hparams", '{"batch_size": 4}', "--progress", "none", "--num-threads", "1", "--dataset", "PACS",
@@ -106,8 +106,8 @@ def test_a_zero_shot_run_without_partner_is_refused(wise, tmp_path, capsys):
 
 
 def test_a_soup_is_kept_only_for_the_same_alpha_grid(wise):
-    from dgmoe.sweep.config import SoupConfig
-    from dgmoe.sweep.soup import make_soups
+    from dgmoe.posthoc.config import SoupConfig
+    from dgmoe.posthoc.soup import make_soups
 
     options = SoupConfig(methods=("wise-ft",), zero_shot=str(wise / "zs"), which="last", alphas=(0.0, 0.5, 1.0))
     chosen = next(f for f in (wise / "soups").iterdir() if f.name.startswith("wise-ft_"))

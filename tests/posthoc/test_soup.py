@@ -14,10 +14,10 @@ from dgmoe.cli import run as cli
 from dgmoe.engine.config import RunConfig
 from dgmoe.engine.io import read_jsonl
 from dgmoe.engine.trainer import train
+from dgmoe.posthoc.config import DEFAULT_METHODS, SoupConfig
+from dgmoe.posthoc.soup import make_soups
 from dgmoe.report.collect import load_records
 from dgmoe.report.results import results_tables
-from dgmoe.sweep.config import DEFAULT_METHODS
-from dgmoe.sweep.soup import SoupConfig, make_soups
 
 
 @pytest.fixture(scope="module")

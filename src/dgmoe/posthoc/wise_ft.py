@@ -16,23 +16,20 @@ from typing import Sequence
 
 import torch
 
+from dgmoe.algorithms.averaging import weighted_mean
 from dgmoe.errors import UsageError
-from dgmoe.sweep.soup_members import Member, check_shared
+from dgmoe.posthoc.members import Member, check_shared
 
 
 def interpolate(theta_0: dict[str, torch.Tensor], theta_1: dict[str, torch.Tensor],
                 alpha: float) -> dict[str, torch.Tensor]:
-    """(1 - alpha) * theta_0 + alpha * theta_1 of every float tensor (in float64), theta_1's integer buffers."""
+    """(1 - alpha) * theta_0 + alpha * theta_1: the weighted mean of `dgmoe.algorithms.averaging` with weights
+    (1 - alpha, alpha), theta_1 the reference (float tensors in float64 and cast to theta_1's dtype, theta_1's
+    integer buffers)."""
     if set(theta_0) != set(theta_1):
         differ = sorted(set(theta_0) ^ set(theta_1))
         raise UsageError(f"WiSE-FT: the two weight files hold different tensors ({', '.join(differ[:3])}, ...)")
-    out = {}
-    for key, end in theta_1.items():
-        if end.is_floating_point():
-            out[key] = ((1.0 - alpha) * theta_0[key].double() + alpha * end.double()).to(end.dtype)
-        else:
-            out[key] = end.clone()
-    return out
+    return weighted_mean([theta_0, theta_1], [1.0 - alpha, alpha], reference=1)
 
 
 def pairs(members: Sequence[Member], zero_shot: Member) -> list[tuple[Member, Member]]:
