@@ -1,7 +1,13 @@
+import os
 from pathlib import Path
 
 import pytest
 import torch
+
+# The suite runs on the CPU: Triton kernels (dgmoe.moe.kernels) run under Triton's interpreter, which triton reads
+# when a kernel is decorated, i.e. when its module is first imported, possibly while another test file is collected.
+# A GPU run sets TRITON_INTERPRET=0 itself (tests/moe/kernels/conftest.py).
+os.environ.setdefault("TRITON_INTERPRET", "1")
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"

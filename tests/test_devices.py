@@ -27,8 +27,8 @@ def test_every_device_setting_defaults_to_auto():
     """One declaration (`device_setting`): every command's --device has the same default."""
     from dgmoe.bench.algorithms import BenchmarkConfig
     from dgmoe.bench.config import AlgorithmBenchConfig, LayerBenchConfig, MemoryBenchConfig, ModelBenchConfig
-    from dgmoe.report.config import LeaderboardConfig
-    from dgmoe.sweep.config import SoupConfig
+    from dgmoe.posthoc.config import LeaderboardConfig
+    from dgmoe.posthoc.config import SoupConfig
 
     for kind in (LayerBenchConfig, ModelBenchConfig, MemoryBenchConfig, AlgorithmBenchConfig, LeaderboardConfig,
                  SoupConfig):
