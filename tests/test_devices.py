@@ -27,8 +27,7 @@ def test_every_device_setting_defaults_to_auto():
     """One declaration (`device_setting`): every command's --device has the same default."""
     from dgmoe.bench.algorithms import BenchmarkConfig
     from dgmoe.bench.config import AlgorithmBenchConfig, LayerBenchConfig, MemoryBenchConfig, ModelBenchConfig
-    from dgmoe.posthoc.config import LeaderboardConfig
-    from dgmoe.posthoc.config import SoupConfig
+    from dgmoe.posthoc.config import LeaderboardConfig, SoupConfig
 
     for kind in (LayerBenchConfig, ModelBenchConfig, MemoryBenchConfig, AlgorithmBenchConfig, LeaderboardConfig,
                  SoupConfig):
