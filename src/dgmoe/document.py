@@ -132,20 +132,22 @@ class Table:
         return [[c.render(latex) for c in row] for row in self.rows]
 
     def markdown(self, title: bool = True) -> str:
-        """The table under its level-3 heading (or alone, without `title`), then its notes."""
+        """The table under its level-3 heading (or alone, without `title` or with an empty title), then its
+        notes."""
         body = markdown_table(self.columns, self.cells(), self.left, self.align or None)
-        return "\n\n".join([heading(self.title, 3) + "\n\n" + body if title else body,
+        return "\n\n".join([heading(self.title, 3) + "\n\n" + body if title and self.title else body,
                             *(n.markdown() for n in self.notes)])
 
     def latex(self) -> str:
         body = "\\begin{center}\n" + latex_table(self.columns, self.cells(latex=True)) + "\n\\end{center}"
-        return "\n\n".join([heading(self.title, 3, latex=True) + "\n\n" + body, *(n.latex() for n in self.notes)])
+        head = [heading(self.title, 3, latex=True)] if self.title else []
+        return "\n\n".join([*head, body, *(n.latex() for n in self.notes)])
 
     def html(self, level: int = 3, anchor: str = "") -> str:
-        head = f"<h{level}{anchor}>{html_text(self.title)}</h{level}>"
+        head = [f"<h{level}{anchor}>{html_text(self.title)}</h{level}>"] if self.title else []
         body = html_table([html_text(c) for c in self.columns],
                           [[c.html() for c in row] for row in self.rows], self.left)
-        return "\n".join([head, body, *(n.html() for n in self.notes)])
+        return "\n".join([*head, body, *(n.html() for n in self.notes)])
 
     def records(self, section: str = "") -> Iterator[dict[str, str]]:
         """One CSV row (`CSV_COLUMNS`) per cell that is not a row label."""
@@ -271,24 +273,45 @@ class Document:
             writer.writerows(table.records(section))
         return out.getvalue()
 
-    def html(self, heading_offset: int = 0, id_prefix: str | None = None, title: bool = True) -> str:
-        """HTML of the blocks, headings `heading_offset` levels down, each with an anchor id `<prefix>-<slug>`
-        (made unique) given `id_prefix`; without `title`, the level-1 heading is left out."""
+    def anchored(self, id_prefix: str | None = None, title: bool = True) -> Iterator[tuple[Block, str | None]]:
+        """(block, its anchor id) of every block `html` shows (without `title`, not the level-1 heading): the id
+        `<prefix>-<slug>` (made unique, `Anchors`) of a heading, a titled table or a shown preamble's title, given
+        `id_prefix`; otherwise None."""
         anchors = Anchors(id_prefix)
 
-        def anchor(text: str) -> str:
-            return "" if id_prefix is None else f' id="{anchors(text)}"'
+        def anchor(text: str) -> str | None:
+            return None if id_prefix is None else anchors(text)
 
-        out = []
         for b in self.blocks:
             if isinstance(b, Heading):
                 if title or b.level > 1:
-                    out.append(b.html(min(6, b.level + heading_offset), anchor(b.text)))
+                    yield b, anchor(b.text)
             elif isinstance(b, Table):
-                out.append(b.html(min(6, 3 + heading_offset), anchor(b.title)))
+                yield b, anchor(b.title) if b.title else None  # (an untitled table has no heading)
+            elif isinstance(b, Preamble):
+                yield b, anchor(b.title) if title else None
+            else:
+                yield b, None
+
+    def headings(self, level: int, id_prefix: str, title: bool = True) -> list[tuple[str, str]]:
+        """(anchor id, text on one line) of every level-`level` heading, as `html` anchors them (a table of
+        contents of the rendered page)."""
+        return [(a, one_line(b.text)) for b, a in self.anchored(id_prefix, title)
+                if isinstance(b, Heading) and b.level == level and a is not None]
+
+    def html(self, heading_offset: int = 0, id_prefix: str | None = None, title: bool = True) -> str:
+        """HTML of the blocks, headings `heading_offset` levels down, each with an anchor id `<prefix>-<slug>`
+        (made unique) given `id_prefix`; without `title`, the level-1 heading is left out."""
+        out = []
+        for b, a in self.anchored(id_prefix, title):
+            attr = "" if a is None else f' id="{a}"'
+            if isinstance(b, Heading):
+                out.append(b.html(min(6, b.level + heading_offset), attr))
+            elif isinstance(b, Table):
+                out.append(b.html(min(6, 3 + heading_offset), attr))
             elif isinstance(b, Preamble):
                 if title:
-                    out.append(Heading(b.title, 1).html(min(6, 1 + heading_offset), anchor(b.title)))
+                    out.append(Heading(b.title, 1).html(min(6, 1 + heading_offset), attr))
                 out.append(b.html())
             else:
                 out.append(b.html())

@@ -3,7 +3,7 @@ import pytest
 import torch
 from md_tables import table_rows
 
-from dgmoe.analysis.routing import RoutingMaps, expert_usage, routing_maps, top1_patch_map, usage_markdown, usage_table
+from dgmoe.analysis.routing import RoutingMaps, expert_usage, routing_maps, top1_patch_map, usage_summary, usage_table
 
 
 def test_top1_patch_map_drops_cls_and_takes_first_choice():
@@ -21,7 +21,7 @@ def test_usage_fractions_and_table():
     table = usage_table(maps)
     assert len(table) == 8
     assert table.groupby(["layer", "domain"])["fraction"].sum().tolist() == [1.0, 1.0]
-    md = usage_markdown(table)
+    md = usage_summary(table).markdown()
     assert ["blocks.8.mlp", "art", "50.0", "25.0", "25.0", "0.0"] in table_rows(md)
 
 

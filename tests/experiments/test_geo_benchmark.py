@@ -138,4 +138,5 @@ def test_experiment_selection_and_table():
              "seen_worst_region_acc": 0.5},
             {"method": "A", "worst_region_acc": 0.7, "overall_acc": 0.8, "held_out_acc": 0.6,
              "seen_worst_region_acc": 0.7}]
-    assert ["A", "60.0 ± 14.1", "70.0 ± 14.1", "50.0 ± 14.1", "60.0 ± 14.1", "2"] in table_rows(results_table(rows))
+    table = results_table(rows).markdown()
+    assert ["A", "60.0 ± 14.1", "70.0 ± 14.1", "50.0 ± 14.1", "60.0 ± 14.1", "2"] in table_rows(table)

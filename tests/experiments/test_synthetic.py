@@ -86,10 +86,10 @@ def test_small_run_shows_each_network_failing_on_its_feature_shift():
 
 def test_tables_format():
     r = syn.TrainResult("mlp", 0, 1.0, 1.0, [{"val": 0.5, "test1": 0.25, "test2": 1.0}])
-    assert ["MLP", "50.0", "25.0", "100.0", "1"] in table_rows(syn.noiseless_table([r]))
+    assert ["MLP", "50.0", "25.0", "100.0", "1"] in table_rows(syn.noiseless_table([r]).markdown())
     noisy = [syn.TrainResult("mlp", 0, p1, p2, [{"val": 0, "test1": p1, "test2": p2}]) for p1 in (0.5, 1.0)
              for p2 in (0.5, 1.0)]
-    table = syn.noisy_table(noisy)
+    table = syn.noisy_table(noisy).markdown()
     assert ["0.5", "50.0 / 50.0", "50.0 / 100.0"] in table_rows(table)
 
 

@@ -225,6 +225,19 @@ def test_markdown_latex_and_csv_come_from_one_document(records):
     assert any(r["se"] for r in rows) and any(r["cell"] == "X" for r in rows)
 
 
+def test_the_contents_of_the_html_results_come_from_the_document(records):
+    """The report's table of contents lists each selection method's heading with the anchor the page gives it,
+    taken from the `Document` (not read back from the HTML)."""
+    from dgmoe.report.pages import results_section
+
+    document = results_document(records, "all")
+    body, contents = results_section(records, "all", [])
+    assert contents == document.headings(2, id_prefix="results", title=False)
+    shown = re.findall(r'<h3 id="([^"]+)">([^<]*)</h3>', body)  # (the test reads the page to check it)
+    assert len(contents) >= 3 and contents == [(a, t) for a, t in shown]
+    assert [t for _, t in contents] == [b.text for b in document.blocks if getattr(b, "level", 0) == 2]
+
+
 def test_cli_prints_and_writes(sweep_root, tmp_path, cli):
     result = cli("results", sweep_root, "--selection", "iid")
     assert result.exit_code == 0, result.output

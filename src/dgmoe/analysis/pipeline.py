@@ -22,10 +22,10 @@ from dgmoe.analysis.patches import (
     part_expert_histogram,
     sum_by_group,
 )
-from dgmoe.analysis.routing import RoutingMaps, grid_size_of, routing_maps, usage_markdown, usage_table
+from dgmoe.analysis.routing import RoutingMaps, grid_size_of, routing_maps, usage_summary, usage_table
 from dgmoe.analysis.style import block_name, checkpoint_text, domain_colors, domain_label
+from dgmoe.document import Block, Cell, Document, Heading, Table
 from dgmoe.models.info import describe_model
-from dgmoe.tables import markdown_table
 
 
 @dataclass
@@ -124,8 +124,8 @@ def analyze_routing(run: RunImages, out_dir: str | Path, show: int = 4, mode: st
                    out / "expert_usage.png")
     table.to_csv(out / "expert_usage.csv", index=False)
     n_img = ", ".join(f"{d} {len(x)}" for d, x in run.inputs.items())  # (no Python repr in a report)
-    text = (f"### Expert usage per domain (% of patches, top-1; images per domain: {n_img})\n\n"
-            + usage_markdown(table) + "\n")
+    text = Document((usage_summary(table, f"Expert usage per domain (% of patches, top-1; images per domain: "
+                                          f"{n_img})"),)).markdown()
     (out / "expert_usage.md").write_text(text)
     return text
 
@@ -140,7 +140,8 @@ def analyze_attention(run: RunImages, out_dir: str | Path, show: int = 2, block:
     colors = domain_colors(run.domains)
     for d, x in run.inputs.items():
         maps = cls_attention_maps(attention_weights(run.model, x, block), grid, prefix)
-        rows.append([d, len(x), f"{head_redundancy(maps, 'cosine'):.3f}", f"{head_redundancy(maps, 'js'):.3f}"])
+        rows.append([d, len(x), Cell(mean=head_redundancy(maps, "cosine"), decimals=3),
+                     Cell(mean=head_redundancy(maps, "js"), decimals=3)])
         n = min(show, len(x))
         shown_imgs += list(run.images[d][:n])
         shown_maps.append(maps[:n])
@@ -150,9 +151,9 @@ def analyze_attention(run: RunImages, out_dir: str | Path, show: int = 2, block:
     fig = plots.plot_attention_maps(shown_imgs, torch.cat(shown_maps), titles, title_colors=title_colors,
                                     title=f"CLS attention per head, block {index}: {run.describe()}")
     plots.save_png(fig, out / "attention_maps.png")
-    text = (f"### Head redundancy of block {index} (mean pairwise similarity of the heads' CLS attention; "
-            "1 = identical heads)\n\n"
-            + markdown_table(["domain", "images", "redundancy (cosine)", "redundancy (1 - JS)"], rows) + "\n")
+    text = Document((Table.make(f"Head redundancy of block {index} (mean pairwise similarity of the heads' CLS "
+                                "attention; 1 = identical heads)",
+                                ["domain", "images", "redundancy (cosine)", "redundancy (1 - JS)"], rows),)).markdown()
     (out / "head_redundancy.md").write_text(text)
     return text
 
@@ -176,8 +177,8 @@ def analyze_cub(model: nn.Module, cub_data_dir: str | Path, out_dir: str | Path,
     parts_xy, visible = cub.normalized_parts(rows)
     background = boxes_background_mask(cub.normalized_boxes(rows), rm.grid_size)
     ann = cub.annotations
-    text = [f"### CUB-DG {domain}, {split} split, {len(rows)} images: part x expert counts (each part's {k} "
-            "nearest patches; background = patches outside the bounding box)\n"]
+    text: list[Block] = [Heading(f"CUB-DG {domain}, {split} split, {len(rows)} images: part x expert counts (each "
+                                 f"part's {k} nearest patches; background = patches outside the bounding box)", 3)]
     for layer in rm.layers:
         e = rm.num_experts[layer]
         hist = part_expert_histogram(rm.experts[layer], parts_xy, visible, e, k, background)
@@ -185,9 +186,8 @@ def analyze_cub(model: nn.Module, cub_data_dir: str | Path, out_dir: str | Path,
         fig = plots.plot_expert_histogram(hist, labels, f"parts x experts, {layer}")
         plots.save_png(fig, out / f"cub_parts_{_safe(layer)}.png")
         experts = [f"e{i}" for i in range(e)]
-        text += [f"#### {layer}\n", markdown_table(["part", *experts],
-                                                   [[lab, *(int(v) for v in row)] for lab, row in zip(labels, hist)])]
-        text.append("")
+        text += [Heading(layer, 4), Table.make("", ["part", *experts],
+                                               [[lab, *(int(v) for v in row)] for lab, row in zip(labels, hist)])]
         if ann.attributes is not None:
             attrs = ann.attributes[torch.as_tensor(rows)]
             mat = attribute_expert_matrix(rm.experts[layer], attrs, e)
@@ -196,9 +196,8 @@ def analyze_cub(model: nn.Module, cub_data_dir: str | Path, out_dir: str | Path,
             plots.save_png(fig, out / f"cub_attributes_{_safe(layer)}.png")
             by_cat = sum_by_group(mat, groups)
             by_cat = by_cat / by_cat.sum(1, keepdim=True).clamp_min(1e-12)
-            shares = [[g, *(f"{100 * v:.1f}" for v in row)] for (g, _, _), row in zip(groups, by_cat)]
-            text.append(markdown_table(["attribute category", *experts], shares))
-            text.append("")
+            shares = [[g, *(Cell(mean=float(100 * v)) for v in row)] for (g, _, _), row in zip(groups, by_cat)]
+            text.append(Table.make("", ["attribute category", *experts], shares))
         n = min(show, len(rows))
         vis_parts = [parts_xy[i][visible[i]] for i in range(n)]
         fig = plots.plot_routing_maps(list(images[:n]), list(rm.experts[layer][:n]), e,
@@ -221,7 +220,7 @@ def analyze_cub(model: nn.Module, cub_data_dir: str | Path, out_dir: str | Path,
             fig = plots.plot_routing_maps(imgs, maps, rm.num_experts[layer], titles, mode="colors",
                                           ncols=len(per_dom))
             plots.save_png(fig, out / f"cub_domains_{_safe(layer)}.png")
-    md = "\n".join(text)
+    md = Document(tuple(text)).markdown()
     (out / "cub_experts.md").write_text(md)
     return md
 

@@ -12,7 +12,7 @@ import pandas as pd
 import torch
 import torch.nn as nn
 
-from dgmoe.tables import markdown_table
+from dgmoe.document import Cell, Table
 
 
 @dataclass(frozen=True)
@@ -98,8 +98,9 @@ def usage_table(per_domain: dict[str, RoutingMaps]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["layer", "domain", "expert", "fraction"])
 
 
-def usage_markdown(table: pd.DataFrame) -> str:
-    """Markdown: one row per (layer, domain), one column per expert (percent of patches)."""
+def usage_summary(table: pd.DataFrame, title: str = "") -> Table:
+    """The long `usage_table` as a `Table`: one row per (layer, domain), one column per expert (percent of
+    patches)."""
     wide = table.pivot_table(index=["layer", "domain"], columns="expert", values="fraction", sort=False)
-    rows = [[layer, domain, *(f"{100 * v:.1f}" for v in row)] for (layer, domain), row in wide.iterrows()]
-    return markdown_table(["layer", "domain", *(f"e{e}" for e in wide.columns)], rows, left=2)
+    rows = [[layer, domain, *(Cell(mean=100 * float(v)) for v in row)] for (layer, domain), row in wide.iterrows()]
+    return Table.make(title, ["layer", "domain", *(f"e{e}" for e in wide.columns)], rows, left=2)

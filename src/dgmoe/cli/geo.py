@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from dgmoe.cli.options import ListFlagsGroup, build_config, config_options
+from dgmoe.document import Document, Protocol
 from dgmoe.experiments.config import GeoAnalyzeConfig, GeoBenchConfig, GeoBenchmarkRunConfig, SentinelConfig
 
 
@@ -27,14 +28,14 @@ def benchmark(ctx: click.Context, **kw: Any) -> None:
     run, settings = build_config(GeoBenchmarkRunConfig, ctx, kw), build_config(GeoBenchConfig, ctx, kw)
     output_dir, select = run.output_dir, run.select
     rows = run_geo_benchmark(output_dir, list(run.methods), list(run.seeds), settings, select, log=click.echo)
-    table = _protocol(output_dir, select) + "\n\n" + results_table(rows)
+    table = Document((_protocol(output_dir, select), results_table(rows))).markdown()
     Path(output_dir).mkdir(parents=True, exist_ok=True)
     (Path(output_dir) / f"summary_{select}.json").write_text(json.dumps(rows, indent=1))
-    (Path(output_dir) / f"table_{select}.md").write_text(table + "\n")
-    click.echo(table)
+    (Path(output_dir) / f"table_{select}.md").write_text(table)
+    click.echo(table, nl=False)
 
 
-def _protocol(output_dir: str, select: str) -> str:
+def _protocol(output_dir: str, select: str) -> Protocol:
     """The protocol lines of the benchmark's runs (`dgmoe.report.protocol`)."""
     import warnings
 
@@ -45,7 +46,7 @@ def _protocol(output_dir: str, select: str) -> str:
         warnings.simplefilter("ignore")
         records = load_records(output_dir)
     how = "best validation worst-region accuracy" if select == "val_worst" else "last checkpoint"
-    return protocol_block(records, how).markdown()
+    return protocol_block(records, how)
 
 
 @command.command("sentinel")

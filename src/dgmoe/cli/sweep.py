@@ -202,7 +202,7 @@ def delete_incomplete_cmd(ctx: click.Context, **kw: Any) -> None:
 @click.pass_context
 def estimate(ctx: click.Context, **kw: Any) -> None:
     """GPU-hours and wall-clock of the GMoE study (5 datasets, DomainNet 15k steps)."""
-    from dgmoe.sweep.estimate import estimate_study, format_estimate
+    from dgmoe.sweep.estimate import estimate_document, estimate_study
 
     cfg = build_config(EstimateConfig, ctx, kw)
     try:
@@ -213,7 +213,7 @@ def estimate(ctx: click.Context, **kw: Any) -> None:
             gpus=cfg.gpus)
     except ValueError as err:
         raise UsageError(str(err)) from None
-    click.echo(format_estimate(est))
+    click.echo(estimate_document(est).markdown(), nl=False)
 
 
 def _warn_wilds_seeds(cfg: SweepConfig) -> None:

@@ -26,10 +26,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from dgmoe.data.geo.geomnist import GEO_REGIONS, REGION_NAMES, geo_domains
+from dgmoe.document import Table
 from dgmoe.errors import UsageError
 from dgmoe.experiments.config import GeoBenchConfig
 from dgmoe.selection import worst_group_checkpoint
-from dgmoe.tables import markdown_table
 
 # method -> (model, algorithm, extra model kwargs)
 METHODS: dict[str, tuple[str, str, dict[str, Any]]] = {
@@ -204,8 +204,8 @@ def run_geo_benchmark(output_root: str | Path, methods: Sequence[str] = ("ERM", 
     return rows
 
 
-def results_table(rows: list[dict[str, Any]]) -> str:
-    """Markdown: mean +- std over seeds of worst-region, overall and held-out accuracy (in %)."""
+def results_table(rows: list[dict[str, Any]]) -> Table:
+    """An untitled table: mean +- std over seeds of worst-region, overall and held-out accuracy (in %)."""
     methods = list(dict.fromkeys(r["method"] for r in rows))
     table = []
     for m in methods:
@@ -217,7 +217,7 @@ def results_table(rows: list[dict[str, Any]]) -> str:
 
         table.append([m, fmt("worst_region_acc"), fmt("overall_acc"), fmt("held_out_acc"),
                       fmt("seen_worst_region_acc"), len(sub)])
-    return markdown_table(["method", "worst-region acc (%)", "overall acc (%)", "held-out region acc (%)",
+    return Table.make("", ["method", "worst-region acc (%)", "overall acc (%)", "held-out region acc (%)",
                            "worst seen-region acc (%)", "seeds"], table)
 
 

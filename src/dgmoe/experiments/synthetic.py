@@ -33,10 +33,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from dgmoe.document import Block, Cell, Document, Heading, Table, Text
 from dgmoe.engine.progress import Mode, Progress
 from dgmoe.experiments.config import SyntheticConfig
 from dgmoe.seeding import seed_hash
-from dgmoe.tables import markdown_table
 
 Arch = Literal["mlp", "fcn"]
 SPLITS = ("val", "test1", "test2")
@@ -211,35 +211,49 @@ def _pct(values: list[float]) -> str:
     return f"{arr.mean():.1f} ± {arr.std():.1f}" if len(arr) > 1 else f"{arr.mean():.1f}"
 
 
-def noiseless_table(results: list[TrainResult]) -> str:
-    """Markdown: accuracy (%) per architecture and split, mean ± std over seeds (ddof 0)."""
+def noiseless_table(results: list[TrainResult]) -> Table:
+    """An untitled table: accuracy (%) per architecture and split, mean ± std over seeds (ddof 0)."""
     rows = []
     for arch in dict.fromkeys(r.arch for r in results):
         rs = [r for r in results if r.arch == arch]
         rows.append([arch.upper(), *(_pct([r.final[s] for r in rs]) for s in SPLITS), len(rs)])
-    return markdown_table(["network", "val", "test 1 (pixel feature shifted)", "test 2 (patch feature shifted)",
+    return Table.make("", ["network", "val", "test 1 (pixel feature shifted)", "test 2 (patch feature shifted)",
                            "seeds"], rows)
 
 
-def per_seed_table(results: list[TrainResult]) -> str:
-    """Markdown: every run's final accuracy (%), one row per (network, seed)."""
-    rows = [[r.arch.upper(), r.seed, *(f"{100 * r.final[s]:.1f}" for s in SPLITS), f"{r.seconds:.1f}"]
+def per_seed_table(results: list[TrainResult]) -> Table:
+    """An untitled table: every run's final accuracy (%), one row per (network, seed)."""
+    rows = [[r.arch.upper(), r.seed, *(Cell(mean=100 * r.final[s]) for s in SPLITS), Cell(mean=r.seconds)]
             for r in results]
-    return markdown_table(["network", "seed", "val", "test 1", "test 2", "train time (s)"], rows)
+    return Table.make("", ["network", "seed", "val", "test 1", "test 2", "train time (s)"], rows)
 
 
-def noisy_table(results: list[TrainResult], epoch: int | None = None) -> str:
-    """Markdown grid: rows p1, columns p2, cells 'test1 / test2' accuracy (%) after `epoch` (default last)."""
+def noisy_table(results: list[TrainResult], epoch: int | None = None) -> Table:
+    """An untitled grid: rows p1, columns p2, cells 'test1 / test2' accuracy (%) after `epoch` (default last)."""
     p1s = sorted({r.p1 for r in results})
     p2s = sorted({r.p2 for r in results})
     lookup = {(r.p1, r.p2): (r.history[-1] if epoch is None else r.history[epoch - 1]) for r in results}
     rows = [[f"{p1:g}", *(f"{100 * lookup[p1, p2]['test1']:.1f} / {100 * lookup[p1, p2]['test2']:.1f}"
                           for p2 in p2s)] for p1 in p1s]
-    return markdown_table(["p1 \\ p2", *(f"{p:g}" for p in p2s)], rows)
+    return Table.make("", ["p1 \\ p2", *(f"{p:g}" for p in p2s)], rows)
 
 
 def results_to_json(results: list[TrainResult], cfg: SyntheticConfig) -> dict:
     return {"config": asdict(cfg), "runs": [asdict(r) for r in results]}
+
+
+def synthetic_document(clean: list[TrainResult], noisy: list[TrainResult], seeds: tuple[int, ...],
+                       epochs: int) -> Document:
+    """The report: the noiseless tables (over `seeds`), then the noisy grid after the first and the last epoch
+    (none without `noisy`)."""
+    blocks: list[Block] = [
+        Heading("Noiseless (App. B.2.1, Fig. 4): accuracy %, mean ± std over seeds " + ",".join(map(str, seeds)), 2),
+        noiseless_table(clean), Text("Per seed:"), per_seed_table(clean)]
+    if noisy:
+        what = "MLP test 1 / test 2 accuracy % after epoch"
+        blocks += [Heading(f"Noisy (App. B.2.2, Fig. 5): {what} 1 (seed {seeds[0]})", 2), noisy_table(noisy, epoch=1),
+                   Heading(f"Noisy: {what} {epochs}", 2), noisy_table(noisy)]
+    return Document(tuple(blocks))
 
 
 def run_and_report(out_dir: str | Path, cfg: SyntheticConfig, seeds: tuple[int, ...] = (0, 1, 2),
@@ -257,17 +271,12 @@ def run_and_report(out_dir: str | Path, cfg: SyntheticConfig, seeds: tuple[int, 
                        f"({cfg.epochs} epochs of {cfg.n_train} samples)")
         clean = run_noiseless(cfg, seeds, progress=progress)
         noisy = run_noisy(cfg, grid, seed=seeds[0], progress=progress) if grid else []
-    text = ["## Noiseless (App. B.2.1, Fig. 4): accuracy %, mean ± std over seeds " + ",".join(map(str, seeds)),
-            "", noiseless_table(clean), "", "Per seed:", "", per_seed_table(clean), ""]
+    report = synthetic_document(clean, noisy, seeds, cfg.epochs).markdown()
     save_png(plot_synthetic_noiseless(clean), out_dir / "synthetic_noiseless.png")
     payload = {"noiseless": results_to_json(clean, cfg)}
     if grid:
-        text += [f"## Noisy (App. B.2.2, Fig. 5): MLP test 1 / test 2 accuracy % after epoch 1 (seed {seeds[0]})",
-                 "", noisy_table(noisy, epoch=1), "",
-                 f"## Noisy: MLP test 1 / test 2 accuracy % after epoch {cfg.epochs}", "", noisy_table(noisy), ""]
         save_png(plot_synthetic_noisy(noisy), out_dir / "synthetic_noisy.png")
         payload["noisy"] = results_to_json(noisy, cfg)
-    report = "\n".join(text)
     (out_dir / "synthetic.md").write_text(report)
     (out_dir / "synthetic.json").write_text(json.dumps(payload, indent=1))
     return report

@@ -4,9 +4,10 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from dgmoe.data.catalogue import evaluation_envs, get_spec
+from dgmoe.document import Cell as TableCell
+from dgmoe.document import Table
 from dgmoe.recipes.base import AVG, SELECTION_NAMES, SELECTION_SHORT, SWEEP_KINDS, Cell, Part, Recipe, column_keys
 from dgmoe.recipes.plan import SMOKE, row_model, row_parts
-from dgmoe.tables import markdown_table
 
 
 def list_table(recipes: list[Recipe]) -> str:
@@ -18,11 +19,10 @@ def list_table(recipes: list[Recipe]) -> str:
     return "\n".join("  ".join(f"{v:<{w}}" for v, w in zip(row, widths)) + "  " + row[4] for row in rows)
 
 
-def _number(cell: Cell, added: bool = False) -> str:
+def _number(cell: Cell, added: bool = False) -> TableCell:
     if cell.value is None:
-        return "-" if added else "(plot)"
-    digits = cell.digits
-    return f"{cell.value:.{digits}f}" + (f" +/- {cell.se:.{digits}f}" if cell.se is not None else "")
+        return TableCell("-" if added else "(plot)")
+    return TableCell(mean=cell.value, se=cell.se, decimals=cell.digits)
 
 
 def _title(cell: Cell) -> str:
@@ -32,9 +32,9 @@ def _title(cell: Cell) -> str:
     return name + (f" ({SELECTION_SHORT[cell.selection]})" if cell.selection else "")
 
 
-def published_tables(recipe: Recipe) -> list[str]:
-    """The paper's numbers as printed: one table (single-source: one per training domain), a column per
-    dataset and metric, the rows as the paper names them."""
+def published_tables(recipe: Recipe) -> list[Table]:
+    """The paper's numbers as printed: one table (single-source: one per training domain, titled "trained on
+    DOMAIN"; otherwise untitled), a column per dataset and metric, the rows as the paper names them."""
     out = []
     for source in dict.fromkeys(c.source for r in recipe.rows for c in r.cells):
         keys = column_keys(recipe.rows, lambda c: c.source == source)
@@ -45,8 +45,7 @@ def published_tables(recipe: Recipe) -> list[str]:
             if mine:
                 mark = " *" if row.quoted else " (not run)" if row.unavailable else " +" if row.added else ""
                 rows.append([row.label + mark, *(_number(mine[k], bool(row.added)) if k in mine else "" for k in keys)])
-        table = markdown_table(["Row", *(titles[k] for k in keys)], rows)
-        out.append(f"trained on {source}:\n{table}" if source else table)
+        out.append(Table.make(f"trained on {source}" if source else "", ["Row", *(titles[k] for k in keys)], rows))
     return out
 
 
@@ -88,7 +87,7 @@ def show_text(recipe: Recipe) -> str:
              + ("; +: a row dgmoe adds, with no published number" if any(r.added for r in recipe.rows) else "")
              + "):"]
     for table in published_tables(recipe):
-        lines += ["", table]
+        lines += ["", *([f"{table.title}:"] if table.title else []), table.markdown(title=False)]
     lines += ["", "Rows:"]
     for row in recipe.rows:
         where = (f"not run: {row.unavailable}" if row.unavailable else

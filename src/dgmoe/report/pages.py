@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import html
 import json
-import re
 import statistics
 import warnings
 from collections import defaultdict
@@ -90,8 +89,7 @@ def results_section(records, selection: str, multi: list[RunInfo]) -> tuple[str,
         body += (f"<p class=\"meta\">{count(len(multi), 'run')} of {html.escape(names)} hold out several test domains "
                  "at once and are not in these DomainBed tables (they need one test domain per run): see the run "
                  "index.</p>")
-    subs = re.findall(r'<h3 id="([^"]+)">(.*?)</h3>', body)
-    return body, [(a, html.unescape(re.sub(r"<[^>]+>", "", t))) for a, t in subs]
+    return body, document.headings(2, id_prefix="results", title=False)  # (shown one level down, as <h3>)
 
 
 def include_section(path: Path) -> tuple[str, str, str]:

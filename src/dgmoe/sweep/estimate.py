@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Mapping, Sequence, cast
 
+from dgmoe.document import Cell, Document, Table, Text
 from dgmoe.engine.config import RunConfig
 from dgmoe.engine.hparams import run_hparams
 from dgmoe.sweep.config import SweepConfig
 from dgmoe.sweep.jobs import build_jobs
-from dgmoe.tables import markdown_table
 
 
 @dataclass(frozen=True)
@@ -143,16 +143,20 @@ def estimate_study(step_time_s: Mapping[str, float], *,
                      "job_overhead_s": job_overhead_s})
 
 
-def format_estimate(est: StudyEstimate) -> str:
-    """Markdown: assumptions, a per-(dataset, model) table and the wall-clock per GPU count."""
-    a = est.assumptions
-    rows = [[r["dataset"], r["model"], r["jobs"], f"{r['gpu_hours']:.1f}", f"{r['eval_share']:.0%}",
-             f"{r['longest_job_h']:.2f}"] for r in est.rows]
-    rows.append(["**total**", "", est.total_jobs, f"{est.total_gpu_hours:.1f}", "", f"{est.longest_job_h:.2f}"])
-    per_job = markdown_table(["dataset", "model", "jobs", "GPU-hours", "evaluation share", "longest job (h)"], rows,
-                             left=2)
-    walls = [[g, f"{h:.1f}", f"{max(est.total_gpu_hours / g, est.longest_job_h):.1f}"]
+def estimate_document(est: StudyEstimate) -> Document:
+    """The assumptions, a per-(dataset, model) table and the wall-clock per GPU count."""
+    def number(value: object, decimals: int, scale: float = 1.0, unit: str = "") -> Cell:
+        return Cell(mean=scale * cast(float, value), decimals=decimals, unit=unit)
+
+    rows = [[r["dataset"], r["model"], r["jobs"], number(r["gpu_hours"], 1), number(r["eval_share"], 0, 100, "%"),
+             number(r["longest_job_h"], 2)] for r in est.rows]
+    rows.append(["**total**", "", est.total_jobs, Cell(mean=est.total_gpu_hours, decimals=1), "",
+                 Cell(mean=est.longest_job_h, decimals=2)])
+    per_job = Table.make("", ["dataset", "model", "jobs", "GPU-hours", "evaluation share", "longest job (h)"], rows,
+                         left=2)
+    walls = [[g, Cell(mean=h, decimals=1), Cell(mean=max(est.total_gpu_hours / g, est.longest_job_h), decimals=1)]
              for g, h in est.wall_clock_h.items()]
-    wall = markdown_table(["GPUs (one job per GPU)", "wall-clock (h)", "lower bound max(total/G, longest) (h)"],
-                          walls, left=0)
-    return "\n".join(["Assumptions: " + "; ".join(f"{k} = {v}" for k, v in a.items()), "", per_job, "", wall])
+    wall = Table.make("", ["GPUs (one job per GPU)", "wall-clock (h)", "lower bound max(total/G, longest) (h)"],
+                      walls, left=0)
+    assumptions = "; ".join(f"{k} = {v}" for k, v in est.assumptions.items())
+    return Document((Text("Assumptions: " + assumptions), per_job, wall))
