@@ -1,10 +1,10 @@
-"""A whole training forward and backward of GMoE-S/16's, SF-MoE-S/16's and MoGE-S's layer shapes (narrowed, 32 px) reads nothing
-back to the host when the MoE layers take the paths the one chooser names for a CUDA call in fp32: the
-fixed-shape dispatch without triton, the Triton experts and router with it (run here under the interpreter).
-(The optimizer's step is the engine's, whose CUDA form is
-counted on the GPU.) The same pass with the chooser's CPU answer (the sorted per-expert dispatch) is caught reading its counts,
-so the check can fail. On a GPU, `bench syncs` and tests/moe/kernels/test_kernels_gpu.py count the syncs
-themselves (`torch.cuda.set_sync_debug_mode`)."""
+"""A whole training forward and backward of GMoE-S/16's, SF-MoE-S/16's and MoGE-S's layer shapes (narrowed,
+32 px) reads nothing back to the host when the MoE layers take the paths the one chooser names for a CUDA call
+in fp32: the fixed-shape dispatch without triton, the Triton experts and router with it (run here under the
+interpreter). The optimizer's step is the engine's, whose CUDA form is counted on the GPU. The same pass with
+the chooser's CPU answer (the sorted per-expert dispatch) is caught reading its counts, so the check can fail.
+On a GPU, `bench syncs` and tests/moe/kernels/test_kernels_gpu.py count the syncs themselves
+(`torch.cuda.set_sync_debug_mode`)."""
 import dataclasses
 
 import pytest
