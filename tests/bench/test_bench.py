@@ -15,7 +15,7 @@ from dgmoe.bench.layer import (
     available_candidates,
     bench_moe_layer,
     limit_flops,
-    padded_dispatch,
+    tutel_style_dispatch,
 )
 from dgmoe.bench.moa import MOA_CANDIDATES, dense_then_mask_dispatch, moa_layer
 from dgmoe.bench.timing import (
@@ -89,10 +89,9 @@ def test_tutel_style_fixed_slots_equal_the_grouped_capacity_dispatch():
     slots = expert_capacity(30, 4, 2, 0.5)
     keep = capacity_keep_mask(routing.expert_idx, routing.gates, 4, slots)
     assert not keep.all()  # some tokens are dropped at this capacity
-    fixed = padded_dispatch(x, routing.expert_idx, routing.gates, layer.experts, keep, slots=slots)
+    fixed = tutel_style_dispatch(MoEConfig(num_experts=4, top_k=2, capacity_factor=0.5))(
+        x, routing.expert_idx, routing.gates, layer.experts, keep)
     torch.testing.assert_close(fixed, sorted_dispatch(x, routing.expert_idx, routing.gates, layer.experts, keep))
-    with pytest.raises(ValueError, match="slots"):
-        padded_dispatch(x, routing.expert_idx, routing.gates, layer.experts, slots=1)
 
 
 @pytest.mark.parametrize("candidate", available_candidates())

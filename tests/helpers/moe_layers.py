@@ -2,14 +2,14 @@
 hold against the mask reference."""
 import torch
 
-from dgmoe.bench.layer import padded_dispatch
 from dgmoe.moe import MoEConfig, MoEMlp
 from dgmoe.moe.dispatch import sorted_autograd_dispatch
+from dgmoe.moe.fixed_shape import fixed_shape_dispatch
 from dgmoe.moe.sync_free import sync_free_dispatch
 
-#: the layer's dispatch options, plus the paths the tests hold against the mask reference (and the benchmark's
-#: padded layout)
-PATHS = {"grouped": None, "mask": None, "grouped_autograd": sorted_autograd_dispatch, "padded": padded_dispatch,
+#: the layer's dispatch options, plus the paths the tests hold against the mask reference
+PATHS = {"grouped": None, "mask": None, "grouped_autograd": sorted_autograd_dispatch,
+         "fixed_shape": fixed_shape_dispatch,
          "sync_free": sync_free_dispatch}
 
 

@@ -14,7 +14,7 @@ from dgmoe.moe.dispatch import capacity_keep_mask, expert_capacity
 def test_sorted_dispatch_matches_mask_loop_outputs_and_gradients(capacity_factor, activation):
     x = torch.randn(3, 7, 8, requires_grad=True)
     results = []
-    for dispatch in ("grouped", "grouped_autograd", "padded", "sync_free", "mask"):
+    for dispatch in ("grouped", "grouped_autograd", "fixed_shape", "sync_free", "mask"):
         layer = make_layer(dispatch=dispatch, capacity_factor=capacity_factor, top_k=2, activation=activation)
         layer.eval()
         x.grad = None
@@ -60,7 +60,7 @@ def test_dropped_token_gets_zero_moe_output():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dispatch", ["grouped", "grouped_autograd", "padded"])
+@pytest.mark.parametrize("dispatch", ["grouped", "grouped_autograd", "fixed_shape"])
 def test_dispatch_paths_match_the_mask_loop_on_cuda(dispatch):
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")

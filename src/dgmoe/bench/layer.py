@@ -63,9 +63,10 @@ from dgmoe.bench.timing import (
 from dgmoe.devices import fp32_arithmetic
 from dgmoe.engine.progress import Progress
 from dgmoe.models.layers import Mlp
-from dgmoe.moe import MoEConfig, MoEMlp
-from dgmoe.moe.dispatch import expert_capacity, sort_assignments, sorted_dispatch
+from dgmoe.moe import MoEConfig, MoEMlp, kernels
+from dgmoe.moe.dispatch import expert_capacity, sorted_dispatch, triton_dispatch
 from dgmoe.moe.experts import Experts
+from dgmoe.moe.fixed_shape import fixed_shape_dispatch
 from dgmoe.moe.sync_free import sync_free_dispatch
 
 LIMIT = "limit (k dense FFNs)"
@@ -75,36 +76,16 @@ MOE_PATHS: dict[str, dict[str, Any] | None] = {
     "moe grouped (default)": {}, "moe mask": {"dispatch": "mask"},
     "moe grouped + capacity 1.5": {"capacity_factor": 1.5}, "moe Tutel-style capacity 1.5": None}
 #: the layer (router, noise, balance loss) with one implementation of "grouped" forced, whatever the device
-FORCED = {"moe sync-free grouped_mm": sync_free_dispatch, "moe sorted per-expert": sorted_dispatch}
+FORCED = {"moe sync-free grouped_mm": sync_free_dispatch, "moe sorted per-expert": sorted_dispatch,
+          "moe fixed-shape padded": fixed_shape_dispatch, "moe Triton kernels": triton_dispatch}
+#: the candidates that need triton and a CUDA device (the interpreter would time Python, not kernels)
+TRITON_CANDIDATES = ("moe Triton kernels",)
 #: the default layer compiled with torch.compile (as `dgmoe train --compile` runs it): the router's small
 #: operations fuse, and the host launches a few kernels instead of about eighty
 COMPILED = "moe grouped (default) compiled"
 #: the dispatch alone (no router), on a fixed routing: dgmoe's sync-free path and the peers' experts
 DISPATCH_ONLY = ("dispatch sync-free grouped_mm", "transformers-style eager loop", "transformers grouped_mm experts")
 CANDIDATES = (*MOE_PATHS, COMPILED, *FORCED, *DISPATCH_ONLY, ROUTER, *MOA_CANDIDATES)
-
-
-def padded_dispatch(x: torch.Tensor, expert_idx: torch.Tensor, gates: torch.Tensor, experts: Experts,
-                    keep: torch.Tensor | None = None, slots: int | None = None) -> torch.Tensor:
-    """The sum of `dgmoe.moe.dispatch.sorted_dispatch` with all experts in one padded batched matmul pair: each
-    expert gets `slots` rows (default: the busiest expert's count) of an [N, slots, d] buffer. With `slots` set
-    to the capacity of `capacity_keep_mask` this is the Tutel / V-MoE layout (a fixed [N, capacity, d] buffer);
-    slower than the sorted dispatch on CPU, so a benchmark candidate, not a layer path."""
-    num_experts = experts.num_experts
-    expert_sorted, gate_sorted, token_sorted, counts = sort_assignments(expert_idx, gates, keep, num_experts)
-    capacity = max(int(counts.max()), 1) if slots is None else slots
-    if int(counts.max()) > capacity:
-        raise ValueError(f"an expert has {int(counts.max())} assignments but only {capacity} slots")
-    starts = torch.cumsum(counts, 0) - counts
-    slot = expert_sorted * capacity + (torch.arange(len(expert_sorted), device=x.device) - starts[expert_sorted])
-    rows = x.new_zeros(num_experts * capacity, x.shape[1]).index_copy(0, slot, x.index_select(0, token_sorted))
-    h = torch.baddbmm(experts.fc1_bias.unsqueeze(1), rows.view(num_experts, capacity, -1),
-                      experts.fc1_weight.transpose(1, 2))
-    h = experts.drop(experts.act(h))
-    y = torch.baddbmm(experts.fc2_bias.unsqueeze(1), h, experts.fc2_weight.transpose(1, 2))
-    y = y.reshape(num_experts * capacity, -1)
-    y = y.index_select(0, slot) * gate_sorted.unsqueeze(1).to(y.dtype)
-    return torch.zeros_like(x).index_add_(0, token_sorted, y.to(x.dtype))
 
 
 def tutel_style_dispatch(config: MoEConfig) -> Callable[..., torch.Tensor]:
@@ -116,7 +97,7 @@ def tutel_style_dispatch(config: MoEConfig) -> Callable[..., torch.Tensor]:
     def dispatch(x: torch.Tensor, expert_idx: torch.Tensor, gates: torch.Tensor, experts: Experts,
                  keep: torch.Tensor | None = None) -> torch.Tensor:
         slots = expert_capacity(x.shape[0], config.num_experts, config.top_k, factor)
-        return padded_dispatch(x, expert_idx, gates, experts, keep, slots=slots)
+        return fixed_shape_dispatch(x, expert_idx, gates, experts, keep, slots=slots)
     return dispatch
 
 
@@ -203,13 +184,17 @@ def operations_per_call(run: Callable[[], None]) -> int:
     return counter.counts.total()
 
 
-def available_candidates() -> tuple[str, ...]:
-    """`CANDIDATES` that can run here (the transformers peer needs transformers installed)."""
+def available_candidates(device: str = "cpu") -> tuple[str, ...]:
+    """`CANDIDATES` that can run on `device` here (the transformers peer needs transformers installed; the Triton
+    kernels need triton and CUDA)."""
+    left_out: set[str] = set()
     try:
         from transformers.integrations.moe import grouped_mm_experts_forward  # noqa: F401
-        return CANDIDATES
     except Exception:  # noqa: BLE001
-        return tuple(c for c in CANDIDATES if c != "transformers grouped_mm experts")
+        left_out.add("transformers grouped_mm experts")
+    if not device.startswith("cuda") or not kernels.available():
+        left_out.update(TRITON_CANDIDATES)
+    return tuple(c for c in CANDIDATES if c not in left_out)
 
 
 def bench_moe_layer(cfg: LayerBenchConfig, candidate: str) -> dict[str, dict]:
@@ -250,7 +235,7 @@ def bench_moe_layer_repeated(cfg: LayerBenchConfig, repeats: int,
     ratios over all processes, and the min and max over `repeats` fresh processes (run repeat-major, so slow
     drifts of the machine spread over all candidates). Warnings: see the module docstring. `candidates`
     defaults to every available one."""
-    candidates = available_candidates() if candidates is None else candidates
+    candidates = available_candidates(cfg.device) if candidates is None else candidates
     runs: dict[str, list[dict]] = {c: [] for c in candidates}
     with Progress(repeats * len(candidates), unit="process", desc="bench layer") as progress:
         for _ in range(repeats):

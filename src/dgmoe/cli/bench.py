@@ -63,7 +63,7 @@ def layer(ctx: click.Context, **kw: Any) -> None:
     from dgmoe.bench.layer import CANDIDATES, available_candidates, bench_moe_layer_repeated
 
     cfg = build_config(LayerBenchConfig, ctx, kw)
-    chosen = available_candidates() if cfg.paths is None else cfg.paths
+    chosen = available_candidates(cfg.device) if cfg.paths is None else cfg.paths
     unknown = [p for p in chosen if p not in CANDIDATES]
     if unknown:
         raise click.BadParameter(f"unknown {unknown}; valid: {', '.join(CANDIDATES)}", param_hint="--paths")
