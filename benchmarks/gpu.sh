@@ -17,6 +17,7 @@
 # Each stage writes OUT/<stage>.txt under its own time limit, cut to what is left of SECONDS (the
 # whole run's budget, default 540), so one slow stage cannot eat the others and the run ends in time.
 set -uo pipefail
+export TRITON_INTERPRET=0  # the Triton kernels compiled for the GPU (the CPU test suite interprets them)
 DGMOE="python -m dgmoe"   # works without an installed `dgmoe` executable (PYTHONPATH=src on the device image)
 OUT=${1:-runs/gpu}
 STAGES=${2:-tests syncs default top1 layer models memory data profile compile graphs}
@@ -85,6 +86,12 @@ fi
 #    dispatch alone, the router alone, the peers; then where each one's time goes (kernels, host or device bound)
 want layer && stage layer_bf16 100 $DGMOE bench layer --device cuda --precision bf16 --tokens 18912 --rounds 10 --repeats 1 \
   --paths "moe grouped (default),moe grouped (default) compiled,dispatch sync-free grouped_mm,transformers-style eager loop,transformers grouped_mm experts,router alone"
+#    the same layer in the GPU user's fp32 and TF32: the path the chooser takes (Triton kernels with triton, else
+#    the fixed-shape dispatch), each forced, and the sorted per-expert loop that reads counts back
+for precision in tf32 fp32; do
+  want layer && stage "layer_$precision" 100 $DGMOE bench layer --device cuda --precision "$precision" --tokens 18912 \
+    --rounds 10 --repeats 1 --paths "moe grouped (default),moe Triton kernels,moe fixed-shape padded,moe sorted per-expert,router alone"
+done
 want layer && stage layer_profile 60 python benchmarks/profile_layer.py
 # 3. whole models, batch 96 at 224 px, bf16: eager, then compiled block by block; then peak memory
 want models && stage models_bf16 120 $DGMOE bench models --device cuda --precision bf16 --batch-size 96 --rounds 10 --models "$MODELS"
