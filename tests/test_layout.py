@@ -11,8 +11,8 @@ TESTS = Path(__file__).resolve().parent
 #: bottom to top; a package may import only from lower layers
 LAYERS = [
     {"errors", "tables"},
-    {"registry", "seeding", "records", "settings", "peft_config"},
-    {"scope", "duplicates", "names"},
+    {"registry", "seeding", "records", "settings"},
+    {"scope", "duplicates", "names", "peft"},
     {"sharding", "hparams", "metrics", "selection"},
     {"moe", "data"},
     {"models"},

@@ -38,7 +38,8 @@ def setting(default: Any, help: str, *, key: str | None = None, minimum: float |
     list, `NAME=SECONDS` pairs; a ValueError's message is the error); `shown` is the default as `--help`
     prints it; `required` a value the command line (or a `--config` file) must give; `argument` a positional
     argument; `hidden` an option kept for old command lines, left out of `--help`; `commas` a list of names
-    whose items may also be comma lists (`--datasets PACS,VLCS`)."""
+    whose items may also be comma lists (`--datasets PACS,VLCS`); on a text setting with `choices`, a comma list
+    of them (`attn,fc1`)."""
     meta = {"help": help, "key": key, "minimum": minimum, "maximum": maximum, "choices": choices,
             "exclusive_min": exclusive_min, "exclusive_max": exclusive_max, "flags": flags, "parser": parser,
             "shown": shown, "required": required, "argument": argument, "hidden": hidden, "metavar": metavar,
@@ -203,10 +204,13 @@ def _check_list(name: str, value: Any, item: Any, meta: Mapping[str, Any]) -> No
 
 def validate(config: Any) -> None:
     """Check every field of a `setting`-declared dataclass against its type and constraints: the one
-    validator of every config of every command."""
+    validator of every config of every command. A message names a field by its flag, or by its keyword in a
+    config of keyword arguments (`KEYWORDS`: `dgmoe.moe.config.MoEConfig`, given as `--model-kwargs`)."""
     hints = typing.get_type_hints(type(config))
+    keywords = getattr(config, "KEYWORDS", False)
     for f in dataclasses.fields(config):
-        value, meta, name = getattr(config, f.name), f.metadata, flag_of(f)
+        value, meta = getattr(config, f.name), f.metadata
+        name = key_of(f) if keywords else flag_of(f)
         base, optional = kind_of(hints[f.name])
         if value is None or (meta.get("required") and value in ("", ())):
             if not optional or meta.get("required"):
@@ -224,8 +228,10 @@ def validate(config: Any) -> None:
             if not isinstance(value, str) or not value:
                 raise ConfigError(f"{name} must be a non-empty string, got {value!r}")
             allowed = choices_of(f, hints[f.name])
-            if allowed and value not in allowed:
-                raise ConfigError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
+            items = value.split(",") if meta.get("commas") else [value]
+            if allowed and not set(items) <= set(allowed):
+                what = "a comma list of" if meta.get("commas") else "one of"
+                raise ConfigError(f"{name} must be {what} {', '.join(allowed)}; got {value!r}")
         elif base is tuple:
             _check_list(name, value, item_kind(hints[f.name]), meta)
             allowed = choices_of(f, hints[f.name]) or ()

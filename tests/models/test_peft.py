@@ -15,7 +15,7 @@ from dgmoe.models.peft import LoRALinear, RoutedAdapterLinear, parameter_counts,
 from dgmoe.moe.adapter_experts import KroneckerExperts, LoRAExperts
 from dgmoe.moe.auxiliary import sparse_layers
 from dgmoe.moe.layer import MoEMlp
-from dgmoe.peft_config import PEFT_MODES, PeftConfig
+from dgmoe.peft.config import PEFT_MODES, PeftConfig
 
 TOY = dict(num_classes=3, img_size=16, patch_size=4, depth=2, embed_dim=32, num_heads=2)
 MODES = [m for m in PEFT_MODES if m != "full"]
