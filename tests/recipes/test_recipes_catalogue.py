@@ -193,14 +193,14 @@ def test_foundation_peft_settings_reach_the_runs_at_both_scales(tmp_path, cached
     moa = recipe.part("moa")
     paper = [j.config for s in part_sweeps(recipe, moa, moa.algorithms, moa.models, "paper", tmp_path, RunConfig(),
                                            fake_weights(recipe, tmp_path)) for j in build_jobs(s)]
-    assert {(c.model.name, c.model.peft, c.model.peft_experts, c.model.peft_top_k) for c in paper} == {
+    assert {(c.model.name, c.peft.mode, c.peft.num_experts, c.peft.top_k) for c in paper} == {
         ("vit_base_patch16_clip_224", "moa", 4, 1)}
     assert {c.model.pretrained for c in paper} == {str(tmp_path / "vit_base_patch16_clip_224.laion2b.safetensors")}
     assert {c.algorithm.hparams["lr"] for c in paper} == {5e-5}
     plan = prepare(recipe, "smoke", tmp_path / "out")
     smoke = {part: [j.config for j in jobs] for part, jobs in plan.jobs.items()}
     assert set(smoke) == {p.name for p in recipe.parts}
-    found = {part: (c.model.name, c.model.peft, c.algorithm.hparams["lr"]) for part, configs in smoke.items()
+    found = {part: (c.model.name, c.peft.mode, c.algorithm.hparams["lr"]) for part, configs in smoke.items()
              for c in configs}
     assert found == {"clip-adapter": ("vit_micro_patch7_clip_quickgelu_28", "adapter", 1e-3),
                      "moa": ("vit_micro_patch7_clip_28", "moa", 5e-5),
