@@ -209,8 +209,8 @@ def test_foundation_peft_settings_reach_the_runs_at_both_scales(tmp_path, cached
                      "clip-full": ("vit_micro_patch7_clip_quickgelu_28", "full", 5e-5),
                      "dinov2-linear": ("vit_micro_patch7_dinov2", "linear", 1e-3),
                      "dinov2-full": ("vit_micro_patch7_dinov2", "full", 5e-5)}
-    gmoe_style = smoke["gmoe-adapter-experts"][0].model
-    assert gmoe_style.peft_experts == 6 and smoke["moa"][0].model.patch_size == SMOKE.patch_size
+    gmoe_style = smoke["gmoe-adapter-experts"][0].peft
+    assert gmoe_style.num_experts == 6 and smoke["moa"][0].model.patch_size == SMOKE.patch_size
 
 
 def test_show_foundation_names_its_weights_stand_ins_and_choices(cli):
