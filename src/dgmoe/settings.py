@@ -157,13 +157,15 @@ def default_of(f: dataclasses.Field) -> Any:
 
 
 def normalise(config: Any) -> None:
-    """Coerce the spellings a command line or a JSON file gives (JSON text for objects, lists for tuples)
-    into the field types, in place on a frozen dataclass, before `validate`."""
+    """Coerce the spellings a command line or a JSON file gives (JSON text for objects, lists for tuples, a list
+    for a comma list) into the field types, in place on a frozen dataclass, before `validate`."""
     hints = typing.get_type_hints(type(config))
     for f in dataclasses.fields(config):
         value, base = getattr(config, f.name), kind_of(hints[f.name])[0]
         if base is dict and isinstance(value, str):
             object.__setattr__(config, f.name, parse_json_object(value, flag_of(f)))
+        elif base is str and f.metadata.get("commas") and isinstance(value, (list, tuple)):  # a comma list's items
+            object.__setattr__(config, f.name, ",".join(map(str, value)))
         elif base is tuple and isinstance(value, list):
             nested = item_kind(hints[f.name]) is tuple
             object.__setattr__(config, f.name, tuple(tuple(v) if nested and isinstance(v, list) else v

@@ -7,6 +7,7 @@ export, parameter counts) all build through it.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
@@ -110,5 +111,8 @@ def run_build(run_config: Mapping[str, Any]) -> ModelBuild:
     """The network of a run folder, from its config.json (its settings, recorded data shape and resolved
     hyperparameters), untrained and without its pretrained weights (the run's own weights follow). A folder
     written before PEFT had its own section reads the same (`RunConfig.from_dict` moves its knobs)."""
-    build = model_build(RunConfig.from_dict(run_config["config"], strict=False), RecordedData.of_run(run_config))
+    with warnings.catch_warnings():  # settings this dgmoe no longer knows: said where the run's settings are read
+        warnings.simplefilter("ignore")
+        cfg = RunConfig.from_dict(run_config["config"], strict=False)
+    build = model_build(cfg, RecordedData.of_run(run_config))
     return build.with_hparams(run_config.get("hparams") or {}, build.describe()).with_weights(None)
