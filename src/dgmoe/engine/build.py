@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
 
 from dgmoe.engine.config import RunConfig
+from dgmoe.models.info import given
 from dgmoe.peft.config import PeftConfig
 
 if TYPE_CHECKING:
@@ -50,7 +51,7 @@ class RecordedData:
 @dataclass(frozen=True)
 class ModelBuild:
     """A network as `create_model(name, peft=peft, **kwargs)` builds it; `kwargs` hold no `None` (the model's
-    default is meant: left out once, here)."""
+    default is meant: left out by `dgmoe.models.info.given`, the one rule the factory reads its arguments by)."""
 
     name: str
     kwargs: dict[str, Any]
@@ -103,8 +104,7 @@ def model_build(cfg: RunConfig, dataset: DataShape | None = None) -> ModelBuild:
                       pretrained_antialias=model.pretrained_antialias)
     if model.head == "zeroshot":
         kwargs["text_head"] = True
-    return ModelBuild(model.name, {k: v for k, v in kwargs.items() if v is not None},
-                      cfg.peft if cfg.peft.active else None)
+    return ModelBuild(model.name, given(kwargs), cfg.peft if cfg.peft.active else None)
 
 
 def run_build(run_config: Mapping[str, Any]) -> ModelBuild:

@@ -48,7 +48,7 @@ def create_model(name: str, num_classes: int | None = None, img_size: int | None
     replaces `pretrained` (both at once is an error). With `features_only`, it is the full model's
     state dict, loaded before the head is dropped (timm loads it into the feature wrapper instead).
 
-    `peft` (a `dgmoe.models.peft.PeftConfig`, its dict or a mode name) makes it a parameter-efficient model
+    `peft` (a `dgmoe.peft.config.PeftConfig`, its dict or a mode name) makes it a parameter-efficient model
     after the pretrained weights are loaded: its modules added, every other weight frozen, and the model's
     `info` carries `peft` and `base_weights` (the base weights a PEFT checkpoint needs: name, file and sha256).
     The model's `info` (`dgmoe.models.info.ModelInfo`) also carries the `load_report` of its checkpoint.

@@ -118,8 +118,8 @@ class _SkipRandomInit(TorchFunctionMode):
 
 
 def given(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The arguments given: `None` means "the model's default", as in timm's factory (`create_model` and
-    `build_on_meta` read their arguments through this)."""
+    """The arguments given: `None` means "the model's default", as in timm's factory (`create_model`,
+    `build_on_meta`, the ViT builder and a run's `model_build` read their arguments through this)."""
     return {k: v for k, v in kwargs.items() if v is not None}
 
 
