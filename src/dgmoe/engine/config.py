@@ -2,7 +2,7 @@
 
 A `RunConfig` has seven sections. Six say what the run computes (`data`, `model`, `peft`, `algorithm`,
 `seeds`, `training`) and make up its `identity()`, what "the same run" means for resuming and for a sweep's job ids;
-the sixth, `execution`, says where and how it runs (paths, device, workers, logging, which files to keep)
+the seventh, `execution`, says where and how it runs (paths, device, workers, logging, which files to keep)
 and is left out of the identity by construction, so moving the data or changing the GPU never orphans a run.
 
 Every knob is declared once, with its type, default, help and constraints (`dgmoe.settings.setting`);
