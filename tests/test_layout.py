@@ -11,8 +11,8 @@ TESTS = Path(__file__).resolve().parent
 #: bottom to top; a package may import only from lower layers
 LAYERS = [
     {"errors", "tables"},
-    {"registry", "seeding", "records", "settings", "peft_config", "document"},
-    {"scope", "duplicates", "names", "devices"},
+    {"registry", "seeding", "records", "settings", "document"},
+    {"scope", "duplicates", "names", "devices", "peft"},
     {"sharding", "hparams", "metrics", "selection"},
     {"moe", "data"},
     {"models"},

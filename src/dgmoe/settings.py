@@ -38,7 +38,8 @@ def setting(default: Any, help: str, *, key: str | None = None, minimum: float |
     list, `NAME=SECONDS` pairs; a ValueError's message is the error); `shown` is the default as `--help`
     prints it; `required` a value the command line (or a `--config` file) must give; `argument` a positional
     argument; `hidden` an option kept for old command lines, left out of `--help`; `commas` a list of names
-    whose items may also be comma lists (`--datasets PACS,VLCS`)."""
+    whose items may also be comma lists (`--datasets PACS,VLCS`); on a text setting with `choices`, a comma list
+    of them (`attn,fc1`)."""
     meta = {"help": help, "key": key, "minimum": minimum, "maximum": maximum, "choices": choices,
             "exclusive_min": exclusive_min, "exclusive_max": exclusive_max, "flags": flags, "parser": parser,
             "shown": shown, "required": required, "argument": argument, "hidden": hidden, "metavar": metavar,
@@ -156,13 +157,15 @@ def default_of(f: dataclasses.Field) -> Any:
 
 
 def normalise(config: Any) -> None:
-    """Coerce the spellings a command line or a JSON file gives (JSON text for objects, lists for tuples)
-    into the field types, in place on a frozen dataclass, before `validate`."""
+    """Coerce the spellings a command line or a JSON file gives (JSON text for objects, lists for tuples, a list
+    for a comma list) into the field types, in place on a frozen dataclass, before `validate`."""
     hints = typing.get_type_hints(type(config))
     for f in dataclasses.fields(config):
         value, base = getattr(config, f.name), kind_of(hints[f.name])[0]
         if base is dict and isinstance(value, str):
             object.__setattr__(config, f.name, parse_json_object(value, flag_of(f)))
+        elif base is str and f.metadata.get("commas") and isinstance(value, (list, tuple)):  # a comma list's items
+            object.__setattr__(config, f.name, ",".join(map(str, value)))
         elif base is tuple and isinstance(value, list):
             nested = item_kind(hints[f.name]) is tuple
             object.__setattr__(config, f.name, tuple(tuple(v) if nested and isinstance(v, list) else v
@@ -203,10 +206,13 @@ def _check_list(name: str, value: Any, item: Any, meta: Mapping[str, Any]) -> No
 
 def validate(config: Any) -> None:
     """Check every field of a `setting`-declared dataclass against its type and constraints: the one
-    validator of every config of every command."""
+    validator of every config of every command. A message names a field by its flag, or by its keyword in a
+    config of keyword arguments (`KEYWORDS`: `dgmoe.moe.config.MoEConfig`, given as `--model-kwargs`)."""
     hints = typing.get_type_hints(type(config))
+    keywords = getattr(config, "KEYWORDS", False)
     for f in dataclasses.fields(config):
-        value, meta, name = getattr(config, f.name), f.metadata, flag_of(f)
+        value, meta = getattr(config, f.name), f.metadata
+        name = key_of(f) if keywords else flag_of(f)
         base, optional = kind_of(hints[f.name])
         if value is None or (meta.get("required") and value in ("", ())):
             if not optional or meta.get("required"):
@@ -224,8 +230,10 @@ def validate(config: Any) -> None:
             if not isinstance(value, str) or not value:
                 raise ConfigError(f"{name} must be a non-empty string, got {value!r}")
             allowed = choices_of(f, hints[f.name])
-            if allowed and value not in allowed:
-                raise ConfigError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
+            items = value.split(",") if meta.get("commas") else [value]
+            if allowed and not set(items) <= set(allowed):
+                what = "a comma list of" if meta.get("commas") else "one of"
+                raise ConfigError(f"{name} must be {what} {', '.join(allowed)}; got {value!r}")
         elif base is tuple:
             _check_list(name, value, item_kind(hints[f.name]), meta)
             allowed = choices_of(f, hints[f.name]) or ()

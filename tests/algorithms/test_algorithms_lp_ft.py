@@ -8,7 +8,7 @@ from test_algorithms_train import NUM_CLASSES, NUM_DOMAINS, minibatches, tiny
 from dgmoe.algorithms import get_algorithm
 from dgmoe.engine.hparams import default_hparams
 from dgmoe.models.info import model_info
-from dgmoe.peft_config import PeftConfig
+from dgmoe.peft.config import PeftConfig
 
 
 def _build(peft=None, linear_steps=2):

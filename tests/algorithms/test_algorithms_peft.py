@@ -23,7 +23,7 @@ from dgmoe.algorithms import get_algorithm, list_algorithms
 from dgmoe.engine.hparams import default_hparams
 from dgmoe.models.info import model_info
 from dgmoe.moe.auxiliary import sparse_layers
-from dgmoe.peft_config import PEFT_MODES, PeftConfig
+from dgmoe.peft.config import PEFT_MODES, PeftConfig
 
 ALGORITHMS = [name for name in list_algorithms() if not get_algorithm(name).NEEDS_TEXT_HEAD]  # as test_algorithms_train
 MODES = [m for m in PEFT_MODES if m != "full"]  # full fine-tuning is the existing contract test's

@@ -5,7 +5,7 @@ import sys
 import pytest
 
 from dgmoe.cli.config import DataCheckConfig, DataInfoConfig, DataPrepareConfig, ModelsListConfig
-from dgmoe.peft_config import PEFT_MODES
+from dgmoe.peft.config import PEFT_MODES
 from dgmoe.settings import ConfigError
 
 

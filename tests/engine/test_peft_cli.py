@@ -27,8 +27,8 @@ def test_adapter_experts_train_report_and_analyse_routing(cli, tmp_path, tower):
     result = cli(*TRAIN, "--model", tower, *PEFT, "--pretrained", base, "--output-dir", run)
     assert result.exit_code == 0, result.output
     config = json.loads((run / "config.json").read_text())
-    assert config["config"]["model"]["peft"] == "adapter_experts"
-    assert config["model_info"]["peft"]["num_experts"] == 3 and "moe_aux_weight" in config["hparams"]
+    assert config["config"]["peft"]["mode"] == "adapter_experts" and config["config"]["peft"]["num_experts"] == 3
+    assert "moe_aux_weight" in config["hparams"]
     with safe_open(str(run / "model.safetensors"), "pt") as f:
         keys, meta = set(f.keys()), f.metadata()
     assert keys and all(k.startswith("head.") or ".mlp.adapter." in k for k in keys), sorted(keys)
@@ -96,7 +96,7 @@ def test_moa_trains_from_the_cli_keeps_only_its_trainable_weights_and_resumes_ex
     assert result.exit_code == 0, result.output
     config = json.loads((run / "config.json").read_text())
     hparams = config["hparams"]  # MoA's registry (as DomainBed's) for small images: lr 1e-3, weight decay 0
-    assert config["model_info"]["peft"]["mode"] == "moa" and hparams["moe_aux_weight"] == 0.01
+    assert config["config"]["peft"]["mode"] == "moa" and hparams["moe_aux_weight"] == 0.01
     assert (hparams["lr"], hparams["weight_decay"]) == (1e-3, 0.0)
     with safe_open(str(run / "model.safetensors"), "pt") as f:
         keys = set(f.keys())

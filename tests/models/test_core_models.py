@@ -110,13 +110,13 @@ def test_timm_checkpoint_loads_strictly_and_round_trips(tmp_path, fmt, wrap):
     model = dgmoe.create_model("vit_tiny_patch16_224", pretrained=str(path), **TINY)
     for k, v in dense.state_dict().items():
         assert torch.equal(model.state_dict()[k], v), k
-    assert not model.load_report.reinitialized and not model.load_report.expanded
+    assert not model.info.load_report.reinitialized and not model.info.load_report.expanded
 
 
 def test_gmoe_from_dense_checkpoint_copies_experts_and_reports(tmp_path):
     dense, path = _timm_checkpoint(tmp_path, num_classes=1000)
     model = dgmoe.create_model("gmoe_tiny_patch16_224", pretrained=str(path), **TINY)
-    report = model.load_report
+    report = model.info.load_report
     assert report.expanded == ["blocks.8.mlp", "blocks.10.mlp"]
     assert report.initialised == ["blocks.8.mlp.router", "blocks.10.mlp.router"]
     assert report.reinitialized == ["head.weight", "head.bias"] and model.head.out_features == 5
@@ -127,7 +127,7 @@ def test_gmoe_from_dense_checkpoint_copies_experts_and_reports(tmp_path):
 def test_position_embedding_is_resized_for_another_image_size(tmp_path):
     _, path = _timm_checkpoint(tmp_path, img_size=16, num_classes=5)
     model = dgmoe.create_model("vit_tiny_patch16_224", pretrained=str(path), **TINY)
-    assert model.load_report.resized == ["pos_embed"] and model.pos_embed.shape[1] == 65
+    assert model.info.load_report.resized == ["pos_embed"] and model.pos_embed.shape[1] == 65
 
 
 def test_unknown_model_lists_close_names():

@@ -89,7 +89,7 @@ def test_patch16_checkpoint_initialises_a_patch8_model(tmp_path, name, antialias
     extra = {"moe_layers": [1]} if name.startswith("gmoe") else {}
     model = dgmoe.create_model(name, img_size=32, patch_size=8, num_classes=3, pretrained=str(path),
                                pretrained_antialias=antialias, **SMALL, **extra)
-    report = model.load_report
+    report = model.info.load_report
     assert report.resized == ["patch_embed.proj.weight", "pos_embed"]
     assert report.resize_method == RESIZE_METHODS[antialias] and RESIZE_METHODS[antialias] in report.summary()
     assert report.expanded == (["blocks.1.mlp"] if extra else [])
@@ -103,7 +103,7 @@ def test_patch16_checkpoint_initialises_a_patch8_model(tmp_path, name, antialias
 def test_a_checkpoint_on_the_models_grid_is_not_resampled(tmp_path):
     _, path = _patch16_checkpoint(tmp_path)
     model = dgmoe.create_model("vit_tiny_patch16_224", num_classes=10, pretrained=str(path), **SMALL)
-    assert model.load_report.resized == [] and model.load_report.resize_method is None
+    assert model.info.load_report.resized == [] and model.info.load_report.resize_method is None
 
 
 @pytest.mark.parametrize("patch", [8, 4])

@@ -84,7 +84,7 @@ def test_checkpoint_path_loads_a_fine_tuned_checkpoint_exactly(tmp_path, suffix,
     model = dgmoe.create_model("gmoe_micro_patch7_28", num_classes=5, checkpoint_path=str(path))
     for key, value in tuned.state_dict().items():
         assert torch.equal(model.state_dict()[key], value), key
-    assert model.load_report.summary() == f"loaded {path}"  # nothing adapted
+    assert model.info.load_report.summary() == f"loaded {path}"  # nothing adapted
 
 
 def test_checkpoint_path_prefers_ema_weights_and_strips_wrapper_prefixes_as_timm(tmp_path):
@@ -128,7 +128,7 @@ def test_checkpoint_path_adapts_nothing_unlike_pretrained(tmp_path):
         dgmoe.create_model("gmoe_micro_patch7_28", num_classes=10, checkpoint_path=path)
     assert "unexpected key 'blocks.2.mlp.fc1." in one_line(info)  # the dense FFN a MoE block does not have
     gmoe = dgmoe.create_model("gmoe_micro_patch7_28", num_classes=5, pretrained=str(path))  # what pretrained= does
-    assert gmoe.load_report.expanded == ["blocks.2.mlp", "blocks.4.mlp"]
+    assert gmoe.info.load_report.expanded == ["blocks.2.mlp", "blocks.4.mlp"]
 
 
 @pytest.mark.parametrize("kwargs,expected", [

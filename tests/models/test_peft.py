@@ -1,5 +1,6 @@
 """Parameter-efficient models (`dgmoe.models.peft`): unchanged at initialisation, LoRA's update as its equation,
 checkpoints that hold the trainable weights only and name their base, a few MB for ViT-B."""
+import dataclasses
 import json
 
 import pytest
@@ -8,6 +9,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from dgmoe.engine.checkpoint import build_network, load_run, save_weights
+from dgmoe.engine.config import RunConfig
 from dgmoe.errors import UsageError
 from dgmoe.models import create_model
 from dgmoe.models.info import build_on_meta, describe_model
@@ -15,7 +17,7 @@ from dgmoe.models.peft import LoRALinear, RoutedAdapterLinear, parameter_counts,
 from dgmoe.moe.adapter_experts import KroneckerExperts, LoRAExperts
 from dgmoe.moe.auxiliary import sparse_layers
 from dgmoe.moe.layer import MoEMlp
-from dgmoe.peft_config import PEFT_MODES, PeftConfig
+from dgmoe.peft.config import PEFT_MODES, PeftConfig
 
 TOY = dict(num_classes=3, img_size=16, patch_size=4, depth=2, embed_dim=32, num_heads=2)
 MODES = [m for m in PEFT_MODES if m != "full"]
@@ -48,10 +50,10 @@ def test_lora_computes_w_x_plus_alpha_over_r_b_a_x():
 
 
 def test_lora_targets_and_blocks_choose_the_projections():
-    model = toy(PeftConfig("lora", targets=("proj", "fc1"), blocks=(1,)))
+    model = toy(PeftConfig("lora", targets="proj,fc1", blocks=(1,)))
     lora = sorted(n for n, m in model.named_modules() if isinstance(m, LoRALinear))
     assert lora == ["blocks.1.attn.proj", "blocks.1.mlp.fc1"]
-    gmoe = toy(PeftConfig("lora", targets=("proj",)), "gmoe_tiny_patch16_224", moe_layers=[1])
+    gmoe = toy(PeftConfig("lora", targets="proj"), "gmoe_tiny_patch16_224", moe_layers=[1])
     assert not any(isinstance(m, LoRALinear) for n, m in gmoe.named_modules() if ".router" in n)
 
 
@@ -90,7 +92,7 @@ def test_moa_wraps_every_second_blocks_qkv_and_starts_close_to_its_base():
 
 def test_lora_experts_of_one_rank_each_on_any_timm_linear_start_at_their_base():
     x = torch.randn(2, 3, 16, 16)
-    peft = PeftConfig("adapter_experts", expert="lora", expert_ranks=(1, 3), num_experts=2, targets=("qkv", "fc2"),
+    peft = PeftConfig("adapter_experts", expert="lora", expert_ranks=(1, 3), num_experts=2, targets="qkv,fc2",
                       blocks=(1,))
     base, model = toy(None).eval(), toy(peft).eval()
     assert sorted(n for n, m in model.named_modules() if isinstance(m, RoutedAdapterLinear)) == [
@@ -124,14 +126,17 @@ def test_a_peft_checkpoint_holds_the_trainable_weights_and_names_its_base(tmp_pa
                 p.add_(0.1)
     run = tmp_path / "run"
     run.mkdir()
-    (run / "config.json").write_text(json.dumps({"config": {}, "model_build": {
-        "name": "vit_tiny_patch16_224", "kwargs": {**kwargs, "pretrained": str(base_file)}}}))
+    cfg = RunConfig.from_flat(model="vit_tiny_patch16_224", patch_size=4, pretrained=str(base_file),
+                              model_kwargs={k: TOY[k] for k in ("depth", "embed_dim", "num_heads")})
+    cfg = dataclasses.replace(cfg, peft=PeftConfig.from_dict(peft))
+    (run / "config.json").write_text(json.dumps({"config": cfg.to_dict(), "hparams": {}, "dataset": {
+        "classes": list("abcde"), "input_shape": [3, 16, 16]}}))
     save_weights(model, run / "model.safetensors", {"step": "3"})
     with safe_open(str(run / "model.safetensors"), "pt") as f:
         keys, meta = set(f.keys()), f.metadata()
     assert keys == set(trainable_names(model)) and keys < set(model.state_dict())
     assert meta["base_model"] == "vit_tiny_patch16_224" and meta["base_pretrained"] == str(base_file)
-    assert len(meta["base_sha256"]) == 64 and json.loads(meta["peft"])["mode"] == peft["mode"]
+    assert len(meta["base_sha256"]) == 64 and "peft" not in meta  # its PEFT settings: the run's config.json
     loaded, _ = load_run(run, "last")
     x = torch.randn(2, 3, 16, 16)
     assert torch.equal(loaded(x), model.eval()(x))

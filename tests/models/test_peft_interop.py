@@ -41,9 +41,9 @@ def test_a_peft_adapter_imported_computes_peft_output(name, io):
     config = import_peft_adapter(model, _adapter(name))
     model.eval()
     if name == "peft_lora":
-        assert (config.rank, config.alpha, config.targets, config.blocks) == (4, 8.0, ("qkv", "fc1"), ())
+        assert (config.rank, config.alpha, config.targets, config.blocks) == (4, 8.0, "qkv,fc1", ())
     else:  # open_clip's c_fc / c_proj are timm's fc1 / fc2
-        assert (config.rank, config.alpha, config.targets) == (2, 6.0, ("fc1", "fc2"))
+        assert (config.rank, config.alpha, config.targets) == (2, 6.0, "mlp")
     with torch.no_grad():
         out = model(io[f"{name}.x"])
         plain = _base(name)(io[f"{name}.x"])
@@ -76,7 +76,7 @@ def test_merged_weights_give_the_unmerged_outputs(io):
         unmerged = model(x)
         merged = merge_lora(model)(x)
     assert not lora_layers(model) and type(model.blocks[0].attn.qkv) is torch.nn.Linear
-    assert getattr(model, "peft") is None and not any(k.endswith(("lora_A", "lora_B")) for k in model.state_dict())
+    assert model.info.peft is None and not any(k.endswith(("lora_A", "lora_B")) for k in model.state_dict())
     torch.testing.assert_close(merged, unmerged, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(merged, io["peft_lora.merged"], rtol=1e-5, atol=1e-5)  # peft's merge_and_unload
 
@@ -112,7 +112,7 @@ def test_a_subset_of_blocks_exports_full_module_names_and_imports_back(tmp_path)
     fresh = dgmoe.create_model("vit_micro_patch7_28", depth=3, num_classes=4).eval()
     fresh.load_state_dict(base)
     imported = import_peft_adapter(fresh, tmp_path)
-    assert (imported.blocks, imported.targets, imported.rank) == ((1,), ("qkv", "fc2"), 2)
+    assert (imported.blocks, imported.projections, imported.rank) == ((1,), ("qkv", "fc2"), 2)
     x = torch.randn(2, 3, 28, 28)
     with torch.no_grad():
         torch.testing.assert_close(fresh(x), model(x), rtol=1e-5, atol=1e-5)

@@ -45,7 +45,7 @@ def _twin_and_model(name, tmp_path, suffix=".pth", **extra):
 @pytest.mark.parametrize("name", TWINNED)
 def test_model_loads_its_dense_twins_checkpoint_and_reports_what_it_initialised(name, tmp_path):
     twin, model, scratch = _twin_and_model(name, tmp_path)
-    report, dense = model.load_report, twin.state_dict()
+    report, dense = model.info.load_report, twin.state_dict()
     layers = list(sparse_layers(model))
     assert report.expanded == layers and not report.resized
     if model_info(model).is_sparse:
@@ -71,7 +71,7 @@ def test_sparse_model_from_its_dense_twin_computes_the_dense_output(name, train,
     cfg = describe_model(name).sparse
     assert cfg is not None and cfg.renormalize and cfg.capacity_factor is None  # the defaults that make them equal
     twin, model, _ = _twin_and_model(name, tmp_path, suffix=".safetensors")
-    assert not model.load_report.reinitialized  # the same class count: the head is the twin's
+    assert not model.info.load_report.reinitialized  # the same class count: the head is the twin's
     twin.train(train), model.train(train)
     torch.manual_seed(2)
     x, meta = inputs(model_info(model))
@@ -92,7 +92,7 @@ def test_moge_starts_from_a_vit_or_deit_checkpoint_in_timm_and_deit_formats(twin
     else:
         torch.save({"model": state} if fmt.startswith("deit") else state, path)
     model = dgmoe.create_model("moge_tiny_patch16_224", num_classes=7, pretrained=str(path), **kwargs)
-    report = model.load_report
+    report = model.info.load_report
     assert report.expanded == ["blocks.8.mlp", "blocks.10.mlp"] and report.reinitialized == ["head.weight", "head.bias"]
     assert report.initialised == ["blocks.8.mlp.gamma_logit", "blocks.8.mlp.router", "blocks.10.mlp.gamma_logit",
                                   "blocks.10.mlp.router", "location_encoder"]

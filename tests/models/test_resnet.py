@@ -70,7 +70,7 @@ def test_strict_round_trip_of_a_torchvision_style_checkpoint(tmp_path, r50, suff
 
         save_file(state, str(path))
     loaded = resnet50(pretrained=str(path))
-    assert loaded.load_report == []
+    assert loaded.info.load_report == []
     assert all(torch.equal(state[k], v) for k, v in loaded.state_dict().items())
 
 
@@ -78,7 +78,7 @@ def test_other_class_count_reinitialises_only_the_head(tmp_path, r50):
     path = tmp_path / "r50.pth"
     torch.save(r50.state_dict(), path)
     m = resnet50(num_classes=7, pretrained=str(path))
-    assert m.load_report == ["fc.weight", "fc.bias"] and m.fc.weight.shape == (7, 2048)
+    assert m.info.load_report == ["fc.weight", "fc.bias"] and m.fc.weight.shape == (7, 2048)
     assert torch.equal(m.layer4[2].conv3.weight, r50.layer4[2].conv3.weight)
 
 

@@ -88,7 +88,7 @@ def test_hybrid_sfmoe_loads_a_dense_hybrid_checkpoint_strictly(tmp_path):
     save_file({k: v.contiguous() for k, v in dense.state_dict().items()}, str(tmp_path / "r26.safetensors"))
     model = dgmoe.create_model("hybrid_sfmoe_small_r26_s32_224", num_classes=5, img_size=64,
                                pretrained=str(tmp_path / "r26.safetensors"))
-    assert len(model.load_report.expanded) == 6
+    assert len(model.info.load_report.expanded) == 6
     assert torch.equal(model.patch_embed.backbone.stem.conv.weight, dense.patch_embed.backbone.stem.conv.weight)
 
 

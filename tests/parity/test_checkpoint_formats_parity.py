@@ -52,7 +52,7 @@ def test_hf_dinov2_equals_transformers_forward(name, size, io):
     and 70 px (5 x 5): pooler_output and last_hidden_state equal transformers' own forward, which resamples
     the grid at every call (bicubic to the size; without antialias for Dinov2, with it for the registers)."""
     model = _load(name, img_size=size)
-    report = model.load_report
+    report = model.info.load_report
     assert report.format == "hf_dinov2" and report.resized == ["pos_embed"]
     assert report.dropped == ["embeddings.mask_token"]
     assert "transformers'" in report.resize_method and "activation: gelu (stated by config.json" in report.summary()
@@ -71,7 +71,7 @@ def test_gmoe_from_a_hugging_face_file_is_the_dense_tower(name, sparse, io):
     """GMoE App. C.2: experts copied from the FFN the file holds, so the sparse model computes the peer's."""
     size = 224 if "dinov2" in name else None
     model = _load(name, sparse, moe_layers=[0, 1], **({"img_size": size} if size else {}))
-    assert model.load_report.expanded == ["blocks.0.mlp", "blocks.1.mlp"]
+    assert model.info.load_report.expanded == ["blocks.0.mlp", "blocks.1.mlp"]
     x = io[f"hf_dinov2_input.{size}.x"].float() if size else io[f"{name}.x"]
     with torch.no_grad():
         out = model(x)
@@ -97,7 +97,7 @@ def test_clip_folders_equal_their_peer(name, io):
     """transformers 5's `CLIPVisionModel` (no `vision_model.` prefix) and `CLIPVisionModelWithProjection`, the
     same from transformers 4, and an open_clip hub folder: each loads into the tower its folder states."""
     model = _load(name)
-    assert model.load_report.format == ("openai_clip" if name.startswith("open_clip") else "hf_clip")
+    assert model.info.load_report.format == ("openai_clip" if name.startswith("open_clip") else "hf_clip")
     with torch.no_grad():
         torch.testing.assert_close(model(io[f"{name}.x"]), io[f"{name}.out"], rtol=1e-5, atol=1e-5)
 
@@ -126,7 +126,7 @@ def test_a_stated_activation_other_than_the_towers_is_refused_in_one_line_naming
     with caplog.at_level(logging.WARNING, logger="dgmoe.models.pretrained"):
         model = _load(name, wrong, allow_activation_mismatch=True)
     assert f"use {right}" in caplog.text and "loaded anyway" in caplog.text
-    assert "mismatch allowed" in model.load_report.activation
+    assert "mismatch allowed" in model.info.load_report.activation
     with torch.no_grad():  # the wrong flavour is another function: what the check is for
         assert (model(io[f"{name}.x"]) - io[f"{name}.out"]).abs().max() > 1e-3
 
@@ -152,8 +152,8 @@ def test_openai_release_keys_state_quickgelu_and_a_silent_file_says_what_was_ass
     torch.save(state, tmp_path / "silent.pth")
     model = dgmoe.create_model("vit_base_patch16_clip_224", pretrained=str(tmp_path / "silent.pth"),
                                **case["overrides"])
-    assert model.load_report.activation == "gelu (assumed: the tower's own; the file states none)"
-    assert "activation: gelu (assumed" in model.load_report.summary()
+    assert model.info.load_report.activation == "gelu (assumed: the tower's own; the file states none)"
+    assert "activation: gelu (assumed" in model.info.load_report.summary()
     state.update(input_resolution=torch.tensor(32), context_length=torch.tensor(8), vocab_size=torch.tensor(50))
     torch.save(state, tmp_path / "openai.pth")
     with pytest.raises(CheckpointMismatchError, match=r"'input_resolution' key \(OpenAI's CLIP release\) says "
@@ -161,8 +161,8 @@ def test_openai_release_keys_state_quickgelu_and_a_silent_file_says_what_was_ass
         dgmoe.create_model("vit_base_patch16_clip_224", pretrained=str(tmp_path / "openai.pth"), **case["overrides"])
     model = dgmoe.create_model("vit_base_patch16_clip_quickgelu_224", pretrained=str(tmp_path / "openai.pth"),
                                **case["overrides"])
-    assert "stated by the state dict's 'input_resolution' key" in model.load_report.activation
-    assert {"input_resolution", "context_length", "vocab_size"} <= set(model.load_report.dropped)
+    assert "stated by the state dict's 'input_resolution' key" in model.info.load_report.activation
+    assert {"input_resolution", "context_length", "vocab_size"} <= set(model.info.load_report.dropped)
 
 
 def test_a_sparse_variant_names_its_own_flavour_twin():

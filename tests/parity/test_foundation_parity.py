@@ -48,7 +48,7 @@ def test_fixtures_name_their_peer_version_command_and_every_tensor(io):
 def test_forward_equals_the_peers_own_code(name, io):
     case = CASES[name]
     model = _load(case)
-    assert model.load_report.format == FORMATS[name]
+    assert model.info.load_report.format == FORMATS[name]
     with torch.no_grad():
         out = model(io[f"{name}.x"])
     torch.testing.assert_close(out, io[f"{name}.out"], rtol=1e-5, atol=1e-5)
@@ -56,14 +56,14 @@ def test_forward_equals_the_peers_own_code(name, io):
 
 def test_the_report_says_what_was_dropped_and_converted(caplog):
     with caplog.at_level(logging.INFO, logger="dgmoe.models.pretrained"):
-        report = _load(CASES["openai_clip_quickgelu"]).load_report
+        report = _load(CASES["openai_clip_quickgelu"]).info.load_report
     assert any(d.startswith("transformer (") for d in report.dropped)  # the text tower
     assert {"token_embedding", "logit_scale", "text_projection"} <= set(report.dropped)
     assert any("proj.weight" in c for c in report.converted)
     assert "read as openai_clip" in caplog.text
-    hf = _load(CASES["hf_clip_with_projection"]).load_report
+    hf = _load(CASES["hf_clip_with_projection"]).info.load_report
     assert any("fused q/k/v" in c for c in hf.converted)
-    hub = _load(CASES["dinov2_hub_reg4_84px"]).load_report
+    hub = _load(CASES["dinov2_hub_reg4_84px"]).info.load_report
     assert "mask_token" in hub.dropped and hub.resized == ["pos_embed"]
     assert any("register_tokens" in c for c in hub.converted)
 
@@ -99,7 +99,7 @@ def test_dinov2_at_224_px_resamples_the_hub_files_518_px_grid(registers, tmp_pat
     torch.save(hub, tmp_path / "dinov2_hub.pth")
     model = dgmoe.create_model(name, pretrained=str(tmp_path / "dinov2_hub.pth"), **tiny)
     assert model.patch_embed.grid_size == (16, 16) and model.num_prefix_tokens == 1 + registers
-    report = model.load_report
+    report = model.info.load_report
     assert report.format == "dinov2_hub" and report.resized == ["pos_embed"] and report.dropped == ["mask_token"]
     prefix = 0 if registers else 1
     source = hub["pos_embed"][:, 1 - prefix:]
@@ -136,7 +136,7 @@ def test_sparse_variant_from_the_peers_file_computes_the_peers_dense_output(name
     case = CASES[name]
     model = dgmoe.create_model(sparse, pretrained=str(FIXTURES / case["file"]), moe_layers=[0, 1],
                                **case["overrides"]).eval()
-    assert model.load_report.expanded == ["blocks.0.mlp", "blocks.1.mlp"]
+    assert model.info.load_report.expanded == ["blocks.0.mlp", "blocks.1.mlp"]
     activation = describe_model(case["model"]).activation
     assert all(layer.experts.activation == activation for layer in sparse_layers(model).values())
     with torch.no_grad():
@@ -177,8 +177,8 @@ def test_a_tower_file_starts_a_classifier_whose_head_keeps_its_initialisation(io
     case = CASES["openai_clip_quickgelu"]
     model = dgmoe.create_model(case["model"], pretrained=str(FIXTURES / case["file"]),
                                **{**case["overrides"], "num_classes": 7}).eval()
-    assert model.load_report.initialised == ["head"] and "initialised, not in the checkpoint: head" in \
-        model.load_report.summary()
+    assert model.info.load_report.initialised == ["head"] and "initialised, not in the checkpoint: head" in \
+        model.info.load_report.summary()
     with torch.no_grad():
         features = model.forward_head(model.forward_features(io["openai_clip_quickgelu.x"]), pre_logits=True)
     torch.testing.assert_close(features, io["openai_clip_quickgelu.out"], rtol=1e-5, atol=1e-5)
@@ -203,8 +203,8 @@ def test_other_layouts_of_the_same_formats(variant, io, tmp_path):
     path = tmp_path / "tower.pth"
     torch.save(state, path)
     model = dgmoe.create_model(CASES[name]["model"], pretrained=str(path), **CASES[name]["overrides"]).eval()
-    assert model.load_report.format == fmt
+    assert model.info.load_report.format == fmt
     if variant == "clip_model":
-        assert {"text_model", "logit_scale", "text_projection"} <= set(model.load_report.dropped)
+        assert {"text_model", "logit_scale", "text_projection"} <= set(model.info.load_report.dropped)
     with torch.no_grad():
         torch.testing.assert_close(model(io[f"{name}.x"]), io[f"{name}.out"], rtol=1e-5, atol=1e-5)

@@ -25,7 +25,7 @@ def test_transformers_dinov2_at_224_px(name, width, heads, tmp_path):
             if registers else transformers.Dinov2Model(transformers.Dinov2Config(**common))).eval()
     peer.save_pretrained(str(tmp_path))
     model = dgmoe.create_model(name, num_classes=0, pretrained=str(tmp_path / "model.safetensors")).eval()
-    assert model.load_report.format == "hf_dinov2" and model.load_report.resized == ["pos_embed"]
+    assert model.info.load_report.format == "hf_dinov2" and model.info.load_report.resized == ["pos_embed"]
     x = torch.randn(2, 3, 224, 224)
     with torch.no_grad():
         out = peer(pixel_values=x)
@@ -44,7 +44,8 @@ def test_transformers_clip_vision_model_b16(act, name, tmp_path):
     peer = transformers.CLIPVisionModel(config).eval()
     peer.save_pretrained(str(tmp_path))
     model = dgmoe.create_model(name, num_classes=0, proj_dim=0, pretrained=str(tmp_path / "model.safetensors")).eval()
-    assert model.load_report.format == "hf_clip" and "stated by config.json hidden_act" in model.load_report.activation
+    report = model.info.load_report
+    assert report.format == "hf_clip" and "stated by config.json hidden_act" in report.activation
     x = torch.randn(2, 3, 224, 224)
     with torch.no_grad():
         torch.testing.assert_close(model(x), peer(pixel_values=x).pooler_output, rtol=1e-4, atol=1e-4)

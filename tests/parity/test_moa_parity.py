@@ -16,7 +16,7 @@ import dgmoe.moe.gate as moe_gate
 from dgmoe.models.info import build_on_meta
 from dgmoe.models.peft import RoutedAdapterLinear, routed_linear
 from dgmoe.moe.adapter_experts import KroneckerExperts, PHMRule
-from dgmoe.peft_config import PeftConfig
+from dgmoe.peft.config import PeftConfig
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 META = json.loads((FIXTURES / "moa_layers.json").read_text())

@@ -110,7 +110,7 @@ def test_loading_a_patch16_checkpoint_into_another_patch_and_grid_equals_timm(vi
     assert _max_relative(model.patch_embed.proj.weight.detach(), kernel) < 1e-5
     torch.testing.assert_close(model.pos_embed.detach(), t[f"load.{case['name']}.{mode}.pos_embed"], rtol=0,
                                atol=resample_budget(t["state.pos_embed"]))
-    assert "patch_embed.proj.weight" in model.load_report.resized
+    assert "patch_embed.proj.weight" in model.info.load_report.resized
 
 
 def test_r26_stem_equals_timm():

@@ -193,14 +193,14 @@ def test_foundation_peft_settings_reach_the_runs_at_both_scales(tmp_path, cached
     moa = recipe.part("moa")
     paper = [j.config for s in part_sweeps(recipe, moa, moa.algorithms, moa.models, "paper", tmp_path, RunConfig(),
                                            fake_weights(recipe, tmp_path)) for j in build_jobs(s)]
-    assert {(c.model.name, c.model.peft, c.model.peft_experts, c.model.peft_top_k) for c in paper} == {
+    assert {(c.model.name, c.peft.mode, c.peft.num_experts, c.peft.top_k) for c in paper} == {
         ("vit_base_patch16_clip_224", "moa", 4, 1)}
     assert {c.model.pretrained for c in paper} == {str(tmp_path / "vit_base_patch16_clip_224.laion2b.safetensors")}
     assert {c.algorithm.hparams["lr"] for c in paper} == {5e-5}
     plan = prepare(recipe, "smoke", tmp_path / "out")
     smoke = {part: [j.config for j in jobs] for part, jobs in plan.jobs.items()}
     assert set(smoke) == {p.name for p in recipe.parts}
-    found = {part: (c.model.name, c.model.peft, c.algorithm.hparams["lr"]) for part, configs in smoke.items()
+    found = {part: (c.model.name, c.peft.mode, c.algorithm.hparams["lr"]) for part, configs in smoke.items()
              for c in configs}
     assert found == {"clip-adapter": ("vit_micro_patch7_clip_quickgelu_28", "adapter", 1e-3),
                      "moa": ("vit_micro_patch7_clip_28", "moa", 5e-5),
@@ -209,8 +209,8 @@ def test_foundation_peft_settings_reach_the_runs_at_both_scales(tmp_path, cached
                      "clip-full": ("vit_micro_patch7_clip_quickgelu_28", "full", 5e-5),
                      "dinov2-linear": ("vit_micro_patch7_dinov2", "linear", 1e-3),
                      "dinov2-full": ("vit_micro_patch7_dinov2", "full", 5e-5)}
-    gmoe_style = smoke["gmoe-adapter-experts"][0].model
-    assert gmoe_style.peft_experts == 6 and smoke["moa"][0].model.patch_size == SMOKE.patch_size
+    gmoe_style = smoke["gmoe-adapter-experts"][0].peft
+    assert gmoe_style.num_experts == 6 and smoke["moa"][0].model.patch_size == SMOKE.patch_size
 
 
 def test_show_foundation_names_its_weights_stand_ins_and_choices(cli):

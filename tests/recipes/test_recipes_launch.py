@@ -131,8 +131,8 @@ def test_smoke_scale_loads_dense_checkpoints_it_writes_at_launch(tmp_path):
     data = get_dataset("GeoMNIST", None, None, n_per_domain=2)
     model = dgmoe.create_model(moge.model.name, num_classes=data.num_classes, img_size=data.input_shape[-1],
                                patch_size=moge.model.patch_size, pretrained=moge.model.pretrained, **moge.model.kwargs)
-    assert "blocks.8.mlp.gamma_logit" in model.load_report.initialised
-    assert model.load_report.resized == ["patch_embed.proj.weight", "pos_embed"]  # 224 px / 16 -> 28 px / 7
+    assert "blocks.8.mlp.gamma_logit" in model.info.load_report.initialised
+    assert model.info.load_report.resized == ["patch_embed.proj.weight", "pos_embed"]  # 224 px / 16 -> 28 px / 7
 
 
 @pytest.mark.parametrize("name", ["gmoe-table1", "gmoe-table3", "gmoe-table11"])

@@ -19,7 +19,7 @@ import torch.nn as nn
 from dgmoe.models.peft import RoutedAdapterLinear, routed_linear
 from dgmoe.moe.adapter_experts import PHM_DIM, KroneckerExperts, PHMRule
 from dgmoe.moe.experts import ExpertBank
-from dgmoe.peft_config import PeftConfig
+from dgmoe.peft.config import PeftConfig
 
 #: candidate name -> (expert kind, dense-then-mask)
 MOA_CANDIDATES = {"moa dense-then-mask (MoA's code)": ("kadaptation", True),

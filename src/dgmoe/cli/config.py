@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from dgmoe.peft_config import PEFT_MODES
+from dgmoe.peft.config import PEFT_MODES
 from dgmoe.settings import Settings, existing_folder, setting
 
 

@@ -8,7 +8,7 @@ import click
 
 from dgmoe.cli.config import ModelsListConfig
 from dgmoe.cli.options import build_config, config_options
-from dgmoe.peft_config import PEFT_MODES
+from dgmoe.peft.config import PEFT_MODES
 
 
 @click.command("models")

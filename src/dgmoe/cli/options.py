@@ -209,17 +209,16 @@ def setting_param(config: type, f: dataclasses.Field, hint: Any, click_required:
 
 def config_fields(config: type, only: Iterable[str] | None = None,
                   skip: Iterable[str] = ()) -> list[tuple[type, dataclasses.Field, Any]]:
-    """(declaring class, field, type hint) of every setting of `config` (of every section of a `RunConfig`),
-    or of the flat keys in `only`, but those in `skip`, in declaration order; nested configs are left out."""
+    """(declaring class, field, type hint) of every setting of `config` (of every section of a `RunConfig`, in
+    its flag order), or of the flat keys in `only`, but those in `skip`, in declaration order; nested configs are
+    left out."""
     wanted, unwanted = (set(only) if only is not None else None), set(skip)
-    kinds = list(config.sections().values()) if hasattr(config, "sections") else [config]
-    out = []
-    for kind in kinds:
-        hints = typing.get_type_hints(kind)
-        out += [(kind, f, hints[f.name]) for f in dataclasses.fields(kind)
-                if (wanted is None or key_of(f) in wanted) and key_of(f) not in unwanted
-                and not dataclasses.is_dataclass(kind_of(hints[f.name])[0])]
-    return out
+    pairs = ([(kind, f) for _, kind, f in config.flag_fields()] if hasattr(config, "flag_fields")
+             else [(config, f) for f in dataclasses.fields(config)])
+    hints = {kind: typing.get_type_hints(kind) for kind, _ in pairs}
+    return [(kind, f, hints[kind][f.name]) for kind, f in pairs
+            if (wanted is None or key_of(f) in wanted) and key_of(f) not in unwanted
+            and not dataclasses.is_dataclass(kind_of(hints[kind][f.name])[0])]
 
 
 def config_options(config: type, only: Iterable[str] | None = None, skip: Iterable[str] = (),

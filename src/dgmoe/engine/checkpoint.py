@@ -17,10 +17,11 @@ import torch
 import torch.nn as nn
 from safetensors.torch import load_file, save_file
 
+from dgmoe.engine.build import run_build
 from dgmoe.engine.config import RunConfig
 from dgmoe.engine.io import atomic_path
 from dgmoe.errors import UsageError
-from dgmoe.models.peft import file_sha256, peft_of, trainable_names, trainable_state_dict
+from dgmoe.models.peft import base_of, file_sha256, peft_of, trainable_names, trainable_state_dict
 
 #: safetensors metadata of a parameter-efficient run's weights file: "trainable" when it holds the trainable
 #: weights only (the rest are the base weights it names: base_model, base_pretrained, base_sha256)
@@ -30,12 +31,12 @@ PEFT_WEIGHTS = "peft_weights"
 def save_weights(module: nn.Module, path: str | Path, metadata: dict[str, str] | None = None) -> None:
     """Save a network's weights; a parameter-efficient network built from a pretrained file keeps only its
     trainable weights and names the base weights they need (a PEFT network from a random initialisation
-    keeps every weight: its base has no file to name)."""
+    keeps every weight: its base has no file to name). Its PEFT settings are the run's (config.json's `peft`)."""
     state, metadata = module.state_dict(), dict(metadata or {})
-    config, base = peft_of(module), getattr(module, "peft_base", None)
+    config, base = peft_of(module), base_of(module)
     if config is not None and config.active and isinstance(base, dict) and base.get("base_pretrained"):
         state = trainable_state_dict(module)
-        metadata.update({**base, PEFT_WEIGHTS: "trainable", "peft": json.dumps(config.to_dict(), sort_keys=True)})
+        metadata.update({**base, PEFT_WEIGHTS: "trainable"})
     state = {k: v.detach().contiguous().cpu() for k, v in state.items()}
     with atomic_path(path) as tmp:
         save_file(state, str(tmp), metadata=metadata or None)
@@ -92,12 +93,9 @@ def build_network(run_config: dict[str, Any], base: dict[str, str] | None = None
                   run_dir: Path | None = None) -> nn.Module:
     """Rebuild a run's network (untrained) from its config.json; with `base` (a PEFT weights file's metadata),
     from the base weights it names (found by `find_base_weights` near `run_dir` when moved), checked against
-    their sha256, for the trainable weights to follow."""
-    from dgmoe.models import create_model
-
-    info = run_config["model_build"]
-    kwargs = {k: v for k, v in info["kwargs"].items()
-              if k not in ("pretrained", "pretrained_antialias")}  # the run's own weights follow
+    their sha256, for the trainable weights to follow. The network is the run's `model_build`
+    (`dgmoe.engine.build.run_build`), also for folders written by older dgmoe versions."""
+    build = run_build(run_config)  # without its pretrained weights: the run's own weights follow
     if base is not None:
         recorded, digest = Path(base.get("base_pretrained", "")), base.get("base_sha256", "")
         near = [run_dir, *run_dir.resolve().parents][:4] if run_dir is not None else []
@@ -110,8 +108,8 @@ def build_network(run_config: dict[str, Any], base: dict[str, str] | None = None
         if path == recorded and file_sha256(path) != digest:  # (a file found elsewhere was found by its sha256)
             raise UsageError(f"the base weights {path} are not those the run was trained from (sha256 {digest}); "
                              "restore that file")
-        kwargs.update(pretrained=str(path), pretrained_antialias=info["kwargs"].get("pretrained_antialias", True))
-    return create_model(info["name"], **kwargs)
+        build = build.with_weights(str(path), saved_run(run_config).model.pretrained_antialias)
+    return build.create()
 
 
 def peft_metadata(path: str | Path) -> dict[str, str] | None:

@@ -1,8 +1,8 @@
 """The description of one training run: DomainBed's `train.py` arguments, typed, frozen, validated, nested.
 
-A `RunConfig` has six sections. Five say what the run computes (`data`, `model`, `algorithm`, `seeds`,
-`training`) and make up its `identity()`, what "the same run" means for resuming and for a sweep's job ids;
-the sixth, `execution`, says where and how it runs (paths, device, workers, logging, which files to keep)
+A `RunConfig` has seven sections. Six say what the run computes (`data`, `model`, `peft`, `algorithm`,
+`seeds`, `training`) and make up its `identity()`, what "the same run" means for resuming and for a sweep's job ids;
+the seventh, `execution`, says where and how it runs (paths, device, workers, logging, which files to keep)
 and is left out of the identity by construction, so moving the data or changing the GPU never orphans a run.
 
 Every knob is declared once, with its type, default, help and constraints (`dgmoe.settings.setting`);
@@ -22,8 +22,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Iterable, Mapping
 
 from dgmoe.devices import compile_mode_setting, device_setting, precision_setting
-from dgmoe.errors import UsageError
-from dgmoe.peft_config import EXPERT_KINDS, PEFT_MODES, TARGET_PRESETS, PeftConfig
+from dgmoe.peft.config import PeftConfig
 from dgmoe.settings import ConfigError, Settings, config_from_file, flag, key_of, plain, setting
 from dgmoe.tables import is_control
 
@@ -69,31 +68,6 @@ class ModelConfig(_Section):
     pretrained_antialias: bool = setting(
         True, "Resample the checkpoint's position/patch embeddings with antialiased bicubic as timm >= 0.9 "
               "(--no-pretrained-antialias: plain bicubic, timm 0.5-0.6).")
-    peft: str = setting("full", "Parameter-efficient training (docs/design.md, PEFT): full = every weight; linear = "
-                                "frozen backbone + head; lora = LoRA on --peft-targets; adapter = bottleneck "
-                                "adapters; adapter_experts = routed sparse experts of adapters; moa = MoA's "
-                                "KAdaptation experts on every second block's qkv.", choices=PEFT_MODES)
-    peft_rank: int = setting(8, "LoRA rank r.", minimum=1)
-    peft_alpha: float = setting(16.0, "LoRA alpha: the update B A x is scaled by alpha / r.", minimum=0,
-                                exclusive_min=True)
-    peft_dropout: float = setting(0.0, "Dropout on LoRA's input and on the adapters' hidden units.", minimum=0,
-                                  maximum=1, exclusive_max=True)
-    peft_targets: str = setting("qkv", "Projections LoRA adapts: qkv (the fused q/k/v), attn (qkv + proj), mlp (fc1 + "
-                                       "fc2) or all.", choices=tuple(TARGET_PRESETS))
-    peft_blocks: tuple[int, ...] = setting((), "Blocks that get LoRA/adapters/adapter experts [every block; "
-                                                "adapter_experts: GMoE's last-two, 8 and 10 of 12; moa: every "
-                                                "second, 0, 2, ..., 10].", minimum=0)
-    peft_bottleneck: int = setting(64, "Hidden width of the adapters and adapter experts.", minimum=1)
-    peft_experts: int = setting(4, "Adapter experts per chosen block (N).", minimum=1)
-    peft_top_k: int = setting(1, "Adapter experts per token (k).", minimum=1)
-    peft_router: str = setting("cosine", "Router of the adapter experts (GMoE's cosine, or linear).",
-                               choices=("cosine", "linear"))
-    peft_expert: str | None = setting(None, "Kind of adapter expert: bottleneck (beside the FFN), lora or "
-                                      "kadaptation (on --peft-targets) [adapter_experts: bottleneck; moa: "
-                                      "kadaptation].",
-                                      choices=EXPERT_KINDS)
-    peft_expert_ranks: tuple[int, ...] = setting((), "One rank per LoRA/KAdaptation expert, e.g. 1,2,4,8 "
-                                                     "[moa: 1,2,4,8; else --peft-rank for each].", minimum=1)
     head: str = setting("linear", "The classifier (docs/design.md, CLIP's text tower): linear = a new linear head "
                                   "(timm's); zeroshot = CLIP's zero-shot classifier from the class names and "
                                   "--prompt-templates on the normalised image feature: with --steps 0 a zero-shot "
@@ -122,17 +96,6 @@ class ModelConfig(_Section):
                   if getattr(self, name) != getattr(defaults, name)]
         if self.head == defaults.head and unread:
             raise ConfigError(f"{flag(unread[0])} is read by --head zeroshot only; add --head zeroshot or leave it out")
-
-    def peft_config(self) -> PeftConfig:
-        """The `PeftConfig` of these settings (a `ConfigError` naming the flag when they do not fit together,
-        e.g. --peft-top-k above --peft-experts: checked when the run is prepared, before anything is written)."""
-        try:
-            return PeftConfig(self.peft, self.peft_rank, self.peft_alpha, self.peft_dropout,
-                              TARGET_PRESETS[self.peft_targets],
-                              self.peft_blocks, self.peft_bottleneck, self.peft_experts, self.peft_top_k,
-                              self.peft_router, self.peft_expert or "", self.peft_expert_ranks)
-        except UsageError as e:
-            raise ConfigError(str(e)) from None
 
 
 @dataclass(frozen=True)
@@ -226,22 +189,43 @@ class RunConfig:
 
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
+    peft: PeftConfig = field(default_factory=PeftConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     seeds: SeedConfig = field(default_factory=SeedConfig)
     training: TrainingConfig = field(default_factory=TrainingConfig)
     execution: ExecutionConfig = field(default_factory=ExecutionConfig)
 
     EXECUTION: ClassVar[str] = "execution"
+    #: a section whose flags follow another section's key in the flat order: the `peft` knobs stay after
+    #: --pretrained-antialias, where they stood as model settings (`--help`, records' `args`, command lines)
+    FLAGS_AFTER: ClassVar[dict[str, str]] = {"peft": "pretrained_antialias"}
 
     @classmethod
     def sections(cls) -> dict[str, type]:
         return {f.name: f.default_factory for f in dataclasses.fields(cls)}  # type: ignore[misc]
 
     @classmethod
+    def flag_fields(cls) -> list[tuple[str, type, dataclasses.Field]]:
+        """(section, its class, field) of every run setting in flag order: the sections' fields in declaration
+        order, a section of `FLAGS_AFTER` placed after the key it names."""
+        after = {key: section for section, key in cls.FLAGS_AFTER.items()}
+        sections, out = cls.sections(), []
+
+        def add(section: str) -> None:
+            for f in dataclasses.fields(sections[section]):
+                out.append((section, sections[section], f))
+                if key_of(f) in after:
+                    add(after[key_of(f)])
+
+        for section in sections:
+            if section not in cls.FLAGS_AFTER:
+                add(section)
+        return out
+
+    @classmethod
     def keys(cls) -> dict[str, tuple[str, str]]:
-        """Every flat key and the (section, field) it names, in declaration order."""
-        return {key_of(f): (section, f.name) for section, kind in cls.sections().items()
-                for f in dataclasses.fields(kind)}
+        """Every flat key and the (section, field) it names, in flag order (`flag_fields`)."""
+        return {key_of(f): (section, f.name) for section, _, f in cls.flag_fields()}
 
     # -- the flat view: one key per flag, DomainBed's `args` ---------------------------------------------------
     def flat(self) -> dict[str, Any]:
@@ -302,6 +286,7 @@ class RunConfig:
             flat = dict(d) if strict else {k: v for k, v in d.items() if k in cls.keys()}
             _warn_dropped([k for k in d if k not in flat])
             return cls.from_flat(flat)
+        d = _peft_in_its_section(d)
         unknown = [k for k in d if k not in sections]
         if unknown and strict:
             raise ConfigError(f"unknown section {unknown[0]!r} in a run config; expected {', '.join(sections)}")
@@ -341,10 +326,29 @@ class RunConfig:
         """md5 of the sorted-key JSON of the identity settings that differ from their defaults (the job id of a
         sweep, as DomainBed names a job by the arguments it was given). Leaving defaults out keeps job ids
         stable when a later dgmoe adds a setting: the new setting sits at its default in every old job."""
-        defaults = RunConfig().identity()
-        given = {section: changed for section, values in self.identity().items()
+        defaults = _hashed(RunConfig().identity())
+        given = {section: changed for section, values in _hashed(self.identity()).items()
                  if (changed := {k: v for k, v in values.items() if v != defaults[section][k]})}
         return hashlib.md5(json.dumps(given, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def _peft_in_its_section(d: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A nested run config written before PEFT had its own section (its knobs `model.peft`, `model.peft_rank`,
+    ..., named by their flat keys) in today's layout."""
+    model, names = d.get("model"), {key_of(f): f.name for f in dataclasses.fields(PeftConfig)}
+    if not isinstance(model, Mapping) or not names.keys() & model.keys():
+        return d
+    moved = {names[k]: v for k, v in model.items() if k in names}
+    return {**d, "model": {k: v for k, v in model.items() if k not in names},
+            "peft": {**moved, **dict(d.get("peft") or {})}}
+
+
+def _hashed(identity: dict[str, Any]) -> dict[str, Any]:
+    """An identity as job ids hash it: the `peft` knobs among the model's by their flat keys, as they stood
+    before PEFT had its own section, so that a sweep's PEFT jobs keep their ids."""
+    peft = identity.pop("peft")
+    identity["model"] = {**identity["model"], **{key_of(f): peft[f.name] for f in dataclasses.fields(PeftConfig)}}
+    return identity
 
 
 def _warn_dropped(names: list[str]) -> None:

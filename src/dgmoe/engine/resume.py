@@ -13,7 +13,7 @@ import torch.nn as nn
 from dgmoe.engine.checkpoint import load_resume_state
 from dgmoe.engine.config import RunConfig, identity_differences
 from dgmoe.errors import UsageError
-from dgmoe.models.peft import peft_of, trainable_names
+from dgmoe.models.peft import base_of, peft_of, trainable_names
 from dgmoe.seeding import numpy_rng_state, set_numpy_rng_state
 from dgmoe.settings import ConfigError
 
@@ -34,7 +34,7 @@ def base_weight_keys(algorithm: nn.Module) -> tuple[set[str], list[dict[str, str
     the run rebuilds them from that file, checked by its sha256), and the bases they come from."""
     keys, bases = set(), []
     for prefix, module in algorithm.named_modules():
-        config, base = peft_of(module), getattr(module, "peft_base", None)
+        config, base = peft_of(module), base_of(module)
         if config is None or not config.active or not isinstance(base, dict) or not base.get("base_pretrained"):
             continue
         keep, at = set(trainable_names(module)), f"{prefix}." if prefix else ""

@@ -10,7 +10,6 @@ import math
 import re
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -24,15 +23,17 @@ from dgmoe.data.base import MultiDomainDataset
 from dgmoe.data.loaders import EvalBatches, TrainBatches
 from dgmoe.data.prompts import prompt_class_names, templates
 from dgmoe.devices import check_compile_mode, check_precision, describe, fp32_arithmetic, resolve_device
+from dgmoe.engine.build import ModelBuild, model_build
 from dgmoe.engine.config import RunConfig
 from dgmoe.engine.hparams import run_hparams
 from dgmoe.engine.precheck import no_cuda_message
 from dgmoe.engine.provenance import initialisation
 from dgmoe.errors import UsageError
-from dgmoe.models import MODELS, create_model
+from dgmoe.models import MODELS
 from dgmoe.models.compiled import compile_blocks
-from dgmoe.models.info import ModelInfo, describe_model, model_info
+from dgmoe.models.info import ModelInfo, model_info, set_info
 from dgmoe.seeding import seed_everything, seed_hash
+from dgmoe.settings import ConfigError
 
 log = logging.getLogger("dgmoe")
 
@@ -50,7 +51,7 @@ class RunSetup:
     eval_transform: Any
     n_steps: int
     checkpoint_freq: int
-    model_kwargs: dict[str, Any]
+    build: ModelBuild  # the network's description (`dgmoe.engine.build.model_build`), hyperparameters resolved
     network: nn.Module  # built once, seeded with cfg.seed, pretrained weights loaded
     algorithm: Algorithm  # built once around the network (its construction validates the hparams)
     uda: dict[int, np.ndarray] = field(default_factory=dict)  # test domain -> its unlabeled split (evaluated only)
@@ -82,18 +83,20 @@ class RunSetup:
 
     def training_what(self) -> str:
         """'; PEFT <mode>: <n> of <total> parameters trainable' for a parameter-efficient run ('' for full)."""
-        if not self.cfg.model.peft_config().active:
+        if not self.cfg.peft.active:
             return ""
         params = list(self.network.parameters())
         trainable = sum(p.numel() for p in params if p.requires_grad)
-        return (f"; PEFT {self.cfg.model.peft}: {trainable:,} of {sum(p.numel() for p in params):,} parameters "
+        return (f"; PEFT {self.cfg.peft.mode}: {trainable:,} of {sum(p.numel() for p in params):,} parameters "
                 "trainable")
 
     def run_config(self, made_by: dict[str, Any]) -> dict[str, Any]:
         """config.json: the run config, what produced it (`made_by`, see `dgmoe.engine.provenance`), the
         resolved hparams, dataset facts, split sizes, the step-0 weights it starts from (`initialisation`: the
-        pretrained file's name and hash as it is now), the model build and the built model's `ModelInfo`."""
-        report = getattr(self.network, "load_report", None)  # what loading the checkpoint adapted, and how
+        pretrained file's name and hash as it is now), the model build and the built model's `ModelInfo` (its
+        architecture: its PEFT config is the run config's `peft` section, said once)."""
+        info = model_info(self.network)
+        report = info.load_report  # what loading the checkpoint adapted, and how
         return {"config": self.cfg.to_dict(), "provenance": made_by, "hparams": self.hparams,
                 "dataset": {"name": self.dataset.name, "domains": list(self.dataset.domains),
                             "classes": list(self.dataset.classes), "input_shape": list(self.dataset.input_shape),
@@ -102,11 +105,10 @@ class RunSetup:
                            "in": [len(s[0]) for s in self.splits], "out": [len(s[1]) for s in self.splits],
                            "uda": {str(i): len(idx) for i, idx in self.uda.items()}},
                 "initialisation": initialisation(self.cfg.model.pretrained, self.cfg.seeds.seed),
-                "model_build": {"name": self.cfg.model.name, "kwargs": self.model_kwargs,
+                "model_build": {**self.build.record(),
                                 "pretrained_load": report.summary() if report is not None else None,
-                                **({"text_load": self.network.text_load} if hasattr(self.network, "text_load")
-                                   else {})},
-                "model_info": model_info(self.network).to_dict(),
+                                **({"text_load": info.text_load} if info.text_load is not None else {})},
+                "model_info": info.to_dict(),
                 "n_steps": self.n_steps, "checkpoint_freq": self.checkpoint_freq}
 
     @property
@@ -214,7 +216,7 @@ def text_head_source(cfg: RunConfig, info: ModelInfo, dataset: MultiDomainDatase
 
     def write(network: nn.Module) -> None:  # the prompts encoded on the run's device; the tower is not kept
         init_text_head(network, tower.to(cfg.execution.device).eval(), names, prompts)
-        setattr(network, "text_load", f"{said}; {len(names)} class names x {len(prompts)} templates")
+        set_info(network, text_load=f"{said}; {len(names)} class names x {len(prompts)} templates")
     return write
 
 
@@ -308,41 +310,35 @@ def _prepare_run(cfg: RunConfig) -> RunSetup:
                              data.uda_holdout_fraction, seeds.trial_seed)  # (seeded locally: no global RNG drawn)
     check_validation_splits(dataset, splits, train_envs, data.holdout_fraction, data.n_per_domain)
     img_size = dataset.input_shape[-1]
-    model_kwargs = {"num_classes": dataset.num_classes, "img_size": img_size, "in_chans": dataset.input_shape[0],
-                    "patch_size": model.patch_size, **model.kwargs}
-    model_kwargs = {k: v for k, v in model_kwargs.items() if v is not None}
+    build = model_build(cfg, dataset)
 
-    def built(build):  # bad kwargs or sizes fail here, before anything is written
+    def built(make: Callable[[], Any]) -> Any:  # bad kwargs or sizes fail here, before anything is written
         try:
-            return build()
+            return make()
+        except ConfigError as e:  # a model's own config (`MoEConfig`) refused a keyword
+            raise UsageError(f"--model {model.name} cannot be built with {overrides(build)}: {e}") from None
         except UsageError:
             raise
         except (TypeError, ValueError, ZeroDivisionError, RuntimeError) as e:
-            given = {k: v for k, v in model_kwargs.items() if k in model.kwargs or k in ("patch_size", "img_size")}
-            raise UsageError(f"--model {model.name} cannot be built with {given or 'its defaults'} "
+            raise UsageError(f"--model {model.name} cannot be built with {overrides(build)} "
                              f"(--model-kwargs/--patch-size/--img-size): {e}{kwarg_suggestion(e)}") from e
 
-    peft = model.peft_config()
-    if peft.active:
-        model_kwargs["peft"] = peft.to_dict()
-        if not model.pretrained:
-            log.warning(f"--peft {model.peft} without --pretrained freezes a randomly initialised tower (only the "
-                        "PEFT weights train); pass --pretrained FILE to adapt pretrained weights")
-    info = built(lambda: describe_model(model.name, **model_kwargs))
+    def overrides(build: ModelBuild) -> Any:  # what the command line gave
+        return {k: v for k, v in build.kwargs.items() if k in model.kwargs or k in ("patch_size", "img_size")} \
+            or "its defaults"
+
+    if build.peft is not None and not model.pretrained:
+        log.warning(f"--peft {build.peft.mode} without --pretrained freezes a randomly initialised tower (only the "
+                    "PEFT weights train); pass --pretrained FILE to adapt pretrained weights")
+    info = built(build.describe)
     hparams = run_hparams(alg.name, data.dataset, info, seeds.hparams_seed, seeds.trial_seed, alg.hparams)
     train_tf, eval_tf = get_transforms(data.dataset, img_size, hparams.get("data_augmentation", True), info.mean,
                                        info.std)
-    # the backbone's own hyperparameters (stochastic depth, ResNet dropout) are arguments of the model
-    model_kwargs.update({kw: hparams[name] for name, kw in info.hparam_kwargs.items() if name in hparams})
-    if model.pretrained:  # a file by its absolute path: what a PEFT checkpoint records of its base weights
-        pretrained = str(Path(model.pretrained).resolve()) if Path(model.pretrained).is_file() else model.pretrained
-        model_kwargs.update(pretrained=pretrained, pretrained_antialias=model.pretrained_antialias)
+    build = build.with_hparams(hparams, info)  # the backbone's own hyperparameters are arguments of the model
     text = text_head_source(cfg, info, dataset) if model.head == "zeroshot" else None
-    if text is not None:
-        model_kwargs["text_head"] = True
     seed_everything(seeds.seed)
     try:
-        network = built(lambda: create_model(model.name, **model_kwargs))
+        network = built(build.create)
     except UsageError as e:
         other = checkpoint_family_mismatch(model.pretrained, model.name, info) if model.pretrained else None
         if other:
@@ -366,4 +362,4 @@ def _prepare_run(cfg: RunConfig) -> RunSetup:
     return RunSetup(cfg, dataset, hparams, splits,
                     test_envs, train_envs, img_size, train_tf, eval_tf,
                     n_steps, cfg.training.checkpoint_freq or spec.checkpoint_freq,
-                    model_kwargs, network, algorithm, uda)
+                    build, network, algorithm, uda)

@@ -8,7 +8,7 @@ import dataclasses
 from typing import Any, Sequence
 
 from dgmoe.data.transforms import IMAGENET_MEAN, IMAGENET_STD
-from dgmoe.models.info import VIT_HPARAMS, ModelInfo
+from dgmoe.models.info import VIT_HPARAMS, ModelInfo, given
 from dgmoe.models.layout import resolve_layout, sparse_blocks
 from dgmoe.models.moge_vit import MoGEVisionTransformer, location_encoder_for
 from dgmoe.models.vit import VisionTransformer
@@ -53,7 +53,7 @@ def build_vit(name: str, arch: dict[str, Any], layout: str | Sequence[int] | Non
     its weights were trained with (default ImageNet's); `tower`: (label, paper) of the foundation model's tower
     it is or starts from (`ModelInfo.tower`). The experts use the backbone's `activation`.
     """
-    kwargs = {**arch, **{k: v for k, v in kwargs.items() if v is not None}}
+    kwargs = {**arch, **given(kwargs)}
     placement = kwargs.pop("moe_layers", layout)
     if isinstance(placement, Sequence) and not isinstance(placement, str):
         placement = [int(i) for i in placement]

@@ -48,9 +48,10 @@ def create_model(name: str, num_classes: int | None = None, img_size: int | None
     replaces `pretrained` (both at once is an error). With `features_only`, it is the full model's
     state dict, loaded before the head is dropped (timm loads it into the feature wrapper instead).
 
-    `peft` (a `dgmoe.models.peft.PeftConfig`, its dict or a mode name) makes it a parameter-efficient model
-    after the pretrained weights are loaded: its modules added, every other weight frozen, and the model
-    carries `peft` and `peft_base` (the base weights a PEFT checkpoint needs: name, file and sha256).
+    `peft` (a `dgmoe.peft.config.PeftConfig`, its dict or a mode name) makes it a parameter-efficient model
+    after the pretrained weights are loaded: its modules added, every other weight frozen, and the model's
+    `info` carries `peft` and `base_weights` (the base weights a PEFT checkpoint needs: name, file and sha256).
+    The model's `info` (`dgmoe.models.info.ModelInfo`) also carries the `load_report` of its checkpoint.
 
     `text_head=True` replaces the linear classifier by a `dgmoe.models.zeroshot.TextHead` of the same shape, a
     linear layer on the normalised feature (CLIP's zero-shot classifier once `init_text_head` fills it).
@@ -59,6 +60,7 @@ def create_model(name: str, num_classes: int | None = None, img_size: int | None
     whose `feature_info` describes them, as timm (`dgmoe.models.features`); `out_indices` picks the levels.
     """
     from dgmoe.models.features import features_model
+    from dgmoe.models.info import given, set_info
     from dgmoe.models.peft import apply_peft, base_weights
     from dgmoe.models.pretrained import (
         CheckpointError,
@@ -67,7 +69,7 @@ def create_model(name: str, num_classes: int | None = None, img_size: int | None
         load_pretrained,
         missing_checkpoint,
     )
-    from dgmoe.peft_config import as_peft
+    from dgmoe.peft.config import as_peft
 
     check_model_name(name)
     if pretrained is True or pretrained == "True":
@@ -80,11 +82,11 @@ def create_model(name: str, num_classes: int | None = None, img_size: int | None
     if out_indices is not None and not features_only:
         raise UsageError(f"out_indices={out_indices!r} needs features_only=True (it picks the feature levels "
                                "a feature extractor returns)")
-    kwargs = {k: v for k, v in dict(overrides, num_classes=num_classes, img_size=img_size).items() if v is not None}
+    kwargs = given(dict(overrides, num_classes=num_classes, img_size=img_size))
     model = MODELS.get(name)(**kwargs)
     if pretrained:
-        setattr(model, "load_report", load_pretrained(model, pretrained, antialias=pretrained_antialias,
-                                                         allow_activation_mismatch=allow_activation_mismatch))
+        set_info(model, load_report=load_pretrained(model, pretrained, antialias=pretrained_antialias,
+                                                    allow_activation_mismatch=allow_activation_mismatch))
     if text_head:
         from dgmoe.models.zeroshot import use_text_head
 
@@ -92,10 +94,10 @@ def create_model(name: str, num_classes: int | None = None, img_size: int | None
     config = as_peft(peft)
     if config is not None:
         apply_peft(model, config)
-        setattr(model, "peft_base", base_weights(name, pretrained if config.active else None))
+        set_info(model, base_weights=base_weights(name, pretrained if config.active else None))
     if checkpoint_path:
         try:
-            setattr(model, "load_report", load_checkpoint(model, checkpoint_path))
+            set_info(model, load_report=load_checkpoint(model, checkpoint_path))
         except (CheckpointError, CheckpointMismatchError) as e:  # the same errors as pretrained=, argument named
             raise type(e)(f"checkpoint_path: {e}") from None
     if features_only:

@@ -18,7 +18,7 @@ from torch.overrides import TorchFunctionMode
 
 from dgmoe.data.transforms import IMAGENET_MEAN, IMAGENET_STD
 from dgmoe.moe.config import MoEConfig
-from dgmoe.peft_config import PeftConfig
+from dgmoe.peft.config import PeftConfig
 
 #: hyperparameters that are arguments of a backbone family: hparam name -> model keyword.
 VIT_HPARAMS = {"drop_path_rate": "drop_path_rate"}
@@ -33,7 +33,13 @@ class ModelInfo:
     dense model whose checkpoints `pretrained=` adapts to it (GMoE App. C.2, MoGE §2.3; None: its own).
     A ViT's token layout too: patch size, prefix tokens (class + registers), and its FFN activation, which
     the experts of its sparse variants share; and, for a foundation model's tower, which one it is
-    (`tower`: its label and paper, what `dgmoe models` says)."""
+    (`tower`: its label and paper, what `dgmoe models` says).
+
+    What building it did, set by the factory (`set_info`; the one attribute a built model carries): its PEFT
+    config (`peft`, None unless one was applied), the base weights a PEFT checkpoint names (`base_weights`: the
+    registered model, the pretrained file and its sha256), what loading its checkpoint adapted (`load_report`)
+    and how a zero-shot head was written (`text_load`). A run's config.json records these elsewhere (its `peft`
+    section, `model_build`), so `to_dict` leaves them out (`BUILD_FACTS`)."""
 
     architecture: str
     family: Literal["vit", "resnet"]
@@ -52,6 +58,9 @@ class ModelInfo:
     num_prefix_tokens: int = 0
     activation: str = "gelu"
     tower: tuple[str, str] | None = None
+    base_weights: dict[str, str] | None = None
+    load_report: Any = None
+    text_load: str | None = None
 
     @property
     def is_sparse(self) -> bool:
@@ -63,8 +72,13 @@ class ModelInfo:
         return self.sparse is not None or (self.peft is not None and self.peft.routed)
 
     def to_dict(self) -> dict[str, Any]:
-        """The facts as plain JSON types (what a run's config.json records under `model_info`)."""
-        return json.loads(json.dumps(dataclasses.asdict(self)))
+        """The architecture's facts as plain JSON types (what a run's config.json records under `model_info`)."""
+        facts = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in BUILD_FACTS}
+        return json.loads(json.dumps({k: v.to_dict() if hasattr(v, "to_dict") else v for k, v in facts.items()}))
+
+
+#: the `ModelInfo` fields that say what building a model did, not what its architecture is
+BUILD_FACTS = ("peft", "base_weights", "load_report", "text_load")
 
 
 def model_info(model: nn.Module) -> ModelInfo:
@@ -73,6 +87,12 @@ def model_info(model: nn.Module) -> ModelInfo:
     if not isinstance(info, ModelInfo):
         raise TypeError(f"{type(model).__name__} carries no ModelInfo; build it with a dgmoe model builder")
     return info
+
+
+def set_info(model: nn.Module, **facts: Any) -> nn.Module:
+    """Record what building `model` did in its `ModelInfo` (`peft=`, `load_report=`, ...); returns `model`."""
+    setattr(model, "info", dataclasses.replace(model_info(model), **facts))
+    return model
 
 
 #: `create_model` arguments about weights and wrappers, not about the architecture a description reads.
@@ -97,14 +117,20 @@ class _SkipRandomInit(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+def given(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The arguments given: `None` means "the model's default", as in timm's factory (`create_model`,
+    `build_on_meta`, the ViT builder and a run's `model_build` read their arguments through this)."""
+    return {k: v for k, v in kwargs.items() if v is not None}
+
+
 def build_on_meta(name: str, **kwargs: Any) -> nn.Module:
     """`create_model(name, **kwargs)`'s architecture on the meta device: shapes and structure, no memory,
     no initialisation cost (weights, `features_only` and the like are ignored; `peft` is applied)."""
     from dgmoe.models.peft import apply_peft
     from dgmoe.models.registry import MODELS
-    from dgmoe.peft_config import as_peft
+    from dgmoe.peft.config import as_peft
 
-    kwargs = {k: v for k, v in kwargs.items() if v is not None and k not in FACTORY_ONLY}
+    kwargs = {k: v for k, v in given(kwargs).items() if k not in FACTORY_ONLY}
     peft = as_peft(kwargs.pop("peft", None))
     with torch.device("meta"), _SkipRandomInit():
         model = MODELS.get(name)(**kwargs)

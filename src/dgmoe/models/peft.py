@@ -47,7 +47,7 @@ from dgmoe.moe.adapter_experts import PHM_DIM, KroneckerExperts, LoRAExperts, PH
 from dgmoe.moe.config import MoEConfig
 from dgmoe.moe.experts import Experts
 from dgmoe.moe.layer import MoEMlp
-from dgmoe.peft_config import ADAPTER, LORA_TARGETS, PeftConfig, is_trainable
+from dgmoe.peft.config import ADAPTER, LORA_TARGETS, PeftConfig, is_trainable
 
 
 class LoRALinear(nn.Linear):
@@ -184,12 +184,9 @@ def _classifier_name(model: nn.Module) -> str:
 
 
 def apply_peft(model: nn.Module, config: PeftConfig) -> nn.Module:
-    """Add `config`'s modules to `model` in place and freeze every other weight; returns `model`, which
-    carries `peft` (the config) from then on."""
-    setattr(model, "peft", config)
-    info = getattr(model, "info", None)
-    if info is not None:
-        setattr(model, "info", dataclasses.replace(info, peft=config))
+    """Add `config`'s modules to `model` in place and freeze every other weight; returns `model`, whose `info`
+    carries the config (`peft`) from then on."""
+    setattr(model, "info", dataclasses.replace(getattr(model, "info"), peft=config))  # (`ModelInfo`)
     if not config.active:
         return model
     if config.mode == "lora":
@@ -197,11 +194,11 @@ def apply_peft(model: nn.Module, config: PeftConfig) -> nn.Module:
         for _, block in _chosen_blocks(model, config):
             for parent in (getattr(block, "attn"), getattr(block, "mlp")):  # not the routers' projections
                 for attr, child in list(parent.named_children()):
-                    if attr in config.targets and type(child) is nn.Linear:
+                    if attr in config.projections and type(child) is nn.Linear:
                         setattr(parent, attr, LoRALinear(child, config.rank, config.alpha, config.dropout))
                         matched += 1
         if not matched:
-            raise UsageError(f"--peft-targets {','.join(config.targets)} matches no dense nn.Linear projection of "
+            raise UsageError(f"--peft-targets {config.targets} matches no dense nn.Linear projection of "
                              f"the chosen blocks (sparse FFNs have no fc1/fc2); choose among "
                              f"{', '.join(LORA_TARGETS)}")
     elif config.routed and config.expert_kind != "bottleneck":
@@ -227,9 +224,9 @@ def _add_routed_linears(model: nn.Module, config: PeftConfig) -> None:
     found = [(parent, attr, child) for _, block in _chosen_blocks(model, config)
              for parent in (getattr(block, "attn"), getattr(block, "mlp"))
              for attr, child in list(parent.named_children())
-             if attr in config.targets and type(child) is nn.Linear]
+             if attr in config.projections and type(child) is nn.Linear]
     if not found:
-        raise UsageError(f"--peft-targets {','.join(config.targets)} matches no dense nn.Linear projection of "
+        raise UsageError(f"--peft-targets {config.targets} matches no dense nn.Linear projection of "
                          f"the chosen blocks (sparse FFNs have no fc1/fc2); choose among {', '.join(LORA_TARGETS)}")
     device = found[0][2].weight.device
     rule = None
@@ -243,9 +240,13 @@ def _add_routed_linears(model: nn.Module, config: PeftConfig) -> None:
 
 
 def peft_of(model: nn.Module) -> PeftConfig | None:
-    """The PEFT config a model was built with, or None (a full fine-tune built before PEFT existed)."""
-    config = getattr(model, "peft", None)
-    return config if isinstance(config, PeftConfig) else None
+    """The PEFT config a model was built with (its `info.peft`), or None (none was applied)."""
+    return getattr(getattr(model, "info", None), "peft", None)
+
+
+def base_of(model: nn.Module) -> dict[str, str] | None:
+    """The base weights a PEFT model names (its `info.base_weights`: `base_weights`), or None."""
+    return getattr(getattr(model, "info", None), "base_weights", None)
 
 
 def trainable_names(model: nn.Module) -> list[str]:

@@ -17,7 +17,6 @@
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from pathlib import Path
@@ -28,8 +27,9 @@ import torch.nn as nn
 
 from dgmoe.errors import UsageError
 from dgmoe.models.checkpoint_formats import OPENAI_CLIP
+from dgmoe.models.info import set_info
 from dgmoe.models.peft import LoRALinear, apply_peft, peft_of
-from dgmoe.peft_config import LORA_TARGETS, PeftConfig
+from dgmoe.peft.config import LORA_TARGETS, PeftConfig, targets_setting
 
 PEFT_PREFIX = "base_model.model."
 ADAPTER_CONFIG, ADAPTER_WEIGHTS = "adapter_config.json", "adapter_model.safetensors"
@@ -64,10 +64,8 @@ def merge_lora(model: nn.Module) -> nn.Module:
             linear.bias.copy_(layer.bias)
         linear.requires_grad_(False)
         _set_module(model, name, linear)
-    setattr(model, "peft", None)
-    info = getattr(model, "info", None)
-    if info is not None and getattr(info, "peft", None) is not None:
-        setattr(model, "info", dataclasses.replace(info, peft=None))
+    if peft_of(model) is not None:
+        set_info(model, peft=None)
     return model
 
 
@@ -179,7 +177,7 @@ def import_peft_adapter(model: nn.Module, folder: str | Path) -> PeftConfig:
     alpha = float(config.get("lora_alpha", 8)) * (math.sqrt(rank) if config.get("use_rslora") else 1.0)
     depth = len(getattr(model, "blocks", ()))
     peft = PeftConfig(mode="lora", rank=rank, alpha=alpha, dropout=float(config.get("lora_dropout") or 0.0),
-                      targets=targets, blocks=() if blocks == list(range(depth)) else tuple(blocks))
+                      targets=targets_setting(targets), blocks=() if blocks == list(range(depth)) else tuple(blocks))
     apply_peft(model, peft)
     layers = lora_layers(model)
     state = {f"{name}.{kind}": value for name, pair in modules.items() for kind, value in pair.items()}

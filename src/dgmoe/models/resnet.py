@@ -19,7 +19,7 @@ import torch
 import torch.nn as nn
 
 from dgmoe.errors import UsageError
-from dgmoe.models.info import RESNET_HPARAMS, ModelInfo
+from dgmoe.models.info import RESNET_HPARAMS, ModelInfo, set_info
 from dgmoe.models.layers import Dropout
 from dgmoe.models.registry import register_model
 
@@ -48,8 +48,7 @@ class Bottleneck(nn.Module):
 
 class ResNet(nn.Module):
     uses_metadata = False
-    info: ModelInfo  # set by the builder
-    load_report: Any  # the re-initialised keys, when a checkpoint was loaded
+    info: ModelInfo  # set by the builder (its `load_report`: the re-initialised keys, when a checkpoint was loaded)
 
     def __init__(self, layers: tuple[int, int, int, int], num_classes: int = 1000, in_chans: int = 3,
                  drop_rate: float = 0.0, freeze_bn: bool = False):
@@ -158,7 +157,7 @@ def _build(name: str, layers: tuple[int, int, int, int], num_classes: int = 1000
     model.info = ModelInfo(architecture=name, family="resnet", input_size=(kwargs.get("in_chans", 3), size, size),
                            num_features=model.num_features, classifier="fc", hparam_kwargs=dict(RESNET_HPARAMS))
     if pretrained:
-        model.load_report = load_resnet_checkpoint(model, pretrained)
+        set_info(model, load_report=load_resnet_checkpoint(model, pretrained))
     return model
 
 

@@ -87,7 +87,6 @@ class VisionTransformer(nn.Module):
     uses_metadata = False
     patch_embed: Any  # a PatchEmbed, or a hybrid's ResNet-stem embedding with the same attributes
     info: ModelInfo  # set by the builder (dgmoe.models.builder)
-    load_report: Any  # set when pretrained weights are loaded
 
     def __init__(self, img_size: int = 224, patch_size: int = 16, in_chans: int = 3, num_classes: int = 1000,
                  embed_dim: int = 768, depth: int = 12, num_heads: int = 12, mlp_ratio: float = 4.0,

@@ -38,7 +38,7 @@ from dgmoe.sweep.config import SweepConfig
 SCALES = ("paper", "smoke")
 MERGED = ("hparams", "model_kwargs")  # settings whose per-dataset values are merged into the part's
 #: the `RunConfig` sections whose part settings the smoke scale keeps (what the model and algorithm are)
-VARIANT_SECTIONS = ("model", "algorithm")
+VARIANT_SECTIONS = ("model", "peft", "algorithm")
 
 
 @dataclass(frozen=True)

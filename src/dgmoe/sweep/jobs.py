@@ -110,9 +110,9 @@ def check_sweep(cfg: SweepConfig) -> None:
     """Fail before launching anything on an unknown dataset, algorithm or model, or hparam overrides or model
     kwargs that some cell of the grid rejects."""
     from dgmoe.algorithms import get_algorithm
+    from dgmoe.engine.build import model_build
     from dgmoe.engine.hparams import run_hparams
     from dgmoe.models import MODELS
-    from dgmoe.models.info import describe_model
     from dgmoe.registry import UnknownNameError
 
     for option, names, lookup in (("--algorithms", cfg.algorithms, get_algorithm),
@@ -122,15 +122,12 @@ def check_sweep(cfg: SweepConfig) -> None:
                 lookup(name)
             except UnknownNameError as err:
                 raise ValueError(f"{option}: {err}") from None
-    model = cfg.base.model
-    kwargs = {k: v for k, v in {"patch_size": model.patch_size, **model.kwargs}.items() if v is not None}
-    if model.peft_config().active:  # adapter experts bring their balance-loss weight into the hyperparameters
-        kwargs["peft"] = model.peft_config().to_dict()
-    for name in cfg.models:
+    for name in cfg.models:  # (adapter experts bring their balance-loss weight into the hyperparameters)
+        build = model_build(cfg.base.replace(model=name))
         try:
-            info = describe_model(name, **kwargs)
+            info = build.describe()
         except (TypeError, ValueError, ZeroDivisionError, RuntimeError) as err:
-            raise ValueError(f"--models {name} cannot be built with {kwargs}: {err}") from None
+            raise ValueError(f"--models {name} cannot be built with {build.kwargs}: {err}") from None
         for dataset in cfg.datasets:
             for algorithm in cfg.algorithms:
                 try:

@@ -1,0 +1,118 @@
+"""The network a run trains, described once: `model_build(cfg, dataset)` turns a run's settings and its data's
+shape into the registered model's name, `create_model`'s arguments and the PEFT config it applies. Training
+(`dgmoe.engine.setup.prepare_run`), a sweep's checks before launching (`dgmoe.sweep.jobs.check_sweep`) and
+rebuilding a run folder's network from its config.json (`dgmoe.engine.checkpoint.build_network`: analysis,
+export, parameter counts) all build through it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
+
+from dgmoe.engine.config import RunConfig
+from dgmoe.models.info import given
+from dgmoe.peft.config import PeftConfig
+
+if TYPE_CHECKING:
+    import torch.nn as nn
+
+    from dgmoe.models.info import ModelInfo
+
+#: `create_model` arguments about the weights a network starts from (not its architecture)
+WEIGHTS = ("pretrained", "pretrained_antialias")
+
+
+class DataShape(Protocol):
+    """What a build reads of a dataset: a `MultiDomainDataset`, or `RecordedData` (a run's config.json)."""
+
+    @property
+    def num_classes(self) -> int: ...
+
+    @property
+    def input_shape(self) -> Sequence[int]: ...
+
+
+@dataclass(frozen=True)
+class RecordedData:
+    """A dataset's shape as a run's config.json records it (its `dataset` object)."""
+
+    num_classes: int
+    input_shape: tuple[int, ...]
+
+    @classmethod
+    def of_run(cls, run_config: Mapping[str, Any]) -> "RecordedData":
+        dataset = run_config["dataset"]
+        return cls(len(dataset["classes"]), tuple(dataset["input_shape"]))
+
+
+@dataclass(frozen=True)
+class ModelBuild:
+    """A network as `create_model(name, peft=peft, **kwargs)` builds it; `kwargs` hold no `None` (the model's
+    default is meant: left out by `dgmoe.models.info.given`, the one rule the factory reads its arguments by)."""
+
+    name: str
+    kwargs: dict[str, Any]
+    peft: PeftConfig | None = None
+
+    def describe(self) -> "ModelInfo":
+        """The network's `ModelInfo`, read from its architecture on the meta device (no weights)."""
+        from dgmoe.models.info import describe_model
+
+        return describe_model(self.name, peft=self.peft, **self.kwargs)
+
+    def create(self) -> "nn.Module":
+        from dgmoe.models import create_model
+
+        return create_model(self.name, peft=self.peft, **self.kwargs)
+
+    def with_hparams(self, hparams: Mapping[str, Any], info: "ModelInfo") -> "ModelBuild":
+        """The backbone's own hyperparameters (stochastic depth, ResNet dropout: `info.hparam_kwargs`) as
+        arguments of the model."""
+        own = {kw: hparams[name] for name, kw in info.hparam_kwargs.items() if name in hparams}
+        return dataclasses.replace(self, kwargs={**self.kwargs, **own})
+
+    def with_weights(self, pretrained: str | None, antialias: bool = True) -> "ModelBuild":
+        """The same network from another pretrained file (None: its initialisation, for weights that follow)."""
+        kwargs = {k: v for k, v in self.kwargs.items() if k not in WEIGHTS}
+        if pretrained is not None:
+            kwargs.update(pretrained=pretrained, pretrained_antialias=antialias)
+        return dataclasses.replace(self, kwargs=kwargs)
+
+    def record(self) -> dict[str, Any]:
+        """What config.json records under `model_build` (its PEFT config is the run's `peft` section)."""
+        return {"name": self.name, "kwargs": dict(self.kwargs)}
+
+
+def model_build(cfg: RunConfig, dataset: DataShape | None = None) -> ModelBuild:
+    """The network `cfg` trains on `dataset` (None: the model's default classes and input, as a sweep checks
+    its grid before any data is read): the data's classes, size and channels, `--patch-size`, `--model-kwargs`
+    over them, the `--pretrained` file by its absolute path (what a PEFT checkpoint records of its base weights),
+    a zero-shot text head, and `cfg.peft` unless every weight trains. The backbone's hyperparameters join once
+    they are resolved (`ModelBuild.with_hparams`)."""
+    model = cfg.model
+    kwargs: dict[str, Any] = {}
+    if dataset is not None:
+        shape = tuple(dataset.input_shape)
+        kwargs.update(num_classes=dataset.num_classes, img_size=shape[-1], in_chans=shape[0])
+    kwargs.update(patch_size=model.patch_size, **model.kwargs)
+    if model.pretrained:
+        path = Path(model.pretrained)
+        kwargs.update(pretrained=str(path.resolve()) if path.is_file() else model.pretrained,
+                      pretrained_antialias=model.pretrained_antialias)
+    if model.head == "zeroshot":
+        kwargs["text_head"] = True
+    return ModelBuild(model.name, given(kwargs), cfg.peft if cfg.peft.active else None)
+
+
+def run_build(run_config: Mapping[str, Any]) -> ModelBuild:
+    """The network of a run folder, from its config.json (its settings, recorded data shape and resolved
+    hyperparameters), untrained and without its pretrained weights (the run's own weights follow). A folder
+    written before PEFT had its own section reads the same (`RunConfig.from_dict` moves its knobs)."""
+    with warnings.catch_warnings():  # settings this dgmoe no longer knows: said where the run's settings are read
+        warnings.simplefilter("ignore")
+        cfg = RunConfig.from_dict(run_config["config"], strict=False)
+    build = model_build(cfg, RecordedData.of_run(run_config))
+    return build.with_hparams(run_config.get("hparams") or {}, build.describe()).with_weights(None)
