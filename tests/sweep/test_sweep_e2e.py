@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from dgmoe.devices import resolve_device
 from dgmoe.engine.config import RunConfig
 from dgmoe.sweep import state
 from dgmoe.sweep.config import LaunchConfig, SweepConfig
@@ -59,8 +60,10 @@ def test_real_jobs_launched_twice_run_once(tmp_path, launcher):
     for j in jobs:
         assert _launches(j) == 1
         assert _record_steps(j) == [0, 2, 3]
-        run = RunConfig.from_file(j.dir / "config.json")  # what train received: the job's config, exactly
-        assert run == j.config and run.data.n_per_domain == 32 and run.execution.num_threads == 1
+        run = RunConfig.from_file(j.dir / "config.json")
+        # what train received: the job's config exactly, with `--device auto` recorded as the device used
+        assert run == j.config.replace(device=resolve_device(j.config.execution.device))
+        assert run.data.n_per_domain == 32 and run.execution.num_threads == 1
 
 
 @pytest.mark.slow
