@@ -4,7 +4,7 @@ from click.testing import CliRunner
 from md_tables import table_rows
 
 from dgmoe.algorithms import get_algorithm, list_algorithms
-from dgmoe.bench.algorithms import AlgorithmCost, benchmark_algorithms, cost_table_markdown, cost_warnings
+from dgmoe.bench.algorithms import AlgorithmCost, benchmark_algorithms, cost_table, cost_warnings
 from dgmoe.bench.config import BenchmarkConfig
 from dgmoe.cli.algorithms import command
 
@@ -23,7 +23,7 @@ def test_lists_every_algorithm_with_description_and_reference():
 
 def test_cost_table_is_relative_to_erm_with_the_spread_over_rounds():
     rows = [AlgorithmCost("ERM", 2.0, 100.0, (2.0,) * 5), AlgorithmCost("Fish", 5.0, 50.0, (4.0, 5.0, 5.0, 5.0, 6.0))]
-    table = cost_table_markdown(rows, "t")
+    table = cost_table(rows, "t").markdown()
     assert ["ERM", "2.000", "1.00x", "1.00-1.00", "100", "1.00x"] in table_rows(table)
     assert ["Fish", "5.000", "2.50x", "2.50-2.50", "50", "0.50x"] in table_rows(table)
     assert cost_warnings(rows) == []
