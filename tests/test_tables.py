@@ -44,6 +44,13 @@ def test_cells_render_their_numbers():
     assert Cell("a_b").render(latex=True) == "a\\_b"
 
 
+def test_html_cells_escape_quotes_and_their_links_once():
+    """One escape for every HTML table cell (`html_text`: `&`, `<`, `>` and both quotes), links escaped once."""
+    table = Table.make("", ["run", "n"], [['it\'s "x" <b>', Cell(mean=3, decimals=0, links=(("3", "g/a&b.html"),))]])
+    assert '<td class="l">it&#x27;s &quot;x&quot; &lt;b&gt;</td><td><a href="g/a&amp;b.html">3</a></td>' in table.html()
+    assert "<h3" not in table.html()  # an untitled table
+
+
 def test_a_standard_deviation_prints_as_mean_plus_minus_sd_and_carries_its_numbers_into_csv():
     """The experiments' "mean ± std over seeds" cells: the same text in every format, the numbers in CSV."""
     c = Cell(mean=51.234, sd=1.04)
@@ -116,8 +123,9 @@ def test_no_markdown_table_is_built_by_hand_or_parsed():
 
 def test_every_builder_returns_tables_and_only_the_model_renders_them():
     """Builders return `Table`/`Document` objects and their callers render them: no module but the table model
-    calls the Markdown or LaTeX renderer of `dgmoe.tables`, and nothing reads headings back from rendered HTML."""
-    renderer = re.compile(r"\b(markdown_table|latex_table)\(")
+    calls the Markdown, LaTeX or HTML renderer of `dgmoe.tables`, and nothing reads headings back from rendered
+    HTML."""
+    renderer = re.compile(r"\b(markdown_table|latex_table|html_table)\(")
     direct = {str(p.relative_to(SRC)) for p in SRC.rglob("*.py") if renderer.search(p.read_text())}
     assert direct == {"tables.py", "document.py"}, direct
     read_back = [str(p.relative_to(SRC)) for p in SRC.rglob("*.py") if re.search(r"re\.\w+\(r?['\"]<h\d",
