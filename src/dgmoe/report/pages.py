@@ -29,7 +29,7 @@ from dgmoe.report.groups import (
 from dgmoe.report.markdown import markdown_to_html
 from dgmoe.report.runs import RunInfo, figure_title
 from dgmoe.report.store import CHART, FigureStore, Layout
-from dgmoe.report.text import count, rounded
+from dgmoe.report.text import count, rounded, rounded_cell
 from dgmoe.tables import slugify
 
 Section = tuple[str, str, str, list[tuple[str, str]]]  # (anchor, heading, HTML, [(anchor, heading) of parts])
@@ -116,10 +116,10 @@ def cost_table(runs: Sequence[RunInfo]) -> Table:
         noise = spread(times) or (min(r.spread_of("step_time") or 0.0 for r in members) if times else 0.0)
         rows.append([dataset, algorithm, model, len(members),
                      Cell(mean=params.pop() / 1e6, decimals=2) if len(params) == 1 else "",
-                     rounded(sum(times) / len(times) if times else None, noise or None),
+                     rounded_cell(sum(times) / len(times) if times else None, noise or None),
                      f"{rounded(min(times), noise or None)}-{rounded(max(times), noise or None)}"
                      if len(times) > 1 else "",
-                     rounded(max(mems) if mems else None, decimals=2),
+                     rounded_cell(max(mems) if mems else None, decimals=2),
                      ", ".join(str(s) for s in steps[:3]) + (", ..." if len(steps) > 3 else "")])
     return Table.make("", head, rows, left=3)
 
