@@ -58,3 +58,19 @@ def test_benchmark_measures_every_algorithm():
     results = benchmark_algorithms(config)
     assert [r.algorithm for r in results] == ["ERM", "Fish"]
     assert all(r.step_time_s > 0 and len(r.step_times_s) == 5 and r.peak_memory_mb >= 0 for r in results)
+
+
+def test_bench_prints_the_table_under_its_bold_title_and_the_refused_algorithms_after_it(monkeypatch):
+    """The command renders the `cost_table` the builder returns (fake timings: no worker is started)."""
+    import dgmoe.bench.algorithms as bench
+
+    fake = [AlgorithmCost("ERM", 2.0, 100.0, (2.0,) * 5), AlgorithmCost("Fish", 5.0, 50.0, (5.0,) * 5),
+            AlgorithmCost.refused("MoGE", "no image-routed experts"), AlgorithmCost.refused("IRM", "why")]
+    monkeypatch.setattr(bench, "benchmark_algorithms", lambda config: fake)
+    result = CliRunner().invoke(command, ["bench", "--algorithms", "ERM,Fish,MoGE,IRM", "--backbone", "vit_tiny"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0].startswith("**vit_tiny at ") and lines[0].endswith("**") and lines[1] == ""
+    assert lines[2].startswith("| algorithm ") and lines[5].startswith("| Fish ")
+    assert lines[6:9] == ["", "not measured: MoGE (no image-routed experts)", "not measured: IRM (why)"]
+    assert table_rows("\n".join(lines[2:6]))[-1] == ["Fish", "5.000", "2.50x", "2.50-2.50", "50", "0.50x"]
