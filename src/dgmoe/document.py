@@ -31,8 +31,12 @@ from dgmoe.tables import (
 
 @dataclass(frozen=True)
 class Cell:
-    """One cell: text, or a number `mean` (with its standard error `se`) shown to `decimals` places, `+` signed
-    with `signed`, followed by `unit` and `suffix` text ("12.3 +/- 0.4 (2/3)", "4.5%", "+1.2")."""
+    """One cell: text, or a number `mean` (with its standard error `se`, or a standard deviation `sd`) shown to
+    `decimals` places, `+` signed with `signed`, followed by `unit` and `suffix` text ("12.3 +/- 0.4 (2/3)",
+    "4.5%", "+1.2", "51.2 ± 1.0").
+
+    A standard error is printed "+/- " (LaTeX `$\\pm$`), a standard deviation (the spread over seeds of the
+    experiments' tables) " ± " in every format; a cell carries one or the other, never both."""
 
     text: str = ""
     mean: float | None = None
@@ -42,6 +46,11 @@ class Cell:
     suffix: str = ""
     signed: bool = False
     links: tuple[tuple[str, str], ...] = ()  # (text, relative address): a text cell shown as links (a page)
+    sd: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.se is not None and self.sd is not None:
+            raise ValueError("a cell carries a standard error (se) or a standard deviation (sd), not both")
 
     def _number(self, value: float, sign: bool = False) -> str:
         return f"{value:{'+' if sign else ''}.{self.decimals}f}"
@@ -51,6 +60,10 @@ class Cell:
         if self.mean is None:
             return None, None
         return float(self._number(self.mean)), None if self.se is None else float(self._number(self.se))
+
+    def deviation(self) -> float | None:
+        """The standard deviation `sd` as the table shows it (rounded to `decimals`), or None."""
+        return None if self.sd is None else float(self._number(self.sd))
 
     def render(self, latex: bool = False) -> str:
         """The cell's Markdown text (before pipe escaping), or its LaTeX (text escaped, `$\\pm$`)."""
@@ -62,6 +75,8 @@ class Cell:
         text = self._number(self.mean, self.signed)
         if self.se is not None:
             text += (" $\\pm$ " if latex else " +/- ") + self._number(self.se)
+        if self.sd is not None:
+            text += " ± " + self._number(self.sd)
         return text + esc(self.unit + self.suffix)
 
     def html(self) -> str:
@@ -155,9 +170,10 @@ class Table:
             label = shown(row[0].render())
             for column, c in zip(self.columns[1:], row[1:]):
                 mean, se = c.numbers()
+                sd = c.deviation()
                 yield {"section": section, "table": one_line(self.title), "row": label, "column": one_line(column),
                        "cell": shown(c.render()), "mean": "" if mean is None else repr(mean),
-                       "se": "" if se is None else repr(se)}
+                       "se": "" if se is None else repr(se), "sd": "" if sd is None else repr(sd)}
 
 
 @dataclass(frozen=True)
@@ -231,8 +247,9 @@ class Protocol:
 
 Block = Union[Heading, Text, Preamble, Protocol, Table]
 #: the CSV export's columns: the section (model selection, or "protocol"), the table's title, the row's label,
-#: the column's title, the cell as printed and its numbers (blank for text)
-CSV_COLUMNS = ("section", "table", "row", "column", "cell", "mean", "se")
+#: the column's title, the cell as printed and its numbers as printed (blank where the cell has none): the mean,
+#: its standard error (`se`), or the standard deviation over seeds (`sd`, the experiments' "mean ± sd" cells)
+CSV_COLUMNS = ("section", "table", "row", "column", "cell", "mean", "se", "sd")
 
 
 @dataclass(frozen=True)
@@ -268,7 +285,8 @@ class Document:
         for b in self.blocks:
             if isinstance(b, Protocol):
                 writer.writerows({"section": "protocol", "table": "", "row": name, "column": "",
-                                  "cell": one_line(value), "mean": "", "se": ""} for name, value in b.items)
+                                  "cell": one_line(value), "mean": "", "se": "", "sd": ""}
+                                 for name, value in b.items)
         for section, table in self.tables():
             writer.writerows(table.records(section))
         return out.getvalue()

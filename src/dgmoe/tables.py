@@ -111,8 +111,9 @@ def html_table(head: Sequence[str], body: Sequence[Sequence[str]], left: int = 1
 
 
 def html_text(text: str) -> str:
-    """Plain text as HTML: escaped, on one line."""
-    return html.escape(one_line(text), quote=False)
+    """Plain text as HTML: on one line, `&`, `<`, `>` and both quotes escaped (`html.escape`), so that the text
+    is safe in an element or an attribute value alike."""
+    return html.escape(one_line(text), quote=True)
 
 
 def heading(text: str, level: int, latex: bool = False) -> str:

@@ -4,7 +4,7 @@ from click.testing import CliRunner
 from md_tables import table_rows
 
 from dgmoe.algorithms import get_algorithm, list_algorithms
-from dgmoe.bench.algorithms import AlgorithmCost, benchmark_algorithms, cost_table_markdown, cost_warnings
+from dgmoe.bench.algorithms import AlgorithmCost, benchmark_algorithms, cost_table, cost_warnings
 from dgmoe.bench.config import BenchmarkConfig
 from dgmoe.cli.algorithms import command
 
@@ -23,7 +23,7 @@ def test_lists_every_algorithm_with_description_and_reference():
 
 def test_cost_table_is_relative_to_erm_with_the_spread_over_rounds():
     rows = [AlgorithmCost("ERM", 2.0, 100.0, (2.0,) * 5), AlgorithmCost("Fish", 5.0, 50.0, (4.0, 5.0, 5.0, 5.0, 6.0))]
-    table = cost_table_markdown(rows, "t")
+    table = cost_table(rows, "t").markdown()
     assert ["ERM", "2.000", "1.00x", "1.00-1.00", "100", "1.00x"] in table_rows(table)
     assert ["Fish", "5.000", "2.50x", "2.50-2.50", "50", "0.50x"] in table_rows(table)
     assert cost_warnings(rows) == []
@@ -58,3 +58,19 @@ def test_benchmark_measures_every_algorithm():
     results = benchmark_algorithms(config)
     assert [r.algorithm for r in results] == ["ERM", "Fish"]
     assert all(r.step_time_s > 0 and len(r.step_times_s) == 5 and r.peak_memory_mb >= 0 for r in results)
+
+
+def test_bench_prints_the_table_under_its_bold_title_and_the_refused_algorithms_after_it(monkeypatch):
+    """The command renders the `cost_table` the builder returns (fake timings: no worker is started)."""
+    import dgmoe.bench.algorithms as bench
+
+    fake = [AlgorithmCost("ERM", 2.0, 100.0, (2.0,) * 5), AlgorithmCost("Fish", 5.0, 50.0, (5.0,) * 5),
+            AlgorithmCost.refused("MoGE", "no image-routed experts"), AlgorithmCost.refused("IRM", "why")]
+    monkeypatch.setattr(bench, "benchmark_algorithms", lambda config: fake)
+    result = CliRunner().invoke(command, ["bench", "--algorithms", "ERM,Fish,MoGE,IRM", "--backbone", "vit_tiny"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0].startswith("**vit_tiny at ") and lines[0].endswith("**") and lines[1] == ""
+    assert lines[2].startswith("| algorithm ") and lines[5].startswith("| Fish ")
+    assert lines[6:9] == ["", "not measured: MoGE (no image-routed experts)", "not measured: IRM (why)"]
+    assert table_rows("\n".join(lines[2:6]))[-1] == ["Fish", "5.000", "2.50x", "2.50-2.50", "50", "0.50x"]

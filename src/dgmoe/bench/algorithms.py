@@ -38,8 +38,8 @@ from typing import Any
 from dgmoe.bench.config import BenchmarkConfig
 from dgmoe.bench.timing import Spread, timing_warnings
 from dgmoe.devices import resolve_device
+from dgmoe.document import Cell, Table, Text
 from dgmoe.engine.progress import Progress
-from dgmoe.tables import markdown_table
 
 WARMUP_OFF = {"irm_penalty_anneal_iters": 0, "vrex_penalty_anneal_iters": 0, "penalty_anneal_iters": 0,
               "rdm_penalty_anneal_iters": 0, "sma_start_iter": 0}
@@ -254,10 +254,10 @@ def round_ratios(result: AlgorithmCost, erm: AlgorithmCost) -> list[float]:
     return [t / e for t, e in zip(result.step_times_s, result.erm_step_times_s or erm.step_times_s)]
 
 
-def cost_table_markdown(results: list[AlgorithmCost], title: str) -> str:
+def cost_table(results: list[AlgorithmCost], title: str) -> Table:
     """One row per algorithm: absolute step time and peak memory and both relative to ERM, the time ratio
-    with the IQR of its per-round ratios (memory is measured once: no spread); algorithms that refused the
-    backbone are listed under the table with their reason."""
+    with the IQR of its per-round ratios (memory is measured once: no spread); each algorithm that refused the
+    backbone is a note under the table, with its reason."""
     erm = next(r for r in results if r.algorithm == "ERM")
     rows = []
     for r in results:
@@ -265,13 +265,13 @@ def cost_table_markdown(results: list[AlgorithmCost], title: str) -> str:
             continue
         erm_time = statistics.fmean(r.erm_step_times_s) if r.erm_step_times_s else erm.step_time_s
         erm_memory = r.erm_peak_memory_mb if r.erm_peak_memory_mb is not None else erm.peak_memory_mb
-        rows.append([r.algorithm, f"{r.step_time_s:.3f}", f"{r.step_time_s / erm_time:.2f}x",
-                     Spread.of(round_ratios(r, erm)).text(".2f"), f"{r.peak_memory_mb:.0f}",
-                     f"{r.peak_memory_mb / erm_memory:.2f}x"])
-    lines = [f"**{title}**", "", markdown_table(["algorithm", "step time (s)", "rel. to ERM", "IQR over rounds",
-                                                 "peak memory (MB)", "rel. to ERM"], rows)]
-    refused = [f"not measured: {r.algorithm} ({r.unsupported})" for r in results if r.unsupported]
-    return "\n".join(lines + ([""] + refused if refused else []))
+        rows.append([r.algorithm, Cell(mean=r.step_time_s, decimals=3),
+                     Cell(mean=r.step_time_s / erm_time, decimals=2, unit="x"),
+                     Spread.of(round_ratios(r, erm)).text(".2f"), Cell(mean=r.peak_memory_mb, decimals=0),
+                     Cell(mean=r.peak_memory_mb / erm_memory, decimals=2, unit="x")])
+    refused = [Text(f"not measured: {r.algorithm} ({r.unsupported})") for r in results if r.unsupported]
+    return Table.make(title, ["algorithm", "step time (s)", "rel. to ERM", "IQR over rounds", "peak memory (MB)",
+                              "rel. to ERM"], rows, refused)
 
 
 def cost_warnings(results: list[AlgorithmCost]) -> list[str]:

@@ -1,6 +1,7 @@
 """`dgmoe algorithms`: list the DG algorithms; `dgmoe algorithms bench`: their training cost table."""
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import click
@@ -8,6 +9,7 @@ import click
 from dgmoe.bench.config import AlgorithmBenchConfig, BenchmarkConfig
 from dgmoe.cli.config import AlgorithmsListConfig
 from dgmoe.cli.options import ListFlagsGroup, build_config, config_options
+from dgmoe.document import Table
 
 
 def algorithm_rows() -> list[tuple[str, int, str, str]]:
@@ -42,7 +44,7 @@ def command(ctx: click.Context, **kw: Any) -> None:
 def bench(ctx: click.Context, **kw: Any) -> None:
     """Training step time and peak memory per algorithm relative to ERM (GMoE Table 16's form)."""
     from dgmoe.algorithms import list_algorithms
-    from dgmoe.bench.algorithms import benchmark_algorithms, cost_table_markdown, cost_warnings
+    from dgmoe.bench.algorithms import benchmark_algorithms, cost_table, cost_warnings
 
     cfg = build_config(AlgorithmBenchConfig, ctx, kw)
     algorithms, img_size, patch_size, domains, threads, device = (cfg.algorithms, cfg.img_size, cfg.patch_size,
@@ -58,10 +60,18 @@ def bench(ctx: click.Context, **kw: Any) -> None:
         results = benchmark_algorithms(config)
         title = (f"{backbone} at {img_size} px / patch {patch_size}, batch {domains} x {cfg.batch_per_domain}, "
                  f"{threads} thread(s), {device}")
-        click.echo(cost_table_markdown(results, title))
+        click.echo(cost_table_text(cost_table(results, title)))
         for line in cost_warnings(results):
             click.echo(f"WARNING: {line}")
         click.echo("")
+
+
+def cost_table_text(table: Table) -> str:
+    """The cost table as the command prints it: its title in bold, the table, then its notes (the algorithms
+    not measured) one a line."""
+    notes = [n.markdown() for n in table.notes]
+    return "\n".join([f"**{table.title}**", "", replace(table, notes=()).markdown(title=False),
+                      *([""] + notes if notes else [])])
 
 
 if __name__ == "__main__":  # `python -m dgmoe.cli.algorithms` runs the same command as `dgmoe algorithms`

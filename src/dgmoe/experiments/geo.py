@@ -26,7 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from dgmoe.data.geo.geomnist import GEO_REGIONS, REGION_NAMES, geo_domains
-from dgmoe.document import Table
+from dgmoe.document import Cell, Table
 from dgmoe.errors import UsageError
 from dgmoe.experiments.config import GeoBenchConfig
 from dgmoe.selection import worst_group_checkpoint
@@ -205,7 +205,8 @@ def run_geo_benchmark(output_root: str | Path, methods: Sequence[str] = ("ERM", 
 
 
 def results_table(rows: list[dict[str, Any]]) -> Table:
-    """An untitled table: mean +- std over seeds of worst-region, overall and held-out accuracy (in %)."""
+    """An untitled table: mean ± std (ddof 1, carried as `Cell.sd`) over seeds of worst-region, overall and
+    held-out accuracy (in %)."""
     methods = list(dict.fromkeys(r["method"] for r in rows))
     table = []
     for m in methods:
@@ -213,7 +214,7 @@ def results_table(rows: list[dict[str, Any]]) -> Table:
 
         def fmt(key):
             v = np.array([r[key] for r in sub], dtype=np.float64) * 100
-            return f"{v.mean():.1f} ± {v.std(ddof=1) if len(v) > 1 else 0.0:.1f}"
+            return Cell(mean=float(v.mean()), sd=float(v.std(ddof=1)) if len(v) > 1 else 0.0)
 
         table.append([m, fmt("worst_region_acc"), fmt("overall_acc"), fmt("held_out_acc"),
                       fmt("seen_worst_region_acc"), len(sub)])

@@ -206,9 +206,10 @@ def run_noisy(cfg: SyntheticConfig, grid: tuple[float, ...] = DEFAULT_GRID, seed
     return [train_network(arch, replace(cfg, p1=p1, p2=p2), seed, progress=progress) for p1 in grid for p2 in grid]
 
 
-def _pct(values: list[float]) -> str:
+def _pct(values: list[float]) -> Cell:
+    """Mean ± std (ddof 0) in %; the mean alone for one value."""
     arr = 100 * np.asarray(values)
-    return f"{arr.mean():.1f} ± {arr.std():.1f}" if len(arr) > 1 else f"{arr.mean():.1f}"
+    return Cell(mean=float(arr.mean()), sd=float(arr.std()) if len(arr) > 1 else None)
 
 
 def noiseless_table(results: list[TrainResult]) -> Table:

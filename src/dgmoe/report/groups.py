@@ -16,18 +16,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Collection, Iterable, Sequence
 
+from dgmoe.document import Cell, Table
 from dgmoe.report.runs import RunInfo
 from dgmoe.report.text import count
-from dgmoe.tables import html_table, slugify
+from dgmoe.tables import slugify
 
 PAGE_ROWS = 100  # runs per group page
 FACETS = ("dataset", "algorithm", "model", "held-out domain")
-Link = Callable[[Path, Path], str]  # (from page, to page) -> relative URL
+Link = Callable[[Path, Path], str]  # (from page, to page) -> relative URL, not escaped (`Layout.relative`)
 
 
 def pct(x: float | None) -> str:
     """An accuracy in percent with one decimal (the noise of a held-out accuracy), or "" for none."""
     return "" if x is None else f"{100 * x:.1f}"
+
+
+def pct_cell(x: float | None, suffix: str = "") -> Cell:
+    """`pct` as a table cell that carries its number (blank for none)."""
+    return Cell() if x is None else Cell(mean=100 * x, suffix=suffix)
 
 
 @dataclass
@@ -101,7 +107,7 @@ def filter_bar(facets: dict[str, dict[str, list[Group]]], by_dir: Path, page: Pa
         for value, members in list(values.items())[:limit]:
             text = f"{html.escape(value)} ({len(members)})"
             items.append(f"<strong>{text}</strong>" if current == (name, value) else
-                         f'<a href="{link(page, by_dir / facet_file(name, value))}">{text}</a>')
+                         f'<a href="{html.escape(link(page, by_dir / facet_file(name, value)))}">{text}</a>')
         more = f" &hellip; {len(values) - limit} more" if len(values) > limit else ""
         parts.append(f"<li>{html.escape(name)}: " + " &middot; ".join(items) + more + "</li>")
     return '<nav class="toc" aria-label="Filters"><strong>Filter the run groups</strong><ul>' + "".join(parts) \
@@ -109,7 +115,7 @@ def filter_bar(facets: dict[str, dict[str, list[Group]]], by_dir: Path, page: Pa
 
 
 def groups_table(groups: Sequence[Group], page: Path, group_page: Callable[[Group, int], Path], link: Link,
-                 with_dataset: bool = False) -> str:
+                 with_dataset: bool = False) -> Table:
     """One row per group: its runs, the seeds, and the test accuracy of its best runs, linked to its pages."""
     head = [*(["dataset"] if with_dataset else []), "algorithm", "model", "held-out domain(s)", "runs", "finished",
             "trial seeds (which)", "hparams draws", "test (%), best run per trial, mean", "best validation (%)"]
@@ -121,13 +127,12 @@ def groups_table(groups: Sequence[Group], page: Path, group_page: Callable[[Grou
         tests = [r.selected.test_acc for r in best if r.selected is not None]
         mean_test = sum(tests) / len(tests) if tests else None
         top = g.best()
-        runs = f'<a href="{link(page, group_page(g, 1))}">{len(g.runs)}</a>'
-        rows.append([*([html.escape(g.dataset)] if with_dataset else []), html.escape(g.algorithm),
-                     html.escape(g.model), html.escape(", ".join(g.held_out) or "none"), runs,
-                     str(sum(r.done for r in g.runs)),
-                     html.escape(f"{'seed' if len(trials) == 1 else 'seeds'} {_short(trials)}"), str(len(hps)),
-                     pct(mean_test), "" if top is None or top.selected is None else pct(top.selected.val_acc)])
-    return html_table(head, rows, left=4 if with_dataset else 3)
+        runs = Cell(mean=len(g.runs), decimals=0, links=((str(len(g.runs)), link(page, group_page(g, 1))),))
+        rows.append([*([g.dataset] if with_dataset else []), g.algorithm, g.model, ", ".join(g.held_out) or "none",
+                     runs, sum(r.done for r in g.runs), f"{'seed' if len(trials) == 1 else 'seeds'} {_short(trials)}",
+                     len(hps), pct_cell(mean_test), pct_cell(None if top is None or top.selected is None
+                                                             else top.selected.val_acc)])
+    return Table.make("", head, rows, left=4 if with_dataset else 3)
 
 
 def _short(values: list[str], limit: int = 6) -> str:
@@ -135,21 +140,20 @@ def _short(values: list[str], limit: int = 6) -> str:
 
 
 def run_rows_table(runs: Sequence[RunInfo], page: Path, run_page: Callable[[RunInfo], Path], link: Link,
-                   has_page: Collection[Path]) -> str:
+                   has_page: Collection[Path]) -> Table:
     """One row per run: its numbers, and a link to its page where one was written."""
     head = ["run", "seeds: trial / hp", "steps", "status", "selected step", "val (%)", "test (%)", "figures"]
     rows = []
     for run in runs:
         sel = run.selected
-        test = "" if sel is None else pct(sel.test_acc) + (
-            f" (worst {pct(sel.worst_test_acc)})" if len(run.test_envs) > 1 else "")
-        name = html.escape(run.rel)
-        cell = f'<a href="{link(page, run_page(run))}">{name}</a>' if run.path in has_page else name
-        rows.append([cell, html.escape(run.seed_pair), str(run.last_step if run.last_step is not None else ""),
+        test = pct_cell(None if sel is None else sel.test_acc,
+                        f" (worst {pct(sel.worst_test_acc)})" if sel is not None and len(run.test_envs) > 1 else "")
+        name = Cell(run.rel, links=((run.rel, link(page, run_page(run))),) if run.path in has_page else ())
+        rows.append([name, run.seed_pair, "" if run.last_step is None else run.last_step,
                      "problem" if run.problem else ("finished" if run.done else "unfinished"),
-                     "" if sel is None else str(sel.step), "" if sel is None else pct(sel.val_acc), test,
-                     str(len(run.figures()))])
-    return html_table(head, rows, left=4)
+                     "" if sel is None else sel.step, pct_cell(None if sel is None else sel.val_acc), test,
+                     len(run.figures())])
+    return Table.make("", head, rows, left=4)
 
 
 def group_pages(group: Group, group_page: Callable[[Group, int], Path], run_page: Callable[[RunInfo], Path],
@@ -161,12 +165,12 @@ def group_pages(group: Group, group_page: Callable[[Group, int], Path], run_page
     out = []
     for k in range(1, n_pages + 1):
         path = group_page(group, k)
-        nav = [f'<a href="{link(path, group_page(group, j))}">{j}</a>' if j != k else f"<strong>{j}</strong>"
-               for j in range(1, n_pages + 1)]
+        nav = [f'<a href="{html.escape(link(path, group_page(group, j)))}">{j}</a>' if j != k
+               else f"<strong>{j}</strong>" for j in range(1, n_pages + 1)]
         body = [crumbs(path), f"<h1>{html.escape(group.dataset)}: {html.escape(group.label)}</h1>",
                 f'<p class="meta">{count(len(group.runs), "run")}, best validation first; page {k} of {n_pages}'
                 + (": " + " ".join(nav) if n_pages > 1 else "") + ". A linked run has its own page (accuracy "
                 "per step, figures); for any other, <code>dgmoe report RUNS_DIR --run RUN</code> writes it.</p>",
-                run_rows_table(order[(k - 1) * PAGE_ROWS:k * PAGE_ROWS], path, run_page, link, has_page)]
+                run_rows_table(order[(k - 1) * PAGE_ROWS:k * PAGE_ROWS], path, run_page, link, has_page).html()]
         out.append((path, f"{group.dataset}: {group.label}", body))
     return out

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Collection, Mapping, Sequence
 
+from dgmoe.document import Cell, Table
 from dgmoe.report.groups import (
     Group,
     facet_file,
@@ -28,8 +29,8 @@ from dgmoe.report.groups import (
 from dgmoe.report.markdown import markdown_to_html
 from dgmoe.report.runs import RunInfo, figure_title
 from dgmoe.report.store import CHART, FigureStore, Layout
-from dgmoe.report.text import count, rounded
-from dgmoe.tables import html_table, slugify
+from dgmoe.report.text import count, rounded, rounded_cell
+from dgmoe.tables import slugify
 
 Section = tuple[str, str, str, list[tuple[str, str]]]  # (anchor, heading, HTML, [(anchor, heading) of parts])
 
@@ -98,7 +99,7 @@ def include_section(path: Path) -> tuple[str, str, str]:
     return anchor, f"Included: {path.name}", markdown_to_html(path.read_text(encoding="utf-8"), heading_offset=2)
 
 
-def cost_table(runs: Sequence[RunInfo]) -> str:
+def cost_table(runs: Sequence[RunInfo]) -> Table:
     """Per dataset, algorithm and model: runs, parameters, mean train step time and peak memory (GMoE Table 16)."""
     groups: dict[tuple[str, str, str], list[RunInfo]] = defaultdict(list)
     for run in runs:
@@ -113,14 +114,14 @@ def cost_table(runs: Sequence[RunInfo]) -> str:
         params = {r.params for r in members if r.params is not None}
         steps = sorted({r.last_step for r in members if r.last_step is not None})
         noise = spread(times) or (min(r.spread_of("step_time") or 0.0 for r in members) if times else 0.0)
-        rows.append([html.escape(dataset), html.escape(algorithm), html.escape(model), str(len(members)),
-                     "" if len(params) != 1 else f"{params.pop() / 1e6:.2f}",
-                     rounded(sum(times) / len(times) if times else None, noise or None),
+        rows.append([dataset, algorithm, model, len(members),
+                     Cell(mean=params.pop() / 1e6, decimals=2) if len(params) == 1 else "",
+                     rounded_cell(sum(times) / len(times) if times else None, noise or None),
                      f"{rounded(min(times), noise or None)}-{rounded(max(times), noise or None)}"
                      if len(times) > 1 else "",
-                     rounded(max(mems) if mems else None, decimals=2),
+                     rounded_cell(max(mems) if mems else None, decimals=2),
                      ", ".join(str(s) for s in steps[:3]) + (", ..." if len(steps) > 3 else "")])
-    return html_table(head, rows, left=3)
+    return Table.make("", head, rows, left=3)
 
 
 def _toc(sections: Sequence[Section]) -> str:
@@ -181,7 +182,7 @@ def run_index(groups: Sequence[Group], has_page: Collection[Path], layout: Layou
     """The run index section: the filter bar, then a table of groups per dataset."""
     facets = facet_values(groups)
     blocks = [f'<p class="meta">{RUN_INDEX_NOTE.format(pages=count(len(has_page), "run"))}</p>',
-              filter_bar(facets, layout.by, layout.index, Layout.link)]
+              filter_bar(facets, layout.by, layout.index, Layout.relative)]
     parts = []
     for dataset, members in facets["dataset"].items():
         anchor = f"runs-{slugify(dataset)}"
@@ -190,7 +191,7 @@ def run_index(groups: Sequence[Group], has_page: Collection[Path], layout: Layou
         domains = ", ".join(members[0].runs[0].domains)
         blocks.append(f'<h3 id="{anchor}">{html.escape(dataset)}</h3><p class="meta">{count(n_runs, "run")} in '
                       f"{count(len(members), 'group')}; domains: {html.escape(domains)}</p>"
-                      + groups_table(members, layout.index, layout.group_page, Layout.link))
+                      + groups_table(members, layout.index, layout.group_page, Layout.relative).html())
     return "\n".join(blocks), parts
 
 
@@ -206,7 +207,7 @@ def aux_pages(groups: Sequence[Group], has_page: Collection[Path], layout: Layou
               title: str) -> list[tuple[Path, str, list[str]]]:
     """(file, title, body) of every group page and every filter page."""
     crumbs = _crumbs(layout, title)
-    out = [p for g in groups for p in group_pages(g, layout.group_page, layout.run_page, Layout.link, has_page,
+    out = [p for g in groups for p in group_pages(g, layout.group_page, layout.run_page, Layout.relative, has_page,
                                                   crumbs)]
     facets = facet_values(groups)
     for name, values in facets.items():
@@ -216,8 +217,8 @@ def aux_pages(groups: Sequence[Group], has_page: Collection[Path], layout: Layou
             out.append((path, f"{name}: {value}", [
                 crumbs(path), f"<h1>Runs with {html.escape(name)} {html.escape(value)}</h1>",
                 f'<p class="meta">{count(n_runs, "run")} in {count(len(members), "group")}.</p>',
-                filter_bar(facets, layout.by, path, Layout.link, current=(name, value)),
-                groups_table(members, path, layout.group_page, Layout.link, with_dataset=True)]))
+                filter_bar(facets, layout.by, path, Layout.relative, current=(name, value)),
+                groups_table(members, path, layout.group_page, Layout.relative, with_dataset=True).html()]))
     return out
 
 
@@ -242,7 +243,7 @@ def index_body(root: Path, runs: Sequence[RunInfo], groups: Sequence[Group], has
     sections.append(("runs", "Run index", *run_index(groups, has_page, layout)))
     sections.append(("cost", "Cost", '<p class="meta">From the records: mean wall time of a training step and '
                      "peak memory per run, then over the runs of each row (as GMoE Table 16), rounded to their "
-                     "spread.</p>" + cost_table(runs), []))
+                     "spread.</p>" + cost_table(runs).html(), []))
     sections += [(a, h, body, []) for a, h, body in map(include_section, includes)]
 
     def name(r: RunInfo, text: str) -> str:

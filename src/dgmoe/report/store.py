@@ -53,10 +53,14 @@ class Layout:
         return self.groups / f"{group.slug}-{k}.html"
 
     @staticmethod
+    def relative(page: Path, target: Path) -> str:
+        """Relative URL from `page` to `target`, not escaped (a table cell's link: `Cell.html` escapes it)."""
+        return os.path.relpath(target, page.parent).replace(os.sep, "/")
+
+    @staticmethod
     def link(page: Path, target: Path) -> str:
-        """Relative URL from `page` to `target`, each path segment escaped."""
-        rel = os.path.relpath(target, page.parent).replace(os.sep, "/")
-        return "/".join(html.escape(part, quote=True) for part in rel.split("/"))
+        """Relative URL from `page` to `target`, escaped for an HTML attribute."""
+        return html.escape(Layout.relative(page, target), quote=True)
 
 
 def layout_of_index(index: Path) -> Layout:

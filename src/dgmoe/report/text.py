@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import math
 
+from dgmoe.document import Cell
+
 
 def count(n: int, noun: str, plural: str | None = None) -> str:
     """`n` and the noun in the right number: "1 run", "3 runs", "1 analysis", "2 analyses" (given)."""
@@ -21,17 +23,25 @@ def decimals_for(noise: float, most: int = 4) -> int:
     return max(0, min(most, -math.floor(math.log10(noise))))
 
 
+def _places(value: float, noise: float | None, decimals: int | None) -> int:
+    if decimals is not None:
+        return decimals
+    if noise is not None:
+        return decimals_for(noise)
+    magnitude = math.floor(math.log10(abs(value))) if value else 0
+    return max(0, 2 - magnitude)
+
+
 def rounded(value: float | int | None, noise: float | None = None, decimals: int | None = None) -> str:
     """A number as a table shows it: to `decimals`, or to the precision of `noise` (`decimals_for`), else
     to three significant digits; '' for None or NaN, integers as integers."""
+    return rounded_cell(value, noise, decimals).render()
+
+
+def rounded_cell(value: float | int | None, noise: float | None = None, decimals: int | None = None) -> Cell:
+    """`rounded` as a table cell that carries its number (a blank cell for None or NaN)."""
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return ""
+        return Cell()
     if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
-    if decimals is None:
-        if noise is not None:
-            decimals = decimals_for(noise)
-        else:
-            magnitude = math.floor(math.log10(abs(value))) if value else 0
-            decimals = max(0, 2 - magnitude)
-    return f"{value:.{decimals}f}"
+        return Cell(mean=value, decimals=0)
+    return Cell(mean=value, decimals=_places(value, noise, decimals))
