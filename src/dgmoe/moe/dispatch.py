@@ -148,14 +148,16 @@ def fused_grouped_gemm(device: torch.device, dtype: torch.dtype) -> bool:
 
 def layer_needs(option: str, experts: ExpertBank, x: torch.Tensor, dtype: torch.dtype,
                 compiling: bool) -> DispatchNeeds:
-    """The needs of a call of a layer configured with `option` on its `experts` with tokens `x`."""
+    """The needs of a call of a layer configured with `option` on its `experts` with tokens `x`. The cached
+    questions to the device (`fused_grouped_gemm`, `kernels.available`) are asked only outside torch.compile,
+    whose rules do not read them."""
     grad, twice = torch.is_grad_enabled(), SCOPE.twice_differentiable
     if not isinstance(experts, Experts):
         return DispatchNeeds(option, ffn_experts=False, grad=grad, twice_differentiable=twice)
     return DispatchNeeds(option, activation=experts.activation, grad=grad, twice_differentiable=twice,
                          expert_dropout=experts.training and experts.drop.p > 0,
                          fused_grouped_gemm=not compiling and fused_grouped_gemm(x.device, dtype),
-                         triton=x.device.type == "cuda" and kernels.available())
+                         triton=not compiling and x.device.type == "cuda" and kernels.available())
 
 
 def sorted_dispatch(x: torch.Tensor, expert_idx: torch.Tensor, gates: torch.Tensor, experts: ExpertBank,
