@@ -13,6 +13,7 @@ import dataclasses
 import difflib
 import json
 import math
+import sys
 import typing
 from dataclasses import field
 from pathlib import Path
@@ -29,7 +30,8 @@ def setting(default: Any, help: str, *, key: str | None = None, minimum: float |
             maximum: float | None = None, choices: tuple[str, ...] | None = None, exclusive_max: bool = False,
             exclusive_min: bool = False, flags: tuple[str, ...] | None = None,
             parser: Callable[[str], Any] | None = None, shown: str | None = None, required: bool = False,
-            argument: bool = False, hidden: bool = False, metavar: str | None = None, commas: bool = False) -> Any:
+            argument: bool = False, hidden: bool = False, metavar: str | None = None, commas: bool = False,
+            deprecated: Mapping[str, tuple[str, str]] | None = None) -> Any:
     """A config field with its help text and constraints; `key` is its flat name when the field's own name
     would be ambiguous outside its section (`model.name` is `--model`).
 
@@ -39,11 +41,13 @@ def setting(default: Any, help: str, *, key: str | None = None, minimum: float |
     prints it; `required` a value the command line (or a `--config` file) must give; `argument` a positional
     argument; `hidden` an option kept for old command lines, left out of `--help`; `commas` a list of names
     whose items may also be comma lists (`--datasets PACS,VLCS`); on a text setting with `choices`, a comma list
-    of them (`attn,fc1`)."""
+    of them (`attn,fc1`). `deprecated` maps a retired value of a text setting to (its replacement, why): the
+    value keeps working for one release, replaced with a one-line warning (`replace_deprecated`), and is left out
+    of `--help`; CHANGELOG.md lists it under Deprecated."""
     meta = {"help": help, "key": key, "minimum": minimum, "maximum": maximum, "choices": choices,
             "exclusive_min": exclusive_min, "exclusive_max": exclusive_max, "flags": flags, "parser": parser,
             "shown": shown, "required": required, "argument": argument, "hidden": hidden, "metavar": metavar,
-            "commas": commas}
+            "commas": commas, "deprecated": dict(deprecated or {})}
     if isinstance(default, (dict, list)):
         return field(default_factory=lambda: type(default)(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -156,13 +160,28 @@ def default_of(f: dataclasses.Field) -> Any:
     return f.default_factory()
 
 
+def replace_deprecated(f: dataclasses.Field, value: Any) -> Any:
+    """A deprecated value of `f` replaced by its successor, said in one line on stderr (`dgmoe: warning: ...`);
+    any other value as it is."""
+    retired = f.metadata.get("deprecated") or {}
+    if not isinstance(value, str) or value not in retired:
+        return value
+    replacement, why = retired[value]
+    name = flag_of(f)
+    print(f"dgmoe: warning: {name} {value} is deprecated and will be removed in the next release ({why}); "
+          f"running {name} {replacement}: pass that instead", file=sys.stderr)
+    return replacement
+
+
 def normalise(config: Any) -> None:
     """Coerce the spellings a command line or a JSON file gives (JSON text for objects, lists for tuples, a list
     for a comma list) into the field types, in place on a frozen dataclass, before `validate`."""
     hints = typing.get_type_hints(type(config))
     for f in dataclasses.fields(config):
         value, base = getattr(config, f.name), kind_of(hints[f.name])[0]
-        if base is dict and isinstance(value, str):
+        if f.metadata.get("deprecated") and value != (new := replace_deprecated(f, value)):
+            object.__setattr__(config, f.name, new)
+        elif base is dict and isinstance(value, str):
             object.__setattr__(config, f.name, parse_json_object(value, flag_of(f)))
         elif base is str and f.metadata.get("commas") and isinstance(value, (list, tuple)):  # a comma list's items
             object.__setattr__(config, f.name, ",".join(map(str, value)))

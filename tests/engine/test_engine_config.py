@@ -37,10 +37,11 @@ def _argv(key: str, value: object) -> list[str]:
 @pytest.mark.parametrize("section, f, hint", run_fields(), ids=lambda v: getattr(v, "name", str(v)))
 def test_every_config_field_is_settable_from_the_cli(section, f, hint):
     value = _other_value(f, hint)
-    ctx = train_command.make_context("train", _argv(key_of(f), value))
+    switch = ExecutionConfig.NEEDS.get(f.name) if section == "execution" else None  # (with the switch it needs)
+    ctx = train_command.make_context("train", _argv(key_of(f), value) + ([flag(switch)] if switch else []))
     cfg = config_from_options(ctx, ctx.params)
     assert getattr(getattr(cfg, section), f.name) == value
-    default = RunConfig()
+    default = RunConfig().replace(**{switch: True}) if switch else RunConfig()
     assert cfg != default and cfg.replace(**{key_of(f): getattr(getattr(default, section), f.name)}) == default
 
 
@@ -89,7 +90,8 @@ def test_flat_config_json_of_older_runs_is_migrated():
 def test_identity_excludes_execution_by_construction():
     cfg = RunConfig.from_flat(dataset="PACS", steps=5)
     for f in dataclasses.fields(ExecutionConfig):
-        changed = cfg.replace(**{key_of(f): _other_value(f, typing.get_type_hints(ExecutionConfig)[f.name])})
+        switch = {ExecutionConfig.NEEDS[f.name]: True} if f.name in ExecutionConfig.NEEDS else {}
+        changed = cfg.replace(**{key_of(f): _other_value(f, typing.get_type_hints(ExecutionConfig)[f.name])}, **switch)
         assert changed.identity_hash() == cfg.identity_hash() and identity_differences(cfg, changed) == []
     assert identity_differences(cfg, cfg.replace(steps=6)) == ["steps"]
     assert cfg.replace(seed=1).identity_hash() != cfg.identity_hash()

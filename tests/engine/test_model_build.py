@@ -54,7 +54,9 @@ def _as_written_before(run: Path) -> None:
     config = json.loads((run / "config.json").read_text())
     old = _old_peft(PeftConfig.from_dict(config["config"]["peft"]))
     config["config"] = _old_identity(config["config"])
-    config["config"]["execution"].pop("compile_mode")  # a later setting 0.2.0 did not write (default when absent)
+    for later in ("compile_mode", "wandb", "wandb_project", "wandb_entity", "wandb_name", "mlflow", "mlflow_uri",
+                  "mlflow_experiment"):  # later settings 0.2.0 did not write (each at its default when absent)
+        config["config"]["execution"].pop(later)
     config["model_build"]["kwargs"]["peft"] = old
     config["model_info"]["peft"] = old
     (run / "config.json").write_text(json.dumps(config, indent=1, sort_keys=True))

@@ -166,7 +166,9 @@ class StemBenchConfig(Settings):
     rounds: int = setting(7, _ROUNDS, minimum=MIN_ROUNDS)
     threads: int | None = setting(None, "torch threads [torch's default].", minimum=1)
     reference: str = setting("auto", "The reference stem: timm's (needs the timm extra); auto and timm are the same "
-                                     "since dgmoe's former formulation was retired.", choices=("auto", "timm"))
+                                     "since dgmoe's former formulation was retired.", choices=("auto", "timm"),
+                             deprecated={"previous": ("timm", "dgmoe's former stem formulation was retired in 0.3.0, "
+                                                              "so the reference is timm's stem")})
 
 
 @dataclass(frozen=True)

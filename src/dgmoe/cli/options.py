@@ -15,13 +15,23 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 import click
 from click.core import ParameterSource
 
 from dgmoe.engine.config import RunConfig
-from dgmoe.settings import ConfigError, choices_of, comma_ints, default_of, flag, item_kind, key_of, kind_of
+from dgmoe.settings import (
+    ConfigError,
+    choices_of,
+    comma_ints,
+    default_of,
+    flag,
+    item_kind,
+    key_of,
+    kind_of,
+    replace_deprecated,
+)
 
 LIST_HINT = "space-separated, repeat the flag or use a comma list"
 
@@ -61,6 +71,18 @@ class ChoiceList(click.Choice):
     """One of a list flag's choices, whose items may also be comma lists (`--method uniform,greedy`)."""
 
     commas = True
+
+
+class RetiringChoice(click.Choice):
+    """A setting's choices, which also takes its deprecated values (`setting(deprecated=...)`), each replaced by
+    its successor with a one-line warning; `--help` shows only the current choices."""
+
+    def __init__(self, choices: Sequence[str], setting: dataclasses.Field) -> None:
+        super().__init__(choices)
+        self.setting = setting
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        return super().convert(replace_deprecated(self.setting, value), param, ctx)
 
 
 def spread_lists(params: Iterable[click.Parameter], args: list[str]) -> list[str]:
@@ -202,7 +224,8 @@ def setting_param(config: type, f: dataclasses.Field, hint: Any, click_required:
         return option(default="", **{"show_default": False, **common})
     choices = choices_of(f, hint)
     if choices:
-        return option(type=click.Choice(choices), default=default, **{"show_default": True, **common})
+        kind = RetiringChoice(choices, f) if meta.get("deprecated") else click.Choice(choices)
+        return option(type=kind, default=default, **{"show_default": True, **common})
     scalar: type = {int: int, float: float}.get(base, str)
     return option(type=scalar, default=default, **{"show_default": default not in (None, ""), **common})
 

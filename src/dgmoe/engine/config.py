@@ -139,6 +139,10 @@ class TrainingConfig(_Section):
 class ExecutionConfig(_Section):
     """Where and how the run executes; none of it changes what the run computes."""
 
+    #: a setting that means something only with a switch on: (setting, the switch it needs)
+    NEEDS: ClassVar[dict[str, str]] = {"wandb_project": "wandb", "wandb_entity": "wandb", "wandb_name": "wandb",
+                                       "mlflow_uri": "mlflow", "mlflow_experiment": "mlflow"}
+
     output_dir: str | None = setting(None, "Run folder, required (re-running the same command resumes).")
     data_dir: str | None = setting(None, "Root holding <Name>/<domain>/<class>/<img>; optional for MNIST.")
     label: str | None = setting(None, "Name of the run in results tables and reports, one line of text (tables "
@@ -163,6 +167,17 @@ class ExecutionConfig(_Section):
         "stop", "A training loss that is NaN or infinite: stop (exit 3, naming the step and the loss terms; no "
                 "record of it is written) or continue (DomainBed's behaviour).", choices=("stop", "continue"))
     tensorboard: bool = setting(False, "Also log scalars to <output-dir>/tensorboard.")
+    wandb: bool = setting(False, "Also log to Weights & Biases (the wandb extra): every record's numbers at its step, "
+                                 "the config as parameters; a resumed run continues its W&B run (WANDB_MODE=offline "
+                                 "needs no network).")
+    wandb_project: str | None = setting(None, "W&B project [WANDB_PROJECT, else dgmoe].")
+    wandb_entity: str | None = setting(None, "W&B entity [WANDB_ENTITY, else W&B's default].")
+    wandb_name: str | None = setting(None, "W&B run name [WANDB_NAME, else --label, else the run folder's name].")
+    mlflow: bool = setting(False, "Also log to MLflow (the mlflow extra): every record's numbers at its step, the "
+                                  "config as parameters; a resumed run continues its MLflow run.")
+    mlflow_uri: str | None = setting(None, "MLflow tracking URI or folder [MLFLOW_TRACKING_URI, else ./mlruns, a "
+                                           "local file store].")
+    mlflow_experiment: str | None = setting(None, "MLflow experiment [MLFLOW_EXPERIMENT_NAME, else dgmoe].")
     progress: str = setting("auto", "Progress display: auto = a bar on a terminal, else lines.",
                             choices=("auto", "bar", "lines", "none"))
     log_every_s: float = setting(20.0, "Seconds between progress lines when the display is lines (logs, Slurm, "
@@ -174,6 +189,10 @@ class ExecutionConfig(_Section):
         if odd:  # a table row is one line: a newline in a name would cut the row
             raise ConfigError(f"--label must be one line of text; {self.label!r} holds the control character "
                               f"{odd[0]!r}")
+        for knob, switch in self.NEEDS.items():  # a tracker's setting without the tracker would log nothing
+            if getattr(self, knob) is not None and not getattr(self, switch):
+                raise ConfigError(f"{flag(knob)} says where {flag(switch)} logs, and {flag(switch)} is not given: "
+                                  f"add {flag(switch)}")
         if self.skip_model_save and self.save_model_every_checkpoint:
             raise ConfigError("--skip-model-save keeps no weights and --save-model-every-checkpoint keeps them at "
                               "every checkpoint; give one of them")

@@ -44,6 +44,7 @@ from dgmoe.engine.runlog import RunLog
 from dgmoe.engine.setup import RunSetup, prepare_run
 from dgmoe.engine.sinks import ConsoleSink, Sink, TensorBoardSink, tensorboard_writer_class
 from dgmoe.engine.step_metrics import LazyMetrics, StepMetrics
+from dgmoe.engine.trackers import require_trackers, tracker_sinks
 from dgmoe.errors import Interrupted, NonFiniteLossError, RunLockedError, UsageError
 from dgmoe.records import train_domain_val_acc
 from dgmoe.seeding import make_deterministic, seed_hash
@@ -101,6 +102,7 @@ def train(cfg: RunConfig | None = None, *, sinks: Sequence[Sink] = (), **setting
             run_log.say(setup.summary())
             if cfg.execution.tensorboard:
                 tensorboard_writer_class()
+            require_trackers(cfg)
             with RunLock(out) if info.is_main else contextlib.nullcontext() as lock:  # one trainer per run folder
                 state = _check_output_dir(cfg)  # (another trainer may have finished it meanwhile)
                 if state != "done":
@@ -248,7 +250,8 @@ def _run_loop(cfg: RunConfig, setup: RunSetup, writer: RunWriter, run_log: RunLo
             return RunResult(writer.out, progress.records, progress.next_step, False)
     start, n_steps = progress.next_step, setup.n_steps
     checkpoints = Schedule(n_steps, setup.checkpoint_freq)
-    sinks = _sinks(cfg, setup, writer, run_log, info, start, checkpoints) + (list(extra_sinks) if info.is_main else [])
+    sinks = _sinks(cfg, setup, writer, run_log, info, start, checkpoints, progress.records)
+    sinks += list(extra_sinks) if info.is_main else []
     autocast = setup.autocast()
     sums = StepMetrics()  # on the device until a checkpoint reads them: no host sync per step
     eval_batches = setup.eval_batches()
@@ -310,7 +313,7 @@ def _run_loop(cfg: RunConfig, setup: RunSetup, writer: RunWriter, run_log: RunLo
 
 
 def _sinks(cfg: RunConfig, setup: RunSetup, writer: RunWriter, run_log: RunLog, info: DistInfo, start: int,
-           checkpoints: Schedule) -> list[Sink]:
+           checkpoints: Schedule, records: list[dict[str, Any]]) -> list[Sink]:
     if not info.is_main:
         return []
     ex = cfg.execution
@@ -319,7 +322,7 @@ def _sinks(cfg: RunConfig, setup: RunSetup, writer: RunWriter, run_log: RunLog, 
                                      ex.log_every_s)]
     if ex.tensorboard:
         sinks.append(TensorBoardSink(str(writer.out / "tensorboard")))
-    return sinks
+    return sinks + tracker_sinks(cfg, writer.out, records)
 
 
 def _checkpoint(step: int, cfg: RunConfig, setup: RunSetup, writer: RunWriter, progress: RunState,
