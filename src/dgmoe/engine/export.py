@@ -26,10 +26,8 @@ class PeftExportConfig(Settings):
 def export_peft(options: PeftExportConfig) -> Path:
     """Write the run's LoRA as a peft adapter folder; returns it. Refused before anything is written when the
     run is not a LoRA run or DIR already holds an adapter."""
-    from safetensors.torch import save_file
-
     from dgmoe.engine.checkpoint import load_run
-    from dgmoe.engine.io import atomic_path, write_json_atomic
+    from dgmoe.engine.io import save_safetensors_atomic, write_json_atomic
     from dgmoe.models.peft_interop import ADAPTER_CONFIG, ADAPTER_WEIGHTS, peft_adapter
 
     out = Path(options.out_dir)
@@ -44,7 +42,6 @@ def export_peft(options: PeftExportConfig) -> Path:
         adapter, tensors = peft_adapter(network, base_model=base)
     except UsageError as e:
         raise UsageError(f"{options.run_dir}: {e}") from None
-    with atomic_path(out / ADAPTER_WEIGHTS) as tmp:
-        save_file(tensors, str(tmp), metadata={"format": "pt"})
+    save_safetensors_atomic(out / ADAPTER_WEIGHTS, tensors, metadata={"format": "pt"})
     write_json_atomic(out / ADAPTER_CONFIG, adapter)
     return out
