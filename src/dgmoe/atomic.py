@@ -21,6 +21,7 @@ accept and `pandas` reads as missing.
 from __future__ import annotations
 
 import errno
+import glob
 import json
 import math
 import os
@@ -86,16 +87,21 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         raise
 
 
-def stale_temporaries(folder: str | Path) -> list[Path]:
-    """The temporary files a killed writer would leave in `folder`: `atomic_path`'s, and safetensors' own."""
+def stale_temporaries(folder: str | Path, names: tuple[str, ...] | None = None) -> list[Path]:
+    """The temporary files a killed writer would leave in `folder`: `atomic_path`'s, and safetensors' own; with
+    `names` (in a folder dgmoe does not own), only `atomic_path`'s for the files of those names."""
     folder = Path(folder)
-    found = set(folder.glob(TEMP_GLOB)) | {p for p in folder.glob(".tmp*") if SAFETENSORS_TEMP.fullmatch(p.name)}
+    if names is not None:
+        found = {p for name in names for p in folder.glob(f".{glob.escape(name)}.*.tmp")}
+    else:
+        found = set(folder.glob(TEMP_GLOB)) | {p for p in folder.glob(".tmp*") if SAFETENSORS_TEMP.fullmatch(p.name)}
     return sorted(p for p in found if p.is_file())
 
 
-def remove_stale_temporaries(folder: str | Path) -> list[Path]:
-    """Delete the temporary files that killed writers left in `folder` (call only while holding its lock)."""
-    removed = stale_temporaries(folder)
+def remove_stale_temporaries(folder: str | Path, names: tuple[str, ...] | None = None) -> list[Path]:
+    """Delete the temporary files that killed writers left in `folder` (call only while holding its lock, or
+    while no other process writes the files `names`)."""
+    removed = stale_temporaries(folder, names)
     for tmp in removed:
         tmp.unlink(missing_ok=True)
     return removed

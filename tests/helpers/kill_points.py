@@ -118,13 +118,16 @@ def run_killed_at(monkeypatch, out: Path, index: int, snapshot: Path, command: C
 
 
 def kill_everywhere(monkeypatch, out: Path, scratch: Path, begin: Callable[[], object], command: Callable[[], object],
-                    whole: Callable[[Path], None], ignore: tuple[str, ...] = (), hidden: tuple[str, ...] = ()) -> int:
+                    whole: Callable[[Path], None], ignore: tuple[str, ...] = (), hidden: tuple[str, ...] = (),
+                    same: Callable[[Path], object] = lambda out: None) -> int:
     """For every write point k of `command` (after `begin` set the scene): kill it at k, check that what a reader
-    sees is whole (`whole(out)`), re-run it and check that `out` equals an uninterrupted run's. Returns the number
-    of write points. `hidden`: the hidden files the uninterrupted run itself keeps (a lock file)."""
+    sees is whole (`whole(out)`), re-run it and check that `out` equals an uninterrupted run's: the same files,
+    with the same contents except those named in `ignore`, whose `same(out)` must be equal instead (records
+    without their timings). Returns the number of write points. `hidden`: the hidden files the uninterrupted run
+    itself keeps (a lock file)."""
     begin()
     command()
-    reference = folder_state(out, ignore)
+    reference, expected = folder_state(out, ignore), same(out)
     assert reference and not any(part.startswith(".") and part not in hidden for name in reference
                                  for part in Path(name).parts)
     index = 0
@@ -139,4 +142,5 @@ def kill_everywhere(monkeypatch, out: Path, scratch: Path, begin: Callable[[], o
         whole(out)
         command()
         assert folder_state(out, ignore) == reference, f"killed at write point {index}"
+        assert same(out) == expected, f"killed at write point {index}"
         index += 1
