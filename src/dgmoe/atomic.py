@@ -8,7 +8,9 @@ killed mid-write leaves only a temporary file, which `remove_stale_temporaries` 
 makes that safe). No library writes a file of its own: safetensors' `save_file` writes through a temporary
 `.tmpXXXXXX` of its own, which a kill leaves behind under a name dgmoe's cleanup would not know, so weights are
 serialised to bytes (`save_safetensors_atomic`) and written here; the cleanup also removes such files that an
-earlier dgmoe, which let safetensors write, left.
+earlier dgmoe, which let safetensors write, left. What grows line by line (a run's train.log, a job's
+stdout.log and stderr.log, TensorBoard's event files) and lock files are appended or written in place: a kill
+leaves them as far as they got, never a temporary file.
 
 A folder of files that belong together (a soup's run folder, a leaderboard method's predictions) is written the
 same way, whole: into a hidden temporary folder `.<name>.<pid>.partial` that then takes the folder's place
