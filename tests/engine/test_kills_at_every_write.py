@@ -106,7 +106,8 @@ def test_data_prepare_killed_at_every_write_point_reruns_to_the_uninterrupted_ca
 
 
 def test_a_killed_run_folder_left_by_safetensors_own_writer_is_cleaned_on_the_next_start(tmp_path):
-    """An earlier dgmoe let safetensors write weights through its own `.tmpXXXXXX`: the next start removes it."""
+    """An earlier dgmoe let safetensors write weights through its own `.tmpXXXXXX`: the next start removes it, from
+    an unfinished run folder and from a finished one."""
     out = tmp_path / "run"
     train(output_dir=str(out), steps=1, **TINY)
     reference = folder_state(out, ignore=("train.log", "results.jsonl", "config.json", *WEIGHTS))
@@ -115,4 +116,7 @@ def test_a_killed_run_folder_left_by_safetensors_own_writer_is_cleaned_on_the_ne
     (out / ".tmp_notours").write_bytes(b"kept")
     train(output_dir=str(out), steps=1, **TINY)
     (out / ".tmp_notours").unlink()
+    assert folder_state(out, ignore=("train.log", "results.jsonl", "config.json", *WEIGHTS)) == reference
+    (out / ".tmpZz9yX8").write_bytes(b"half a checkpoint")  # beside a finished run: the re-run only tidies up
+    assert train(output_dir=str(out), steps=1, **TINY).already_done
     assert folder_state(out, ignore=("train.log", "results.jsonl", "config.json", *WEIGHTS)) == reference
