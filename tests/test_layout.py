@@ -11,7 +11,7 @@ TESTS = Path(__file__).resolve().parent
 #: bottom to top; a package may import only from lower layers
 LAYERS = [
     {"errors", "tables"},
-    {"registry", "seeding", "records", "settings", "document"},
+    {"registry", "seeding", "records", "settings", "document", "atomic"},
     {"scope", "duplicates", "names", "devices", "peft"},
     {"sharding", "hparams", "metrics", "selection"},
     {"moe", "data"},

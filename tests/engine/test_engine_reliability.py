@@ -145,22 +145,23 @@ def test_every_checkpoint_model_and_a_finished_run_drops_its_resume_state(tmp_pa
 
 def test_a_full_disk_names_the_file_and_the_run_resumes(tmp_path, monkeypatch):
     out = tmp_path / "run"
-    from dgmoe.engine import checkpoint
+    from dgmoe import atomic
 
-    real = checkpoint.save_file  # safetensors' writer, called inside the atomic write
+    real = atomic._write_all  # where the bytes of every file reach the disk, inside the atomic write
     calls = []
 
-    def fill_up(tensors, path, metadata=None):
-        calls.append(path)
-        if len(calls) == 3:  # the second checkpoint's model.safetensors
+    def fill_up(tmp, data):
+        if tmp.name.startswith(".model.safetensors."):
+            calls.append(tmp)
+        if len(calls) == 2:  # the second checkpoint's model.safetensors
             raise OSError(errno.ENOSPC, "No space left on device")
-        real(tensors, path, metadata=metadata)
+        real(tmp, data)
 
-    monkeypatch.setattr(checkpoint, "save_file", fill_up)
+    monkeypatch.setattr(atomic, "_write_all", fill_up)
     with pytest.raises(DiskFullError, match=r"disk full while writing .*model.safetensors; free space and re-run the "
                                             r"same command to resume from step 1"):
         train(RunConfig.from_flat(**{**BASE, "output_dir": str(out)}))
-    monkeypatch.setattr(checkpoint, "save_file", real)
+    monkeypatch.setattr(atomic, "_write_all", real)
     train(RunConfig.from_flat(**{**BASE, "output_dir": str(out)}))
     ref = tmp_path / "ref"
     train(RunConfig.from_flat(**{**BASE, "output_dir": str(ref)}))

@@ -12,6 +12,7 @@ The discovered domain is taken from the last MoGE block unless `layer` says othe
 """
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -21,6 +22,7 @@ import torch
 import torch.nn as nn
 from torch.utils.data import Dataset
 
+from dgmoe.atomic import write_bytes_atomic
 from dgmoe.data.loaders import eval_loader
 from dgmoe.moe.auxiliary import sparse_layers
 from dgmoe.moe.layer import MoEMlp, routing_mode
@@ -111,6 +113,14 @@ def _pyplot():
     return plt
 
 
+def _write_figure(fig, path: str | Path) -> None:
+    """Write a figure as the PNG file `path` (through dgmoe's atomic writer) and close it."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=120)
+    _pyplot().close(fig)
+    write_bytes_atomic(path, buffer.getvalue())
+
+
 def _expert_cmap(num_experts: int):
     """Expert e in colour e of tab10, as in every dgmoe routing figure (`dgmoe.analysis.style.expert_colors`)."""
     from matplotlib.colors import ListedColormap
@@ -141,8 +151,7 @@ def save_routing_map(table: RoutingTable, path: str | Path, layer: int = -1, tit
         ax.set_ylim(max(-90.0, lat.min() - pad), min(90.0, lat.max() + pad))
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _write_figure(fig, path)
     return Path(path)
 
 
@@ -163,8 +172,7 @@ def save_forced_matrix(matrix: np.ndarray, sizes: np.ndarray, path: str | Path, 
     ax.set_title(mpl_text(wrap(title or "forced-expert accuracy", 50)), fontsize=8)
     fig.colorbar(im, ax=ax, label="accuracy")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _write_figure(fig, path)
     return Path(path)
 
 
@@ -179,8 +187,7 @@ def save_routing_frequency(freq: np.ndarray, path: str | Path, title: str = "") 
     ax.set(xlabel="expert", ylabel="fraction of images (top-1)")
     ax.set_title(mpl_text(wrap(title or "routing frequency", 55)), fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _write_figure(fig, path)
     return Path(path)
 
 
@@ -216,6 +223,8 @@ def analyze_run(run_dir: str | Path, output_dir: str | Path, which: str = "last"
                                                          f"Routing frequency, {what}"),
              "forced_matrix": save_forced_matrix(matrix, sizes, out / f"{name}_forced_experts.png",
                                                  f"Forced-expert accuracy, {what}")}
-    np.savez(out / f"{name}_routing.npz", frequency=freq, forced_matrix=matrix, domain_sizes=sizes,
-             lat=table.lat, lon=table.lon, top_expert=table.top_expert(layer))
+    buffer = io.BytesIO()
+    np.savez(buffer, frequency=freq, forced_matrix=matrix, domain_sizes=sizes, lat=table.lat, lon=table.lon,
+             top_expert=table.top_expert(layer))
+    write_bytes_atomic(out / f"{name}_routing.npz", buffer.getvalue())
     return paths

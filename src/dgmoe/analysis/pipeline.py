@@ -24,6 +24,7 @@ from dgmoe.analysis.patches import (
 )
 from dgmoe.analysis.routing import RoutingMaps, grid_size_of, routing_maps, usage_summary, usage_table
 from dgmoe.analysis.style import block_name, checkpoint_text, domain_colors, domain_label
+from dgmoe.atomic import atomic_folder, remove_stale_folders, write_text_atomic
 from dgmoe.document import Block, Cell, Document, Heading, Table
 from dgmoe.models.info import describe_model
 
@@ -122,11 +123,11 @@ def analyze_routing(run: RunImages, out_dir: str | Path, show: int = 4, mode: st
     plots.save_png(plots.plot_expert_usage(table, f"Expert usage per domain (share of patches, top-1): "
                                                   f"{run.describe()}", run.domains, run.test_domains),
                    out / "expert_usage.png")
-    table.to_csv(out / "expert_usage.csv", index=False)
+    write_text_atomic(out / "expert_usage.csv", table.to_csv(index=False))
     n_img = ", ".join(f"{d} {len(x)}" for d, x in run.inputs.items())  # (no Python repr in a report)
     text = Document((usage_summary(table, f"Expert usage per domain (% of patches, top-1; images per domain: "
                                           f"{n_img})"),)).markdown()
-    (out / "expert_usage.md").write_text(text)
+    write_text_atomic(out / "expert_usage.md", text)
     return text
 
 
@@ -154,7 +155,7 @@ def analyze_attention(run: RunImages, out_dir: str | Path, show: int = 2, block:
     text = Document((Table.make(f"Head redundancy of block {index} (mean pairwise similarity of the heads' CLS "
                                 "attention; 1 = identical heads)",
                                 ["domain", "images", "redundancy (cosine)", "redundancy (1 - JS)"], rows),)).markdown()
-    (out / "head_redundancy.md").write_text(text)
+    write_text_atomic(out / "head_redundancy.md", text)
     return text
 
 
@@ -221,7 +222,7 @@ def analyze_cub(model: nn.Module, cub_data_dir: str | Path, out_dir: str | Path,
                                           ncols=len(per_dom))
             plots.save_png(fig, out / f"cub_domains_{_safe(layer)}.png")
     md = Document(tuple(text)).markdown()
-    (out / "cub_experts.md").write_text(md)
+    write_text_atomic(out / "cub_experts.md", md)
     return md
 
 
@@ -254,17 +255,16 @@ def analyze_one(run: Path, n_images: int = 8, show: int = 3) -> Path:
     """Write `<run>/analysis/`: MoGE runs get the geo routing analysis (routing map, frequency, forced-expert
     matrix), MoE runs routing maps and expert usage, every ViT run attention maps; raises on any problem.
 
-    The files are written to `<run>/.analysis.partial/` first and renamed when complete, so a failed
-    analysis leaves no `analysis/` folder behind (that would read as "already analysed")."""
-    import shutil
-
+    The folder is written whole (`dgmoe.atomic.atomic_folder`), so a failed or killed analysis leaves no
+    `analysis/` folder behind (that would read as "already analysed"); the next one removes what a killed one
+    left."""
     from dgmoe.analysis.routing import num_experts_of
     from dgmoe.engine.checkpoint import read_run_config
 
     config = read_run_config(run)
-    partial, final = run / ".analysis.partial", run / "analysis"
-    shutil.rmtree(partial, ignore_errors=True)
-    try:
+    final = run / "analysis"
+    remove_stale_folders(run)
+    with atomic_folder(final) as partial:
         if is_moge_run(config):
             import dgmoe.data.geo.sentinel  # noqa: F401  (registers Sentinel2Sample)
             from dgmoe.analysis.geo import analyze_run
@@ -272,15 +272,9 @@ def analyze_one(run: Path, n_images: int = 8, show: int = 3) -> Path:
             analyze_run(run, partial, which="best")
         else:
             images = load_run_images(run, n_images)
-            partial.mkdir()
             if num_experts_of(images.model):
                 analyze_routing(images, partial, show)
             analyze_attention(images, partial, min(show, 2))
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
-    shutil.rmtree(final, ignore_errors=True)
-    partial.rename(final)
     return final
 
 

@@ -29,6 +29,7 @@ from dgmoe.analysis.style import (  # noqa: E402  (re-exported: callers use plot
     mpl_text,
     wrap,
 )
+from dgmoe.atomic import write_bytes_atomic  # noqa: E402
 
 __all__ = ["EXPERT_CMAP", "domain_colors", "expert_colors", "mpl_text"]
 
@@ -42,8 +43,7 @@ def png_bytes(fig: Figure, dpi: int = 100) -> bytes:
 
 def save_png(fig: Figure, path: str | Path, dpi: int = 100) -> Path:
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(png_bytes(fig, dpi))
+    write_bytes_atomic(path, png_bytes(fig, dpi))
     return path
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from dgmoe.atomic import write_text_atomic
 from dgmoe.cli.options import ListFlagsGroup, build_config, config_options
 from dgmoe.document import Document, Protocol
 from dgmoe.experiments.config import GeoAnalyzeConfig, GeoBenchConfig, GeoBenchmarkRunConfig, SentinelConfig
@@ -30,8 +31,8 @@ def benchmark(ctx: click.Context, **kw: Any) -> None:
     rows = run_geo_benchmark(output_dir, list(run.methods), list(run.seeds), settings, select, log=click.echo)
     table = Document((_protocol(output_dir, select), results_table(rows))).markdown()
     Path(output_dir).mkdir(parents=True, exist_ok=True)
-    (Path(output_dir) / f"summary_{select}.json").write_text(json.dumps(rows, indent=1))
-    (Path(output_dir) / f"table_{select}.md").write_text(table)
+    write_text_atomic(Path(output_dir) / f"summary_{select}.json", json.dumps(rows, indent=1))
+    write_text_atomic(Path(output_dir) / f"table_{select}.md", table)
     click.echo(table, nl=False)
 
 
@@ -58,7 +59,7 @@ def sentinel(ctx: click.Context, **kw: Any) -> None:
 
     cfg = build_config(SentinelConfig, ctx, kw)
     rows = run_sentinel_check(cfg.data_dir, cfg.output_dir, cfg.steps, cfg.seed, log=click.echo)
-    (Path(cfg.output_dir) / "summary.json").write_text(json.dumps(rows, indent=1))
+    write_text_atomic(Path(cfg.output_dir) / "summary.json", json.dumps(rows, indent=1))
 
 
 @command.command("analyze")

@@ -9,7 +9,8 @@ Layout of `<cache_dir>/<Dataset>/<img_size>px/`:
   `FolderListing.source_hash`).
 
 Writers take an exclusive `flock` on `.prepare.lock` in the folder (released by the kernel however the writer
-dies); the next writer removes the temporary files (`.*.tmp-<pid>`) that a killed one left.
+dies); every file is written through `dgmoe.atomic`, and the next writer removes the temporary files that a
+killed one left.
 
 A cache is used only when the manifest matches the request and, when the source folder is available, the
 source hash still matches the files on disk; otherwise dgmoe falls back to decoding (with a warning).
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import io
 import json
 import os
 import time
@@ -27,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dgmoe.atomic import atomic_path, remove_stale_temporaries, write_bytes_atomic, write_text_atomic
 from dgmoe.data.arrays import ArrayDomain
 from dgmoe.data.errors import CacheError
 from dgmoe.data.folder import FolderListing, decode_files
@@ -58,13 +61,9 @@ class CacheInfo:
 
 
 def _atomic_save(path: Path, array: np.ndarray) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            np.save(f, array)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    write_bytes_atomic(path, buffer.getvalue())
 
 
 @contextlib.contextmanager
@@ -73,7 +72,8 @@ def _writer_lock(folder: Path):
     fd = os.open(folder / LOCK, os.O_RDWR | os.O_CREAT, 0o666)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        for tmp in folder.glob(".*.tmp-*"):
+        remove_stale_temporaries(folder)
+        for tmp in folder.glob(".*.tmp-*"):  # the temporaries of an earlier dgmoe's writer
             tmp.unlink(missing_ok=True)
         yield
     finally:
@@ -95,8 +95,7 @@ def _write_cache(dataset: str, listing: FolderListing, img_size: int, folder: Pa
     image_files, label_files, nbytes = [], [], 0
     for d, domain in enumerate(listing.domains):
         images_path, labels_path = folder / f"domain{d}_images.npy", folder / f"domain{d}_labels.npy"
-        tmp = folder / f".{images_path.name}.tmp-{os.getpid()}"
-        try:
+        with atomic_path(images_path) as tmp:  # written through a memmap: memory stays small
             out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8,
                                             shape=(listing.counts()[d], 3, img_size, img_size))
             decode_files(listing.paths(d), img_size, workers, out=out,
@@ -104,9 +103,6 @@ def _write_cache(dataset: str, listing: FolderListing, img_size: int, folder: Pa
             out.flush()
             nbytes += out.nbytes
             del out
-            os.replace(tmp, images_path)
-        finally:
-            tmp.unlink(missing_ok=True)
         _atomic_save(labels_path, np.asarray(listing.labels[d], dtype=np.int64))
         image_files.append(images_path.name)
         label_files.append(labels_path.name)
@@ -126,9 +122,7 @@ def _write_cache(dataset: str, listing: FolderListing, img_size: int, folder: Pa
         "source_hash": listing.source_hash(),
         "seconds_to_build": round(seconds, 2),
     }
-    tmp = folder / f".{MANIFEST}.tmp-{os.getpid()}"
-    tmp.write_text(json.dumps(manifest, indent=1))
-    os.replace(tmp, folder / MANIFEST)
+    write_text_atomic(folder / MANIFEST, json.dumps(manifest, indent=1))
     return CacheInfo(folder, tuple(listing.counts()), seconds, nbytes)
 
 

@@ -15,11 +15,11 @@ from typing import Any, Sequence
 
 import torch
 import torch.nn as nn
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from dgmoe.engine.build import run_build
 from dgmoe.engine.config import RunConfig
-from dgmoe.engine.io import atomic_path
+from dgmoe.engine.io import atomic_path, save_safetensors_atomic
 from dgmoe.errors import UsageError
 from dgmoe.models.peft import base_of, file_sha256, peft_of, trainable_names, trainable_state_dict
 
@@ -38,8 +38,7 @@ def save_weights(module: nn.Module, path: str | Path, metadata: dict[str, str] |
         state = trainable_state_dict(module)
         metadata.update({**base, PEFT_WEIGHTS: "trainable"})
     state = {k: v.detach().contiguous().cpu() for k, v in state.items()}
-    with atomic_path(path) as tmp:
-        save_file(state, str(tmp), metadata=metadata or None)
+    save_safetensors_atomic(path, state, metadata=metadata or None)
 
 
 def save_resume_state(path: str | Path, state: dict[str, Any]) -> None:

@@ -35,7 +35,7 @@ from dgmoe.engine.config import RunConfig, identity_differences
 from dgmoe.engine.distributed import DistInfo, barrier, init_from_env, make_gradient_averager, shard
 from dgmoe.engine.evaluate import evaluate_domains, online_val_loss, sampled_splits
 from dgmoe.engine.finite import FiniteWatch
-from dgmoe.engine.io import read_jsonl
+from dgmoe.engine.io import read_jsonl, stale_temporaries
 from dgmoe.engine.lock import RunLock
 from dgmoe.engine.provenance import as_metadata, provenance
 from dgmoe.engine.resume import RunState, capture, load_checked, restore
@@ -148,7 +148,7 @@ def _tidy_finished(out: Path, keep_resume: bool) -> None:
     """Temporaries of killed writers and a resume.pt left by a crash after `done`, removed if no trainer
     holds the folder (a finished run is otherwise only read)."""
     done = read_done(out) or {}
-    if not (any(out.glob(".*.tmp")) or ((out / "resume.pt").exists() and done.get("keep_resume") is False)):
+    if not (stale_temporaries(out) or ((out / "resume.pt").exists() and done.get("keep_resume") is False)):
         return
     try:
         with RunLock(out):

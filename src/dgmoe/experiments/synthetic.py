@@ -33,6 +33,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from dgmoe.atomic import write_text_atomic
 from dgmoe.document import Block, Cell, Document, Heading, Table, Text
 from dgmoe.engine.progress import Mode, Progress
 from dgmoe.experiments.config import SyntheticConfig
@@ -278,6 +279,6 @@ def run_and_report(out_dir: str | Path, cfg: SyntheticConfig, seeds: tuple[int, 
     if grid:
         save_png(plot_synthetic_noisy(noisy), out_dir / "synthetic_noisy.png")
         payload["noisy"] = results_to_json(noisy, cfg)
-    (out_dir / "synthetic.md").write_text(report)
-    (out_dir / "synthetic.json").write_text(json.dumps(payload, indent=1))
+    write_text_atomic(out_dir / "synthetic.md", report)
+    write_text_atomic(out_dir / "synthetic.json", json.dumps(payload, indent=1))
     return report

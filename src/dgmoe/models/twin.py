@@ -5,12 +5,12 @@ dense-to-sparse path can be exercised without downloaded weights (the contract t
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from dgmoe.atomic import atomic_path, save_safetensors_atomic
 from dgmoe.models.builder import LOCATION_FIELDS, MOE_FIELDS
 from dgmoe.models.erm_le import LE_FIELDS
 from dgmoe.models.info import describe_model
@@ -38,13 +38,9 @@ def write_dense_checkpoint(path: str | Path, name: str, seed: int = 0, **kwargs:
         torch.manual_seed(seed)
         state = {k: v.contiguous() for k, v in create_model(twin, **twin_kwargs).state_dict().items()}
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # written whole, then renamed: a reader never sees half
     if path.suffix == ".safetensors":
-        from safetensors.torch import save_file
-
-        save_file(state, str(tmp))
+        save_safetensors_atomic(path, state)
     else:
-        torch.save(state, tmp)
-    os.replace(tmp, path)
+        with atomic_path(path) as tmp:
+            torch.save(state, tmp)
     return path

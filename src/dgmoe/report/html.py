@@ -28,6 +28,7 @@ import warnings
 from pathlib import Path
 from typing import Callable, Iterable, Literal, Mapping
 
+from dgmoe.atomic import write_text_atomic
 from dgmoe.report.groups import Group, group_runs
 from dgmoe.report.markdown import markdown_to_html
 from dgmoe.report.runs import RunInfo, scan_runs
@@ -171,8 +172,7 @@ def build_report(runs_dir: str | Path, out: str | Path | None = None, selection:
 
 
 def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
+    write_text_atomic(path, text)
 
 
 def _clear(layout: Layout) -> None:

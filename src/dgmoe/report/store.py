@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from dgmoe.atomic import write_bytes_atomic
 from dgmoe.report.groups import Group
 from dgmoe.report.runs import RunInfo
 
@@ -122,8 +123,7 @@ class FigureStore:
             path, k = self.folder / f"{stem}.png", 2
             while path in self.by_digest.values():  # two figures whose names clash
                 path, k = self.folder / f"{stem}-{k}.png", k + 1
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(compact_png(data))
+            write_bytes_atomic(path, compact_png(data))
             self.by_digest[digest] = path
         path = self.by_digest[digest]
         try:

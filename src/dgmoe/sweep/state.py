@@ -28,6 +28,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from dgmoe.atomic import write_text_atomic
 from dgmoe.engine.lock import lock_holder
 
 DONE_NAME = "done"
@@ -96,9 +97,7 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 
 def _write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(dict(data), sort_keys=True))
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(dict(data), sort_keys=True))
 
 
 def _same_host_dead(info: Mapping[str, Any] | None) -> bool:

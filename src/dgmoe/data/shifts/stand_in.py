@@ -5,10 +5,12 @@ a handful of classes, so that a CPU run trains on "ImageNet" and evaluates every
 class maps and projections. The pixels carry no signal: accuracies check the pipeline, nothing else."""
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import numpy as np
 
+from dgmoe.atomic import write_bytes_atomic, write_text_atomic
 from dgmoe.data.shifts.imagenet import IMAGENET_SHIFTS, Shift, class_facts
 
 #: how many classes of each domain the stand-in holds (ImageNet-R's and -A's: classes of both subsets)
@@ -51,6 +53,8 @@ def write_imagenet_shifts(root: str | Path, per_class: int = 4, size: int = 8, s
             target.mkdir(parents=True, exist_ok=True)
             for j in range(per_class):
                 pixels = rng.randint(0, 256, (side, side, 3)).astype(np.uint8)
-                Image.fromarray(pixels).save(target / f"img{j}.png")
-    (root / DONE).write_text("")
+                buffer = io.BytesIO()
+                Image.fromarray(pixels).save(buffer, "PNG")
+                write_bytes_atomic(target / f"img{j}.png", buffer.getvalue())
+    write_text_atomic(root / DONE, "")
     return True

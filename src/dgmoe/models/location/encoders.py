@@ -206,10 +206,10 @@ def _read_state(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
 
 def save_location_encoder(encoder: SHSirenEncoder, path: str | Path) -> None:
     """Write an SH+SIREN encoder as safetensors with its config, readable by `load_pretrained_location_encoder`."""
-    from safetensors.torch import save_file
+    from dgmoe.atomic import save_safetensors_atomic
 
     state = {k: v.detach().contiguous() for k, v in encoder.state_dict().items()}
-    save_file(state, str(path), metadata={"dgmoe_location_encoder": json.dumps(encoder.config)})
+    save_safetensors_atomic(path, state, metadata={"dgmoe_location_encoder": json.dumps(encoder.config)})
 
 
 @register_location_encoder("pretrained")
