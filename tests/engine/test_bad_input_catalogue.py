@@ -196,6 +196,9 @@ TRAIN_CASES = [
     ("label-two-lines", ["--label", "ERM\nlr=1e-4"], "--label must be one line of text", 2),
     ("label-control-character", ["--label", "ERM\x1b[31m"], "holds the control character '\\x1b'", 2),
     ("output-dir-corrupt-config", ["--output-dir", "{corrupt_config}"], "{corrupt_config}/config.json is corrupt", 2),
+    ("label-bidi-override", ["--label", "ERM \u202e4-e1=rl"],
+     "holds the invisible format character U+202E (RIGHT-TO-LEFT OVERRIDE)", 2),
+    ("label-zero-width", ["--label", "E\u200bRM"], "holds the invisible format character U+200B (ZERO WIDTH SPACE)", 2),
 ]
 OTHER_CASES = [
     ("results-missing", ["results", "/nonexistent/runs"], "/nonexistent/runs", 2),

@@ -26,6 +26,7 @@ from dgmoe.analysis.routing import RoutingMaps, grid_size_of, routing_maps, usag
 from dgmoe.analysis.style import block_name, checkpoint_text, domain_colors, domain_label
 from dgmoe.document import Block, Cell, Document, Heading, Table
 from dgmoe.models.info import describe_model
+from dgmoe.tables import csv_text
 
 
 @dataclass
@@ -122,7 +123,7 @@ def analyze_routing(run: RunImages, out_dir: str | Path, show: int = 4, mode: st
     plots.save_png(plots.plot_expert_usage(table, f"Expert usage per domain (share of patches, top-1): "
                                                   f"{run.describe()}", run.domains, run.test_domains),
                    out / "expert_usage.png")
-    table.to_csv(out / "expert_usage.csv", index=False)
+    (out / "expert_usage.csv").write_text(csv_text(list(table.columns), table.itertuples(index=False, name=None)))
     n_img = ", ".join(f"{d} {len(x)}" for d, x in run.inputs.items())  # (no Python repr in a report)
     text = Document((usage_summary(table, f"Expert usage per domain (% of patches, top-1; images per domain: "
                                           f"{n_img})"),)).markdown()
