@@ -102,6 +102,14 @@ def files(tmp_path_factory) -> dict[str, Path]:
     corrupt_config.mkdir()
     (corrupt_config / "config.json").write_text("{half")
     out["corrupt_config"] = corrupt_config
+    wise = root / "wise_other_head"  # a zero-shot run and a run fine-tuned from other prompt templates
+    for name, chosen in (("zs", "domainbed"), ("ft", "openai_imagenet")):
+        shutil.copytree(dense, wise / name)
+        config = json.loads((wise / name / "config.json").read_text())
+        config["head"] = {"kind": "zeroshot", "templates": chosen, "class_names": ["0", "1"],
+                          "text_tower": "seeded random text tower, seed 0"}
+        (wise / name / "config.json").write_text(json.dumps(config))
+    out["wise_other_head"] = wise
     return out
 
 
@@ -235,6 +243,9 @@ OTHER_CASES = [
     ("soup-out-under-a-file", ["soup", "{soup_ok}", "--out", "{not_a_dir}/soups"], "({not_a_dir} is a file)", 2),
     ("report-out-is-a-file", ["report", "{dense_run}", "--out", "{not_a_dir}"], "{not_a_dir}: File exists", 2),
     ("soup-missing", ["soup", "/nonexistent/runs"], "/nonexistent/runs", 2),
+    ("wise-ft-other-head", ["soup", "{wise_other_head}", "--method", "wise-ft", "--zero-shot", "{wise_other_head}/zs"],
+     "{wise_other_head}/ft was not fine-tuned from its zero-shot head (--prompt-templates domainbed vs "
+     "openai_imagenet)", 2),
 ]
 
 
