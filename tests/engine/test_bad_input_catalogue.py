@@ -110,6 +110,10 @@ def files(tmp_path_factory) -> dict[str, Path]:
                           "text_tower": "seeded random text tower, seed 0"}
         (wise / name / "config.json").write_text(json.dumps(config))
     out["wise_other_head"] = wise
+    partial = root / "shifts_partial"  # ImageNet's training folder alone, none of its shifts
+    (partial / "imagenet" / "train" / "n01440764").mkdir(parents=True)
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(partial / "imagenet" / "train" / "n01440764" / "a.png")
+    out["shifts_partial"] = partial
     return out
 
 
@@ -246,6 +250,9 @@ OTHER_CASES = [
     ("wise-ft-other-head", ["soup", "{wise_other_head}", "--method", "wise-ft", "--zero-shot", "{wise_other_head}/zs"],
      "{wise_other_head}/ft was not fine-tuned from its zero-shot head (--prompt-templates domainbed vs "
      "openai_imagenet)", 2),
+    ("data-check-shifts-missing", ["data", "check", "{shifts_partial}", "--dataset", "ImageNetShifts"],
+     "is not ImageNetShifts as `dgmoe train --data-dir {shifts_partial}` reads it: ImageNetShifts: {shifts_partial} "
+     "lacks imagenet/val/ (ImageNet-val), imagenetv2-matched-frequency-format-val/ (ImageNet-V2)", 1),
 ]
 
 
