@@ -104,7 +104,7 @@ def _check_files(spec: Any, root: Any) -> None:
     marks = [getattr(env, "meta", {}).get(field) for env in envs] if field else []
     if marks and all(m is not None for m in marks):  # DomainBed-OOP: how many images each group holds
         names = spec.evaluation.group_names
-        flat = [int(v) for m in marks for v in m.tolist()]
+        flat = [int(v) for m in marks if m is not None for v in m.tolist()]
         click.echo(f"{spec.name}: {field} " + ", ".join(f"{name} {flat.count(g):,}" for g, name in enumerate(names)))
     click.echo(f"{spec.name}: no known version to compare with")
     empty = [d for d, n in counts.items() if n == 0]

@@ -216,7 +216,7 @@ def head_identity(cfg: RunConfig, dataset: str, classes: Sequence[str]) -> dict[
     source = model.text_pretrained or model.pretrained
     return {"kind": model.head,
             "templates": given if given in TEMPLATE_SETS else pretrained_identity(given),
-            "class_names": list(prompt_class_names(dataset, classes)),
+            "class_names": list(prompt_class_names(dataset, tuple(classes))),
             "text_tower": pretrained_identity(source) or f"seeded random text tower, seed {cfg.seeds.seed}"}
 
 
