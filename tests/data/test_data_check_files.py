@@ -110,3 +110,12 @@ def test_a_folder_the_loader_refuses_fails_naming_what_is_missing(data, cli, tmp
     with pytest.raises(DatasetError) as info:  # the loader refuses the same folder, in the same words
         get_dataset(dataset, folder, img_size=8)
     assert named.format(folder=folder) in str(info.value)
+
+
+def test_without_dataset_the_folder_is_taken_for_the_dataset_whose_loader_reads_it(data, cli):
+    result = cli("data", "check", data["ImageNetShifts"])
+    assert result.exit_code == 0 and "as --dataset ImageNetShifts reads them" in result.output, result.output
+    result = cli("data", "check", data["SpawriousO2O_easy"])  # six challenges read the same folder: name one
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1 and "name one with --dataset" in lines[0], result.output
+    assert all(c in lines[0] for c in ("SpawriousO2O_easy", "SpawriousM2M_hard")), lines[0]

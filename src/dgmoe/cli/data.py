@@ -41,8 +41,9 @@ def check_cmd(ctx: click.Context, **kw: Any) -> None:
     """Which published version of a dataset FOLDER (<domain>/<class>/<image>) holds, and what differs from the
     closest one; reads no image. Exits 1 when the folder is doubtful (no image, another dataset's domains, a
     domain missing or empty, no known version of a dataset that has some), so that a script can gate on it.
-    A dataset of another published layout (ImageNetShifts, the DomainBed-OOP lists, Spawrious: name it with
-    --dataset) is listed as `dgmoe train --data-dir FOLDER` lists it, and what its loader misses is named."""
+    A dataset of another published layout (ImageNetShifts, the DomainBed-OOP lists, Spawrious; without --dataset,
+    the one whose loader reads the folder) is listed as `dgmoe train --data-dir FOLDER` lists it, and what its
+    loader misses is named."""
     cfg = build_config(DataCheckConfig, ctx, kw)
     folder, dataset = cfg.folder, cfg.dataset
     from pathlib import Path
@@ -62,6 +63,13 @@ def check_cmd(ctx: click.Context, **kw: Any) -> None:
     candidates = [DATASETS.get(n) for n in DATASETS.names() if DATASETS.get(n).versions]
     if spec is None:
         named = [s for s in candidates if s.dir_name and (root / s.dir_name).is_dir()]
+        if not named and not [s for s in candidates if root.name in (s.dir_name, s.name)]:
+            readers = _files_readers(root)  # not a known folder dataset: one of another layout?
+            if len(readers) > 1:
+                raise UsageError(f"FOLDER {folder} is read by the loaders of {', '.join(readers)}; name one with "
+                                 "--dataset")
+            if readers:
+                return _check_files(DATASETS.get(readers[0]), root)
         root = root / named[0].dir_name if len(named) == 1 and named[0].dir_name else root
     found = count_folder(root)
     if spec is None:
@@ -70,8 +78,10 @@ def check_cmd(ctx: click.Context, **kw: Any) -> None:
         spec = by_name[0] if by_name else (overlap[0] if overlap and set(overlap[0].domains) & set(found.counts)
                                            else None)
         if spec is None:
+            files = [n for n in DATASETS.names() if DATASETS.get(n).kind == "files"]
             raise UsageError(f"FOLDER {folder}: no catalogue dataset with known versions has its name or domains; "
-                             f"name one with --dataset ({', '.join(s.name for s in candidates)})")
+                             f"name one with --dataset ({', '.join(s.name for s in candidates)}; or one of another "
+                             f"layout, read from the folder `train --data-dir` names: {', '.join(files)})")
     click.echo(f"{root}: {found.total:,} images in {len(found.counts)} domains ("
                + ", ".join(f"{d} {n:,}" for d, n in found.counts.items()) + ")")
     match = identify(found, spec.versions)
@@ -82,6 +92,26 @@ def check_cmd(ctx: click.Context, **kw: Any) -> None:
     if spec.versions and match.version == UNKNOWN:
         raise DataMismatchError(f"FOLDER {root} matches no known version of {spec.name} (closest {match.closest}: "
                                 + "; ".join(match.differences) + ")")
+
+
+def _files_readers(root: Any) -> list[str]:
+    """The datasets of another published layout (kind "files") whose loaders read `root` with images in every
+    domain (what `data check` without --dataset takes a folder to be when no folder dataset has its name)."""
+    from dgmoe.data.catalogue import DATASETS, DEFAULT_IMG_SIZE
+    from dgmoe.data.errors import DatasetError
+
+    readers = []
+    for name in DATASETS.names():
+        spec = DATASETS.get(name)
+        if spec.kind != "files" or spec.builder is None:
+            continue
+        try:
+            envs, _, _ = spec.builder(root, DEFAULT_IMG_SIZE, None, 0)
+        except DatasetError:
+            continue
+        if all(len(env) for env in envs):
+            readers.append(name)
+    return readers
 
 
 def _check_files(spec: Any, root: Any) -> None:
