@@ -95,3 +95,13 @@ def test_every_field_of_the_head_is_compared(other, named):
             "text_tower": "a.safetensors (sha256 111111111111)"}
     assert head_difference(_member(head), _member(head)) is None
     assert head_difference(_member(head), _member({**head, **other})) == named
+
+
+def test_a_weight_average_of_runs_from_two_heads_is_refused(runs, tmp_path, capsys):
+    for name in ("same", "templates"):  # one cell (ERM, one model, one trial), two prompt template sets
+        shutil.copytree(runs / name, tmp_path / "runs" / name)
+    code = run(["soup", str(tmp_path / "runs"), "--method", "uniform", "--weights", "last"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "did not start from the same classifier head (--prompt-templates domainbed vs openai_imagenet)" in err
+    assert not (tmp_path / "runs" / "soups").exists()

@@ -6,8 +6,10 @@ A member is a finished run folder (`done`, `config.json`, a readable weights fil
 share an *initialisation* when their step-0 weights are the same: the same pretrained checkpoint (file name and
 content hash, as each run recorded it in config.json when it started: a file replaced since changes nothing) for
 a pretrained backbone, the same `seed` for one trained from scratch (its random initialisation is a function of
-that seed). Weight averaging is only meaningful between such runs (Rame et al., DiWA, NeurIPS 2022, Sec. 3: the
-linear mode connectivity of fine-tunings from one shared initialisation). They share their *data* when they
+that seed), and the same classifier head at step 0 (its kind and, for CLIP's zero-shot head, its prompt
+templates, class names and text tower, as each run recorded them: `Member.head`). Weight averaging is only
+meaningful between such runs (Rame et al., DiWA, NeurIPS 2022, Sec. 3: the linear mode connectivity of
+fine-tunings from one shared initialisation). They share their *data* when they
 subsampled, split and held out the same images: `--n-per-domain`, `--holdout-fraction`, `--uda-holdout-fraction`,
 the dataset's version and the split sizes they recorded.
 
@@ -197,7 +199,8 @@ def head_difference(first: Member, other: Member) -> str | None:
 
 
 def check_shared(members: Iterable[Member]) -> None:
-    """Refuse, in one line, runs that do not share an architecture, an initialisation or their data."""
+    """Refuse, in one line, runs that do not share an architecture, an initialisation (the classifier head they
+    started from included: `head_difference`) or their data."""
     members = list(members)
     first = members[0]
     for other in members[1:]:
