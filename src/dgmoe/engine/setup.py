@@ -205,10 +205,10 @@ def run_text_tower(cfg: RunConfig, info: ModelInfo) -> Any:
 
 def head_identity(cfg: RunConfig, dataset: str, classes: Sequence[str]) -> dict[str, Any]:
     """The classifier head a run starts from, beside its `initialisation` (recorded in config.json as "head" when
-    the run starts): its kind and, for CLIP's zero-shot head, the prompt templates (a set's name, or the file's
-    name and SHA-256), the class names the prompts give (`prompt_class_names`) and the text tower that encoded
-    them (its file's name and SHA-256, or the stand-in's seed). Weights averaged or interpolated (WiSE-FT's
-    zero-shot theta_0 and the run fine-tuned from it) must share it."""
+    the run starts): its kind and, for CLIP's zero-shot head, the prompt templates (a set's name, or the file's name
+    and content hash: `pretrained_identity`), the class names the prompts give (`prompt_class_names`) and the text
+    tower that encoded them (its file's name and content hash, or the stand-in's seed). Weights averaged or
+    interpolated (WiSE-FT's zero-shot theta_0 and the run fine-tuned from it) must share it."""
     model = cfg.model
     if model.head != "zeroshot":
         return {"kind": model.head}
