@@ -8,9 +8,7 @@ the CSV export the same numbers as shown (`Cell.numbers`); the renderers of `dgm
 """
 from __future__ import annotations
 
-import csv
 import html
-import io
 import re
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence, Union
@@ -18,6 +16,7 @@ from typing import Any, Iterator, Sequence, Union
 from dgmoe.tables import (
     Align,
     Anchors,
+    csv_text,
     heading,
     html_table,
     html_text,
@@ -278,18 +277,12 @@ class Document:
                 yield section, b
 
     def csv(self) -> str:
-        """Every protocol line and every table cell, one CSV row each (`CSV_COLUMNS`)."""
-        out = io.StringIO()
-        writer = csv.DictWriter(out, fieldnames=list(CSV_COLUMNS), lineterminator="\n")
-        writer.writeheader()
-        for b in self.blocks:
-            if isinstance(b, Protocol):
-                writer.writerows({"section": "protocol", "table": "", "row": name, "column": "",
-                                  "cell": one_line(value), "mean": "", "se": "", "sd": ""}
-                                 for name, value in b.items)
-        for section, table in self.tables():
-            writer.writerows(table.records(section))
-        return out.getvalue()
+        """Every protocol line and every table cell, one CSV row each (`CSV_COLUMNS`), through the one CSV
+        renderer (`dgmoe.tables.csv_text`: no cell reads as a spreadsheet formula)."""
+        rows = [{"section": "protocol", "table": "", "row": name, "column": "", "cell": one_line(value), "mean": "",
+                 "se": "", "sd": ""} for b in self.blocks if isinstance(b, Protocol) for name, value in b.items]
+        rows += [r for section, table in self.tables() for r in table.records(section)]
+        return csv_text(CSV_COLUMNS, [[r[c] for c in CSV_COLUMNS] for r in rows])
 
     def anchored(self, id_prefix: str | None = None, title: bool = True) -> Iterator[tuple[Block, str | None]]:
         """(block, its anchor id) of every block `html` shows (without `title`, not the level-1 heading): the id

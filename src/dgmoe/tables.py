@@ -10,14 +10,15 @@ as wide as its widest cell and at least its title plus two, one space of padding
 Every cell is user text as far as this module knows (a run's `--label`, a domain folder's name), so each format
 escapes what would change its structure: a Markdown cell's `|` is written `\\|` (GitHub's escaped pipe), LaTeX's
 specials are escaped (`latex_escape`), and in every format a control character (a newline, a tab) is shown as its
-escape (`\\n`, `\\t`, `\\x07`): a table row is one line, and no cell can move another one column over.
+escape (`\\n`, `\\t`, `\\x07`), as is an invisible format character (`\\u202e`): a table row is one line, no cell
+can move another one column over, and no cell reorders what a reader sees.
 """
 from __future__ import annotations
 
 import html
 import re
 import unicodedata
-from typing import Any, Literal, Sequence
+from typing import Any, Iterable, Literal, Sequence
 
 Align = Literal["left", "right", "center"]
 
@@ -27,6 +28,11 @@ _LATEX_SPECIALS = {
     "|": r"\textbar{}", "<": r"\textless{}", ">": r"\textgreater{}",  # (OT1 prints these three as other glyphs)
 }
 _CONTROL_NAMES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+#: first characters that make a spreadsheet program (Excel, LibreOffice Calc, Google Sheets) read a CSV cell as a
+#: formula, as OWASP's CSV-injection guidance lists them
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+#: a cell that is a number (a spreadsheet reads it as one, and it can run nothing): "-1.5", "+2", "1e-05"
+_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
 
 
 def is_control(c: str) -> bool:
@@ -34,12 +40,56 @@ def is_control(c: str) -> bool:
     return unicodedata.category(c) in ("Cc", "Zl", "Zp")
 
 
+def is_invisible(c: str) -> bool:
+    """A format character (Unicode category Cf): drawn as nothing, yet it changes what a reader sees around it
+    (U+202E RIGHT-TO-LEFT OVERRIDE reverses the text after it, U+200B ZERO WIDTH SPACE splits a word unseen)."""
+    return unicodedata.category(c) == "Cf"
+
+
+def unfit_for_a_label(text: str) -> str | None:
+    """Why `text` cannot name something in a table (a run's --label), or None: it must be one line of text that
+    shows what it holds, so a control character (`is_control`) or a format character (`is_invisible`) is
+    refused, named as its escape."""
+    for c in text:
+        if is_control(c):
+            return f"holds the control character {c!r}"
+        if is_invisible(c):
+            name = unicodedata.name(c, "a format character")
+            return f"holds the invisible format character U+{ord(c):04X} ({name}), which changes how the text " \
+                   f"around it is shown"
+    return None
+
+
 def one_line(text: str) -> str:
-    """`text` with every control character shown as its escape (`\\n`, `\\t`, `\\x07`, `\\u2028`)."""
-    if not any(is_control(c) for c in text):
+    """`text` with every control character shown as its escape (`\\n`, `\\t`, `\\x07`, `\\u2028`), and every
+    invisible format character too (`\\u202e`): a name written before labels refused them still reads as it is."""
+    if not any(is_control(c) or is_invisible(c) for c in text):
         return text
-    return "".join(_CONTROL_NAMES.get(c) or (c.encode("unicode_escape").decode("ascii") if is_control(c) else c)
-                   for c in text)
+    return "".join(_CONTROL_NAMES.get(c) or (c.encode("unicode_escape").decode("ascii")
+                                             if is_control(c) or is_invisible(c) else c) for c in text)
+
+
+def csv_cell(value: Any) -> str:
+    """A CSV cell's text: `value` as text (None blank), with a single quote put before text that a spreadsheet
+    program would evaluate as a formula (it starts with one of `FORMULA_STARTS`: `=HYPERLINK(...)`, `@SUM(...)`,
+    `-2+3`), as OWASP's CSV-injection guidance says; a number (`-1.5`) stays a number."""
+    text = "" if value is None else str(value)
+    if text.startswith(FORMULA_STARTS) and not _NUMBER.fullmatch(text):
+        return "'" + text
+    return text
+
+
+def _csv_field(text: str) -> str:
+    """A CSV field as RFC 4180 writes it: in double quotes (a quote doubled) when it holds a comma, a quote or a
+    line break (a carriage return included, which the `csv` module leaves bare under a "\\n" line ending)."""
+    return '"' + text.replace('"', '""') + '"' if any(c in text for c in ',"\r\n') else text
+
+
+def csv_text(columns: Sequence[Any], rows: Iterable[Sequence[Any]]) -> str:
+    """The one CSV renderer: a header line of `columns`, then one line per row, each ending in a newline, every
+    cell through `csv_cell` and quoted as RFC 4180 says (`_csv_field`)."""
+    lines = [",".join(_csv_field(csv_cell(v)) for v in row) for row in [columns, *rows]]
+    return "".join((line or '""') + "\n" for line in lines)  # (a row of one empty cell is not a blank line)
 
 
 def latex_escape(text: str) -> str:

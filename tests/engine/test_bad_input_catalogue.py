@@ -102,6 +102,18 @@ def files(tmp_path_factory) -> dict[str, Path]:
     corrupt_config.mkdir()
     (corrupt_config / "config.json").write_text("{half")
     out["corrupt_config"] = corrupt_config
+    wise = root / "wise_other_head"  # a zero-shot run and a run fine-tuned from other prompt templates
+    for name, chosen in (("zs", "domainbed"), ("ft", "openai_imagenet")):
+        shutil.copytree(dense, wise / name)
+        config = json.loads((wise / name / "config.json").read_text())
+        config["head"] = {"kind": "zeroshot", "templates": chosen, "class_names": ["0", "1"],
+                          "text_tower": "seeded random text tower, seed 0"}
+        (wise / name / "config.json").write_text(json.dumps(config))
+    out["wise_other_head"] = wise
+    partial = root / "shifts_partial"  # ImageNet's training folder alone, none of its shifts
+    (partial / "imagenet" / "train" / "n01440764").mkdir(parents=True)
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(partial / "imagenet" / "train" / "n01440764" / "a.png")
+    out["shifts_partial"] = partial
     return out
 
 
@@ -196,6 +208,9 @@ TRAIN_CASES = [
     ("label-two-lines", ["--label", "ERM\nlr=1e-4"], "--label must be one line of text", 2),
     ("label-control-character", ["--label", "ERM\x1b[31m"], "holds the control character '\\x1b'", 2),
     ("output-dir-corrupt-config", ["--output-dir", "{corrupt_config}"], "{corrupt_config}/config.json is corrupt", 2),
+    ("label-bidi-override", ["--label", "ERM \u202e4-e1=rl"],
+     "holds the invisible format character U+202E (RIGHT-TO-LEFT OVERRIDE)", 2),
+    ("label-zero-width", ["--label", "E\u200bRM"], "holds the invisible format character U+200B (ZERO WIDTH SPACE)", 2),
 ]
 OTHER_CASES = [
     ("results-missing", ["results", "/nonexistent/runs"], "/nonexistent/runs", 2),
@@ -232,6 +247,12 @@ OTHER_CASES = [
     ("soup-out-under-a-file", ["soup", "{soup_ok}", "--out", "{not_a_dir}/soups"], "({not_a_dir} is a file)", 2),
     ("report-out-is-a-file", ["report", "{dense_run}", "--out", "{not_a_dir}"], "{not_a_dir}: File exists", 2),
     ("soup-missing", ["soup", "/nonexistent/runs"], "/nonexistent/runs", 2),
+    ("wise-ft-other-head", ["soup", "{wise_other_head}", "--method", "wise-ft", "--zero-shot", "{wise_other_head}/zs"],
+     "{wise_other_head}/ft was not fine-tuned from its zero-shot head (--prompt-templates domainbed vs "
+     "openai_imagenet)", 2),
+    ("data-check-shifts-missing", ["data", "check", "{shifts_partial}", "--dataset", "ImageNetShifts"],
+     "is not ImageNetShifts as `dgmoe train --data-dir {shifts_partial}` reads it: ImageNetShifts: {shifts_partial} "
+     "lacks imagenet/val/ (ImageNet-val), imagenetv2-matched-frequency-format-val/ (ImageNet-V2)", 1),
 ]
 
 

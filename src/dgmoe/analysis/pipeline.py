@@ -27,6 +27,7 @@ from dgmoe.analysis.style import block_name, checkpoint_text, domain_colors, dom
 from dgmoe.atomic import atomic_folder, remove_stale_folders, write_text_atomic
 from dgmoe.document import Block, Cell, Document, Heading, Table
 from dgmoe.models.info import describe_model
+from dgmoe.tables import csv_text
 
 
 @dataclass
@@ -123,7 +124,7 @@ def analyze_routing(run: RunImages, out_dir: str | Path, show: int = 4, mode: st
     plots.save_png(plots.plot_expert_usage(table, f"Expert usage per domain (share of patches, top-1): "
                                                   f"{run.describe()}", run.domains, run.test_domains),
                    out / "expert_usage.png")
-    write_text_atomic(out / "expert_usage.csv", table.to_csv(index=False))
+    write_text_atomic(out / "expert_usage.csv", csv_text(list(table.columns), table.itertuples(index=False, name=None)))
     n_img = ", ".join(f"{d} {len(x)}" for d, x in run.inputs.items())  # (no Python repr in a report)
     text = Document((usage_summary(table, f"Expert usage per domain (% of patches, top-1; images per domain: "
                                           f"{n_img})"),)).markdown()

@@ -36,7 +36,9 @@ _CACHE_DIR = "Cache root (default: $DGMOE_CACHE_DIR or ~/.cache/dgmoe/data)."
 class DataCheckConfig(Settings):
     """`dgmoe data check FOLDER`."""
 
-    folder: str = setting("", "A dataset folder <domain>/<class>/<image>.", argument=True, required=True)
+    folder: str = setting("", "A dataset folder <domain>/<class>/<image>; for a dataset of another published "
+                              "layout (ImageNetShifts, <Dataset>-OOP, Spawrious), the folder `train --data-dir` "
+                              "names.", argument=True, required=True)
     dataset: str | None = setting(None, "Catalogue name [default: the dataset whose folder name, or else whose "
                                         "domains, the folder has].", flags=("--dataset", "-d"))
 

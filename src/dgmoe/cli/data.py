@@ -40,7 +40,10 @@ def list_cmd() -> None:
 def check_cmd(ctx: click.Context, **kw: Any) -> None:
     """Which published version of a dataset FOLDER (<domain>/<class>/<image>) holds, and what differs from the
     closest one; reads no image. Exits 1 when the folder is doubtful (no image, another dataset's domains, a
-    domain missing or empty, no known version of a dataset that has some), so that a script can gate on it."""
+    domain missing or empty, no known version of a dataset that has some), so that a script can gate on it.
+    A dataset of another published layout (ImageNetShifts, the DomainBed-OOP lists, Spawrious; without --dataset,
+    the one whose loader reads the folder) is listed as `dgmoe train --data-dir FOLDER` lists it, and what its
+    loader misses is named."""
     cfg = build_config(DataCheckConfig, ctx, kw)
     folder, dataset = cfg.folder, cfg.dataset
     from pathlib import Path
@@ -55,9 +58,18 @@ def check_cmd(ctx: click.Context, **kw: Any) -> None:
         spec = get_spec(dataset) if dataset else None
     except KeyError as e:
         _fail(e)
+    if spec is not None and spec.kind == "files":
+        return _check_files(spec, root)
     candidates = [DATASETS.get(n) for n in DATASETS.names() if DATASETS.get(n).versions]
     if spec is None:
         named = [s for s in candidates if s.dir_name and (root / s.dir_name).is_dir()]
+        if not named and not [s for s in candidates if root.name in (s.dir_name, s.name)]:
+            readers = _files_readers(root)  # not a known folder dataset: one of another layout?
+            if len(readers) > 1:
+                raise UsageError(f"FOLDER {folder} is read by the loaders of {', '.join(readers)}; name one with "
+                                 "--dataset")
+            if readers:
+                return _check_files(DATASETS.get(readers[0]), root)
         root = root / named[0].dir_name if len(named) == 1 and named[0].dir_name else root
     found = count_folder(root)
     if spec is None:
@@ -66,8 +78,10 @@ def check_cmd(ctx: click.Context, **kw: Any) -> None:
         spec = by_name[0] if by_name else (overlap[0] if overlap and set(overlap[0].domains) & set(found.counts)
                                            else None)
         if spec is None:
+            files = [n for n in DATASETS.names() if DATASETS.get(n).kind == "files"]
             raise UsageError(f"FOLDER {folder}: no catalogue dataset with known versions has its name or domains; "
-                             f"name one with --dataset ({', '.join(s.name for s in candidates)})")
+                             f"name one with --dataset ({', '.join(s.name for s in candidates)}; or one of another "
+                             f"layout, read from the folder `train --data-dir` names: {', '.join(files)})")
     click.echo(f"{root}: {found.total:,} images in {len(found.counts)} domains ("
                + ", ".join(f"{d} {n:,}" for d, n in found.counts.items()) + ")")
     match = identify(found, spec.versions)
@@ -78,6 +92,55 @@ def check_cmd(ctx: click.Context, **kw: Any) -> None:
     if spec.versions and match.version == UNKNOWN:
         raise DataMismatchError(f"FOLDER {root} matches no known version of {spec.name} (closest {match.closest}: "
                                 + "; ".join(match.differences) + ")")
+
+
+def _files_readers(root: Any) -> list[str]:
+    """The datasets of another published layout (kind "files") whose loaders read `root` with images in every
+    domain (what `data check` without --dataset takes a folder to be when no folder dataset has its name)."""
+    from dgmoe.data.catalogue import DATASETS, DEFAULT_IMG_SIZE
+    from dgmoe.data.errors import DatasetError
+
+    readers = []
+    for name in DATASETS.names():
+        spec = DATASETS.get(name)
+        if spec.kind != "files" or spec.builder is None:
+            continue
+        try:
+            envs, _, _ = spec.builder(root, DEFAULT_IMG_SIZE, None, 0)
+        except DatasetError:
+            continue
+        if all(len(env) for env in envs):
+            readers.append(name)
+    return readers
+
+
+def _check_files(spec: Any, root: Any) -> None:
+    """`data check` of a dataset of another published layout (kind "files"): its images listed by its own loader,
+    as `dgmoe train --data-dir FOLDER` lists them (no image decoded); a folder the loader refuses (a folder or
+    domain missing, a stray class folder) or a domain without images is doubtful (`DataMismatchError`)."""
+    from dgmoe.data.catalogue import DEFAULT_IMG_SIZE
+    from dgmoe.data.errors import DatasetError
+
+    assert spec.builder is not None  # every "files" spec has one
+    doubtful = f"FOLDER {root} is not {spec.name} as `dgmoe train --data-dir {root}` reads it"
+    try:
+        envs, _, _ = spec.builder(root, DEFAULT_IMG_SIZE, None, 0)
+    except DatasetError as e:
+        raise DataMismatchError(f"{doubtful}: {e}") from None
+    counts = {d: len(env) for d, env in zip(spec.domains, envs)}
+    click.echo(f"{root}: {sum(counts.values()):,} images in {len(counts)} domains ("
+               + ", ".join(f"{d} {n:,}" for d, n in counts.items()) + f"), as --dataset {spec.name} reads them")
+    field = spec.evaluation.field if spec.evaluation is not None else None
+    marks = [getattr(env, "meta", {}).get(field) for env in envs] if field else []
+    if marks and all(m is not None for m in marks):  # DomainBed-OOP: how many images each group holds
+        names = spec.evaluation.group_names
+        flat = [int(v) for m in marks if m is not None for v in m.tolist()]
+        click.echo(f"{spec.name}: {field} " + ", ".join(f"{name} {flat.count(g):,}" for g, name in enumerate(names)))
+    click.echo(f"{spec.name}: no known version to compare with")
+    empty = [d for d, n in counts.items() if n == 0]
+    if empty:
+        raise DataMismatchError(f"{doubtful}: domain{'s' if len(empty) > 1 else ''} {', '.join(empty)} without "
+                                "images")
 
 
 def _domain_mismatch(counts: dict[str, int], spec: Any, specs: list[Any]) -> str | None:

@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Iterable, Mapping
 from dgmoe.devices import compile_mode_setting, device_setting, precision_setting
 from dgmoe.peft.config import PeftConfig
 from dgmoe.settings import ConfigError, Settings, config_from_file, flag, key_of, plain, setting
-from dgmoe.tables import is_control
+from dgmoe.tables import unfit_for_a_label
 
 
 class _Section(Settings):
@@ -185,10 +185,9 @@ class ExecutionConfig(_Section):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        odd = [c for c in self.label or "" if is_control(c)]
-        if odd:  # a table row is one line: a newline in a name would cut the row
-            raise ConfigError(f"--label must be one line of text; {self.label!r} holds the control character "
-                              f"{odd[0]!r}")
+        why = unfit_for_a_label(self.label or "")
+        if why:  # a table row is one line: a newline in a name would cut the row, U+202E would reverse it
+            raise ConfigError(f"--label must be one line of text; {self.label!r} {why}")
         for knob, switch in self.NEEDS.items():  # a tracker's setting without the tracker would log nothing
             if getattr(self, knob) is not None and not getattr(self, switch):
                 raise ConfigError(f"{flag(knob)} says where {flag(switch)} logs, and {flag(switch)} is not given: "

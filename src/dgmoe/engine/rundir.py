@@ -126,7 +126,7 @@ class RunWriter:
         before = {"n_steps": old["n_steps"], "checkpoint_freq": old["checkpoint_freq"]}
         history = [*old.get("extended_from", []), before]
         self._write(lambda: (self.out / DONE_NAME).unlink(missing_ok=True))
-        kept = {"initialisation": old["initialisation"]} if "initialisation" in old else {}  # what it started from
+        kept = {k: old[k] for k in ("initialisation", "head") if k in old}  # what it started from
         self._write(lambda: write_json_atomic(path, {**run_config, **kept, "extended_from": history}))
 
     def records(self) -> list[dict[str, Any]]:

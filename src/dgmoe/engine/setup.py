@@ -10,7 +10,7 @@ import math
 import re
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -21,13 +21,13 @@ from dgmoe.algorithms.base import Algorithm
 from dgmoe.data import check_test_envs, domain_splits, get_dataset, get_spec, get_transforms, uda_splits
 from dgmoe.data.base import MultiDomainDataset
 from dgmoe.data.loaders import EvalBatches, TrainBatches
-from dgmoe.data.prompts import prompt_class_names, templates
+from dgmoe.data.prompts import TEMPLATE_SETS, prompt_class_names, templates
 from dgmoe.devices import check_compile_mode, check_precision, describe, fp32_arithmetic, resolve_device
 from dgmoe.engine.build import ModelBuild, model_build
 from dgmoe.engine.config import RunConfig
 from dgmoe.engine.hparams import run_hparams
 from dgmoe.engine.precheck import no_cuda_message
-from dgmoe.engine.provenance import initialisation
+from dgmoe.engine.provenance import initialisation, pretrained_identity
 from dgmoe.errors import UsageError
 from dgmoe.models import MODELS
 from dgmoe.models.compiled import compile_blocks
@@ -93,8 +93,8 @@ class RunSetup:
     def run_config(self, made_by: dict[str, Any]) -> dict[str, Any]:
         """config.json: the run config, what produced it (`made_by`, see `dgmoe.engine.provenance`), the
         resolved hparams, dataset facts, split sizes, the step-0 weights it starts from (`initialisation`: the
-        pretrained file's name and hash as it is now), the model build and the built model's `ModelInfo` (its
-        architecture: its PEFT config is the run config's `peft` section, said once)."""
+        pretrained file's name and hash as it is now; `head`: `head_identity`), the model build and the built
+        model's `ModelInfo` (its architecture: its PEFT config is the run config's `peft` section, said once)."""
         info = model_info(self.network)
         report = info.load_report  # what loading the checkpoint adapted, and how
         return {"config": self.cfg.to_dict(), "provenance": made_by, "hparams": self.hparams,
@@ -105,6 +105,7 @@ class RunSetup:
                            "in": [len(s[0]) for s in self.splits], "out": [len(s[1]) for s in self.splits],
                            "uda": {str(i): len(idx) for i, idx in self.uda.items()}},
                 "initialisation": initialisation(self.cfg.model.pretrained, self.cfg.seeds.seed),
+                "head": head_identity(self.cfg, self.dataset.name, self.dataset.classes),
                 "model_build": {**self.build.record(),
                                 "pretrained_load": report.summary() if report is not None else None,
                                 **({"text_load": info.text_load} if info.text_load is not None else {})},
@@ -200,6 +201,23 @@ def run_text_tower(cfg: RunConfig, info: ModelInfo) -> Any:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed_hash(cfg.seeds.seed, "text tower"))
         return TextTransformer(base)
+
+
+def head_identity(cfg: RunConfig, dataset: str, classes: Sequence[str]) -> dict[str, Any]:
+    """The classifier head a run starts from, beside its `initialisation` (recorded in config.json as "head" when
+    the run starts): its kind and, for CLIP's zero-shot head, the prompt templates (a set's name, or the file's name
+    and content hash: `pretrained_identity`), the class names the prompts give (`prompt_class_names`) and the text
+    tower that encoded them (its file's name and content hash, or the stand-in's seed). Weights averaged or
+    interpolated (WiSE-FT's zero-shot theta_0 and the run fine-tuned from it) must share it."""
+    model = cfg.model
+    if model.head != "zeroshot":
+        return {"kind": model.head}
+    given = model.prompt_templates
+    source = model.text_pretrained or model.pretrained
+    return {"kind": model.head,
+            "templates": given if given in TEMPLATE_SETS else pretrained_identity(given),
+            "class_names": list(prompt_class_names(dataset, tuple(classes))),
+            "text_tower": pretrained_identity(source) or f"seeded random text tower, seed {cfg.seeds.seed}"}
 
 
 def text_head_source(cfg: RunConfig, info: ModelInfo, dataset: MultiDomainDataset) -> Callable[[nn.Module], None]:

@@ -6,8 +6,10 @@ A member is a finished run folder (`done`, `config.json`, a readable weights fil
 share an *initialisation* when their step-0 weights are the same: the same pretrained checkpoint (file name and
 content hash, as each run recorded it in config.json when it started: a file replaced since changes nothing) for
 a pretrained backbone, the same `seed` for one trained from scratch (its random initialisation is a function of
-that seed). Weight averaging is only meaningful between such runs (Rame et al., DiWA, NeurIPS 2022, Sec. 3: the
-linear mode connectivity of fine-tunings from one shared initialisation). They share their *data* when they
+that seed), and the same classifier head at step 0 (its kind and, for CLIP's zero-shot head, its prompt
+templates, class names and text tower, as each run recorded them: `Member.head`). Weight averaging is only
+meaningful between such runs (Rame et al., DiWA, NeurIPS 2022, Sec. 3: the linear mode connectivity of
+fine-tunings from one shared initialisation). They share their *data* when they
 subsampled, split and held out the same images: `--n-per-domain`, `--holdout-fraction`, `--uda-holdout-fraction`,
 the dataset's version and the split sizes they recorded.
 
@@ -80,6 +82,18 @@ class Member:
         recorded = self.config.get("initialisation")
         return recorded if isinstance(recorded, str) else initialisation(self.run.model.pretrained,
                                                                          self.run.seeds.seed)
+
+    @functools.cached_property
+    def head(self) -> dict[str, Any]:
+        """The classifier head the run started from, as it recorded it when it started
+        (`dgmoe.engine.setup.head_identity`); for a run trained before dgmoe recorded it, as its config says."""
+        recorded = self.config.get("head")
+        if isinstance(recorded, dict):
+            return recorded
+        from dgmoe.engine.setup import head_identity
+
+        dataset = self.config.get("dataset") or {}
+        return head_identity(self.run, dataset.get("name") or self.dataset, dataset.get("classes") or ())
 
     @property
     def data(self) -> tuple[tuple[str, Any], ...]:
@@ -162,8 +176,31 @@ def find_members(root: Path, which: str = "best") -> tuple[list[Member], list[Le
     return members, left_out
 
 
+#: (key of a `Member.head`, how the command line names it)
+HEAD_FIELDS = (("kind", "--head"), ("templates", "--prompt-templates"), ("class_names", "class names"),
+               ("text_tower", "text tower (--text-pretrained, else --pretrained)"))
+
+
+def head_difference(first: Member, other: Member) -> str | None:
+    """'--prompt-templates domainbed vs openai_imagenet': the first field in which the heads two runs started from
+    differ (class names: their count, or the first that differs), or None when they share one."""
+    a, b = first.head, other.head
+    for key, what in HEAD_FIELDS:
+        x, y = a.get(key), b.get(key)
+        if x == y:
+            continue
+        if isinstance(x, list) and isinstance(y, list):
+            if len(x) != len(y):
+                return f"{what}: {len(x)} vs {len(y)}"
+            i = next(i for i, (p, q) in enumerate(zip(x, y)) if p != q)
+            return f"{what}: class {i} {x[i]!r} vs {y[i]!r}"
+        return f"{what} {x} vs {y}"
+    return None if a == b else f"head {a} vs {b}"
+
+
 def check_shared(members: Iterable[Member]) -> None:
-    """Refuse, in one line, runs that do not share an architecture, an initialisation or their data."""
+    """Refuse, in one line, runs that do not share an architecture, an initialisation (the classifier head they
+    started from included: `head_difference`) or their data."""
     members = list(members)
     first = members[0]
     for other in members[1:]:
@@ -176,6 +213,11 @@ def check_shared(members: Iterable[Member]) -> None:
             raise UsageError(f"{first.run_dir} and {other.run_dir} do not share an initialisation "
                              f"({first.initialisation} vs {other.initialisation}); a weight average needs runs "
                              "fine-tuned from one initialisation (same --pretrained file, or same --seed)")
+        head = head_difference(first, other)
+        if head:
+            raise UsageError(f"{first.run_dir} and {other.run_dir} did not start from the same classifier head "
+                             f"({head}); a weight average needs runs fine-tuned from one initialisation, head "
+                             "included")
         differs = [(what, a, b) for (what, a), (_, b) in zip(first.data, other.data) if a != b]
         if differs:
             what, a, b = differs[0]
