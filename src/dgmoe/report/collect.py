@@ -18,6 +18,7 @@ from dgmoe.duplicates import EXPLICIT_HPARAMS, drop_duplicate_runs
 from dgmoe.engine.config import RunConfig
 from dgmoe.engine.io import FOLDER_SUFFIX
 from dgmoe.engine.rundir import expected_steps, read_done
+from dgmoe.engine.runtree import walk_run_folders
 from dgmoe.errors import UsageError
 
 #: `args` fields every record must carry; selection groups on them.
@@ -191,21 +192,22 @@ class DuplicateRunsWarning(UserWarning):
 
 
 def find_results_files(root: str | os.PathLike, unreadable: list[str] | None = None) -> list[Path]:
-    """Every `results.jsonl` under `root` (any depth), in sorted order. Folders that cannot be listed (another
-    user's runs made under a strict umask) are appended to `unreadable`, or warned about when it is None."""
+    """Every `results.jsonl` under `root` (any depth, through symbolic links to folders: each folder once,
+    `dgmoe.engine.runtree`), in sorted order. Folders that cannot be listed (another user's runs made under a
+    strict umask) are appended to `unreadable`, or warned about when it is None; links that are not followed (a
+    loop, a second link to one folder, a link to nothing) are warned about."""
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"runs directory {root} does not exist or is not a directory")
-    found, blocked = [], []
-    for dirpath, dirnames, filenames in os.walk(root, onerror=lambda e: blocked.append(f"{e.filename} ({e.strerror})")):
-        dirnames[:] = [d for d in dirnames if not (d.startswith(".") and d.endswith(FOLDER_SUFFIX))]  # being written
-        if "results.jsonl" in filenames:
-            found.append(Path(dirpath) / "results.jsonl")
+    tree = walk_run_folders(root, "results.jsonl",
+                            skip=lambda d: d.startswith(".") and d.endswith(FOLDER_SUFFIX))  # being written
+    for link in tree.links:
+        warnings.warn(f"not followed: {link}", stacklevel=3)
     if unreadable is not None:
-        unreadable += blocked
+        unreadable += tree.unreadable_named()
     else:
-        _warn_unreadable(blocked)
-    return sorted(found)
+        _warn_unreadable(tree.unreadable_named())
+    return [folder / "results.jsonl" for folder in tree.found]
 
 
 def _warn_unreadable(folders: list[str]) -> None:
