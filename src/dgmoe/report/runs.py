@@ -228,8 +228,9 @@ def _count_params(run: Path, cache: dict[str, int | None]) -> int | None:
 
 
 def scan_runs(root: Path, count_params: bool = True) -> list[RunInfo]:
-    """Every folder with a `results.jsonl` under `root` (through links, `dgmoe.engine.runtree`), sorted by dataset, algorithm, model, test domains and
-    seeds, each with a unique file-name-safe `slug` (`r007-ERM-vit-tiny-photo`)."""
+    """Every folder with a `results.jsonl` under `root` (through links, `dgmoe.engine.runtree`), sorted by
+    dataset, algorithm, model, test domains and seeds, each with a unique file-name-safe `slug`
+    (`r007-ERM-vit-tiny-photo`)."""
     runs = [read_run(folder, root) for folder in walk_run_folders(root, "results.jsonl").found]
     runs.sort(key=lambda r: (r.problem is not None, r.dataset, r.algorithm, r.model, r.test_envs,
                              str(r.args.get("trial_seed")), str(r.args.get("hparams_seed")), r.rel))
