@@ -20,6 +20,7 @@ from dgmoe.engine.io import FOLDER_SUFFIX
 from dgmoe.engine.rundir import expected_steps, read_done
 from dgmoe.engine.runtree import walk_run_folders
 from dgmoe.errors import UsageError
+from dgmoe.report.identity import distinguish_runs
 
 #: `args` fields every record must carry; selection groups on them.
 REQUIRED_ARGS: tuple[str, ...] = ("dataset", "algorithm", "test_envs", "hparams_seed", "trial_seed")
@@ -224,8 +225,10 @@ def load_records(root: str | os.PathLike, include_unfinished: bool = False,
     `output_dir`, `steps`, `domains` as a tuple or None), `explicit_hparams` (the given `--hparams`, see
     `explicit_hparams`) and `run_dir`, `file`, `line`, `done`, `n_envs` and `record` (the raw dict).
 
-    A run configuration found in several run dirs keeps its first dir, with a `DuplicateRunsWarning`
-    (`dgmoe.duplicates.drop_duplicate_runs`). Runs without a `done` file are still training (or crashed):
+    Runs of one (dataset, algorithm, model) that computed different things (other steps, data size or weights:
+    `dgmoe.report.identity`) have the facts that differ appended to `model` (and `label`), so that they are rows
+    of their own. A run configuration found in several run dirs keeps its first dir, with a
+    `DuplicateRunsWarning` naming the others (`dgmoe.duplicates.drop_duplicate_runs`). Runs without a `done` file are still training (or crashed):
     their last checkpoint is not the final one, so they are left out, with a warning, unless
     `include_unfinished`. A file with a record that cannot be used raises `RecordError`; with `skip_broken`
     (the HTML report, which lists such runs) the whole file is left out with a warning instead.
@@ -265,6 +268,7 @@ def load_records(root: str | os.PathLike, include_unfinished: bool = False,
     if frame.empty:
         return pd.DataFrame(columns=["step", *REQUIRED_ARGS, *OPTIONAL_ARGS, EXPLICIT_HPARAMS, *SOURCE_COLUMNS])
     frame = frame.sort_values(["file", "step", "line"], kind="stable").reset_index(drop=True)
+    frame = distinguish_runs(frame)  # runs that computed different things are rows of their own
     frame, duplicates = drop_duplicate_runs(frame)
     if duplicates:
         warnings.warn(duplicates, DuplicateRunsWarning, stacklevel=2)
