@@ -228,10 +228,10 @@ def load_records(root: str | os.PathLike, include_unfinished: bool = False,
     Runs of one (dataset, algorithm, model) that computed different things (other steps, data size or weights:
     `dgmoe.report.identity`) have the facts that differ appended to `model` (and `label`), so that they are rows
     of their own. A run configuration found in several run dirs keeps its first dir, with a
-    `DuplicateRunsWarning` naming the others (`dgmoe.duplicates.drop_duplicate_runs`). Runs without a `done` file are still training (or crashed):
-    their last checkpoint is not the final one, so they are left out, with a warning, unless
-    `include_unfinished`. A file with a record that cannot be used raises `RecordError`; with `skip_broken`
-    (the HTML report, which lists such runs) the whole file is left out with a warning instead.
+    `DuplicateRunsWarning` naming the others (`dgmoe.duplicates.drop_duplicate_runs`). Runs without a `done`
+    file are still training (or crashed): their last checkpoint is not the final one, so they are left out, with
+    a warning, unless `include_unfinished`. A file with a record that cannot be used raises `RecordError`; with
+    `skip_broken` (the HTML report, which lists such runs) the whole file is left out with a warning instead.
     """
     rows: list[dict] = []
     unfinished: list[str] = []
