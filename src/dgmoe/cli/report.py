@@ -32,7 +32,10 @@ def command(ctx: click.Context, **kw: Any) -> None:
     if outside:
         raise UsageError(f"--run {outside[0]} is not a run folder under {runs_dir} (a folder with results.jsonl)")
     unreadable: list[str] = []
-    find_results_files(runs_dir, unreadable)
+    links: list[str] = []
+    find_results_files(runs_dir, unreadable, links)
+    for link in links:
+        click.echo(f"warning: not followed: {link}", err=True)
     for folder in unreadable:
         click.echo(f"warning: cannot read {folder}: its runs are left out of the report", err=True)
 

@@ -192,18 +192,22 @@ class DuplicateRunsWarning(UserWarning):
     several parts): the records keep the first dir of each."""
 
 
-def find_results_files(root: str | os.PathLike, unreadable: list[str] | None = None) -> list[Path]:
+def find_results_files(root: str | os.PathLike, unreadable: list[str] | None = None,
+                       links: list[str] | None = None) -> list[Path]:
     """Every `results.jsonl` under `root` (any depth, through symbolic links to folders: each folder once,
     `dgmoe.engine.runtree`), in sorted order. Folders that cannot be listed (another user's runs made under a
-    strict umask) are appended to `unreadable`, or warned about when it is None; links that are not followed (a
-    loop, a second link to one folder, a link to nothing) are warned about."""
+    strict umask) are appended to `unreadable`, links that are not followed (a loop, a second link to one folder,
+    a link to nothing) to `links`, or warned about when the list is None."""
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"runs directory {root} does not exist or is not a directory")
     tree = walk_run_folders(root, "results.jsonl",
                             skip=lambda d: d.startswith(".") and d.endswith(FOLDER_SUFFIX))  # being written
-    for link in tree.links:
-        warnings.warn(f"not followed: {link}", stacklevel=3)
+    if links is not None:
+        links += tree.links
+    else:
+        for link in tree.links:
+            warnings.warn(f"not followed: {link}", stacklevel=3)
     if unreadable is not None:
         unreadable += tree.unreadable_named()
     else:
