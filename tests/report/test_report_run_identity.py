@@ -90,3 +90,12 @@ def test_a_labelled_run_keeps_its_label_and_says_what_sets_it_apart(tmp_path):
     _run(tmp_path / "b", 0.2, steps=30, label="clip-zs")
     records = load_records(tmp_path)
     assert sorted(set(records["label"])) == ["clip-zs [--steps 0]", "clip-zs [--steps 30]"]
+
+
+def test_the_report_index_groups_them_apart(mixed, cli):
+    result = cli("report", mixed, "--no-params", "--out", mixed.parent / "report")
+    assert result.exit_code == 0, result.output
+    page = (mixed.parent / "report" / "index.html").read_text()
+    for fact in ("--steps 0, ", "--steps 30, ", "--n-per-domain 50", "--pretrained none", "other_text.pt (sha256"):
+        assert fact in page, fact
+    assert len(list((mixed.parent / "report" / "groups").glob("*.html"))) == 5

@@ -60,7 +60,8 @@ def distinguishing(items: Sequence[tuple[Hashable, Identity]]) -> list[str]:
     return out
 
 
-def _config(run_dir: str) -> dict[str, Any] | None:
+def saved_config(run_dir: str) -> dict[str, Any] | None:
+    """A run folder's config.json, None where it cannot be read (old or foreign run folders)."""
     try:
         config = json.loads((Path(run_dir) / "config.json").read_text())
     except (OSError, ValueError, UnicodeDecodeError):
@@ -76,7 +77,7 @@ def distinguish_runs(frame: pd.DataFrame) -> pd.DataFrame:
         return frame
     last = frame.drop_duplicates("run_dir", keep="last")
     runs = [(str(r.run_dir), (r.dataset, r.algorithm, r.model),
-             run_identity(r.record.get("args") or {}, _config(str(r.run_dir))))
+             run_identity(r.record.get("args") or {}, saved_config(str(r.run_dir))))
             for r in last.itertuples(index=False)]
     suffixes = distinguishing([(key, identity) for _, key, identity in runs])
     suffix = {run_dir: s for (run_dir, _, _), s in zip(runs, suffixes) if s}
