@@ -39,7 +39,7 @@ def run_identity(args: dict[str, Any], config: dict[str, Any] | None) -> Identit
     image = _pretrained(args, config)
     facts.append(("--pretrained", "none" if image.startswith("none") else image))
     text = args.get("text_pretrained")
-    facts.append(("--text-pretrained", pretrained_identity(str(text)) if text else "none"))
+    facts.append(("--text-pretrained", (pretrained_identity(str(text)) or "none") if text else "none"))
     return tuple(facts)
 
 
