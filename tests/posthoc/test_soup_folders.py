@@ -145,3 +145,24 @@ def test_a_symlinked_weights_cell_is_not_left_out_as_missing(one_run, tmp_path, 
     assert json.loads(next((tmp_path / "o").iterdir()).joinpath("config.json").read_text())["soup"]["method"] \
         == "uniform"
     assert stat.S_ISDIR(os.stat(tmp_path / "root" / "runs").st_mode)
+
+
+@pytest.mark.parametrize("name", ["config.json", "results.jsonl"])
+def test_a_run_with_an_unreadable_file_is_left_out_by_name(one_run, shared_tmp, name):
+    """Refused in one line naming the file; with --partial, left out and named in the record (it stopped the
+    soup with the bare OS error before)."""
+    _cell(shared_tmp, one_run)
+    theirs = shared_tmp / "runs" / "c" / name
+    if os.geteuid() == 0:
+        os.chown(theirs, NOBODY, NOBODY)
+    theirs.chmod(0o600 if os.geteuid() == 0 else 0)
+    args = ["soup", str(shared_tmp / "runs"), "--method", "uniform", "--out", str(shared_tmp / "o")]
+    result = _unprivileged(args)
+    err = result.stderr.strip()
+    assert result.returncode == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, result.stdout + err
+    assert f"unreadable {name} (permission denied)" in err and not (shared_tmp / "o").exists(), err
+    result = _unprivileged([*args, "--partial"])
+    assert result.returncode == 0 and "uniform: 2 runs, partial: 1 run(s) left out" in result.stderr, result.stderr
+    (record,) = read_jsonl(next((shared_tmp / "o").iterdir()) / "results.jsonl")
+    assert record["args"]["soup"]["partial"] == [{"run": str(shared_tmp / "runs" / "c"),
+                                                  "reason": f"unreadable {name} (permission denied)"}]

@@ -135,6 +135,9 @@ def find_members(root: Path, which: str = "best",
         except DgmoeError as e:
             left_out.append(LeftOut(run_dir, f"unreadable: {e}"))
             continue
+        except OSError as e:
+            left_out.append(LeftOut(run_dir, f"unreadable config.json ({_reason(e)})"))
+            continue
         if SOUP_KEY in config:
             continue
         member = Member(run_dir, config, run_dir / "none")
@@ -157,6 +160,11 @@ def find_members(root: Path, which: str = "best",
             path, _ = weights_file(run_dir, which)
         except (FileNotFoundError, DgmoeError):
             left_out.append(LeftOut(run_dir, f"no {which} weights", group))
+            continue
+        try:
+            (run_dir / "results.jsonl").open("rb").close()  # the soup's record starts from a member's
+        except OSError as e:
+            left_out.append(LeftOut(run_dir, f"unreadable results.jsonl ({_reason(e)})", group))
             continue
         member = Member(run_dir, config, path)
         try:
