@@ -99,3 +99,22 @@ def test_the_report_index_groups_them_apart(mixed, cli):
     for fact in ("--steps 0, ", "--steps 30, ", "--n-per-domain 50", "--pretrained none", "other_text.pt (sha256"):
         assert fact in page, fact
     assert len(list((mixed.parent / "report" / "groups").glob("*.html"))) == 5
+
+
+def test_end_to_end_zero_shot_fine_tune_and_subsample_are_three_rows(tmp_path, cli):
+    """Real runs of the micro CLIP stand-in: a zero-shot evaluation, a fine-tune of the same head and a zero-shot
+    evaluation on a subsample were one row before (two of them "duplicate run dirs", the fine-tune's number
+    shown)."""
+    micro = ["--dataset", "Debug28", "--model", "vit_micro_patch7_clip_quickgelu_28", "--head", "zeroshot",
+             "--test-envs", "0", "--progress", "none", "--num-threads", "1"]
+    for name, flags in (("zs", ["--steps", "0"]), ("ft", ["--steps", "4", "--checkpoint-freq", "2"]),
+                        ("zs_small", ["--steps", "0", "--n-per-domain", "16"])):
+        result = cli("train", *micro, *flags, "--output-dir", tmp_path / "runs" / name)
+        assert result.exit_code == 0, result.output
+    result = cli("results", tmp_path / "runs", "--no-save", "--selection", "iid")
+    assert result.exit_code == 0, result.output
+    assert "duplicate" not in result.output
+    rows = [line for line in result.output.split("### Averages")[0].splitlines() if line.startswith("| ERM / ")]
+    assert len(rows) == 3, rows
+    assert sorted(r.split("[", 1)[1].split("]")[0] for r in rows) == [
+        "--steps 0, --n-per-domain 16", "--steps 0, --n-per-domain all", "--steps 4, --n-per-domain all"]
