@@ -28,7 +28,9 @@ class RunTree:
         return [f"{folder} ({why})" for folder, why in self.unreadable]
 
 
-def _reason(err: OSError) -> str:
+def os_reason(err: OSError) -> str:
+    """What an OS error says, as a reason in a sentence: "permission denied" (safetensors and others say "No such
+    file or directory" for a file they may not read: ask the OS first)."""
     return (err.strerror or type(err).__name__).lower()
 
 
@@ -44,7 +46,7 @@ def walk_run_folders(root: str | os.PathLike, marker: str,
         try:
             st = folder.stat()
         except OSError as err:
-            tree.unreadable.append((folder, _reason(err)))
+            tree.unreadable.append((folder, os_reason(err)))
             return
         key = (st.st_dev, st.st_ino)
         if key in seen:
@@ -56,7 +58,7 @@ def walk_run_folders(root: str | os.PathLike, marker: str,
             with os.scandir(folder) as it:
                 entries = sorted(it, key=lambda e: e.name)
         except OSError as err:
-            tree.unreadable.append((folder, _reason(err)))
+            tree.unreadable.append((folder, os_reason(err)))
             return
         for entry in entries:
             try:
@@ -73,7 +75,7 @@ def walk_run_folders(root: str | os.PathLike, marker: str,
                     else:
                         visit(folder / entry.name, False)
             except OSError as err:
-                tree.unreadable.append((folder / entry.name, _reason(err)))
+                tree.unreadable.append((folder / entry.name, os_reason(err)))
 
     visit(Path(root), Path(root).is_symlink())
     while pending:

@@ -26,7 +26,7 @@ from dgmoe.engine.config import RunConfig
 from dgmoe.engine.lock import lock_holder
 from dgmoe.engine.provenance import file_sha256, initialisation
 from dgmoe.engine.rundir import read_done
-from dgmoe.engine.runtree import walk_run_folders
+from dgmoe.engine.runtree import os_reason, walk_run_folders
 from dgmoe.errors import DgmoeError, UsageError
 
 SOUP_KEY = "soup"  # config.json / args key of a soup's own run folder (never a member of another soup)
@@ -136,7 +136,7 @@ def find_members(root: Path, which: str = "best",
             left_out.append(LeftOut(run_dir, f"unreadable: {e}"))
             continue
         except OSError as e:
-            left_out.append(LeftOut(run_dir, f"unreadable config.json ({_reason(e)})"))
+            left_out.append(LeftOut(run_dir, f"unreadable config.json ({os_reason(e)})"))
             continue
         if SOUP_KEY in config:
             continue
@@ -149,7 +149,7 @@ def find_members(root: Path, which: str = "best",
         try:
             done = read_done(run_dir)
         except OSError as e:
-            left_out.append(LeftOut(run_dir, f"unreadable done file ({e.strerror})", group))
+            left_out.append(LeftOut(run_dir, f"unreadable done file ({os_reason(e)})", group))
             continue
         if done is None:
             holder = lock_holder(run_dir)
@@ -164,13 +164,13 @@ def find_members(root: Path, which: str = "best",
         try:
             (run_dir / "results.jsonl").open("rb").close()  # the soup's record starts from a member's
         except OSError as e:
-            left_out.append(LeftOut(run_dir, f"unreadable results.jsonl ({_reason(e)})", group))
+            left_out.append(LeftOut(run_dir, f"unreadable results.jsonl ({os_reason(e)})", group))
             continue
         member = Member(run_dir, config, path)
         try:
             member.sha256  # (safetensors says "No such file or directory" for a file it may not read)
         except OSError as e:
-            left_out.append(LeftOut(run_dir, f"unreadable weights {path.name} ({_reason(e)})", group))
+            left_out.append(LeftOut(run_dir, f"unreadable weights {path.name} ({os_reason(e)})", group))
             continue
         try:
             member.architecture
@@ -179,10 +179,6 @@ def find_members(root: Path, which: str = "best",
             continue
         members.append(member)
     return members, left_out
-
-
-def _reason(err: OSError) -> str:
-    return (err.strerror or type(err).__name__).lower()
 
 
 def check_shared(members: Iterable[Member]) -> None:
