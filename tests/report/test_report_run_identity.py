@@ -118,3 +118,22 @@ def test_end_to_end_zero_shot_fine_tune_and_subsample_are_three_rows(tmp_path, c
     assert len(rows) == 3, rows
     assert sorted(r.split("[", 1)[1].split("]")[0] for r in rows) == [
         "--steps 0, --n-per-domain 16", "--steps 0, --n-per-domain all", "--steps 4, --n-per-domain all"]
+
+
+def test_facts_an_old_record_lacks_read_as_their_defaults(tmp_path):
+    """A record without `holdout_fraction` (older dgmoe, DomainBed) is the default split, not another run."""
+    _run(tmp_path / "old", 0.1)
+    _run(tmp_path / "new", 0.2, trial_seed=1)
+    lines = (tmp_path / "old" / "results.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    for record in records:
+        del record["args"]["holdout_fraction"]
+    (tmp_path / "old" / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert len(set(load_records(tmp_path)["model"])) == 1
+
+
+def test_weights_resampled_another_way_are_another_row(tmp_path):
+    _run(tmp_path / "a", 0.1)
+    _run(tmp_path / "b", 0.2, pretrained_antialias=False)
+    names = {name.split(" [", 1)[1] for name in load_records(tmp_path)["model"]}
+    assert names == {f"--pretrained {CLIP}]", f"--pretrained {CLIP} --no-pretrained-antialias]"}

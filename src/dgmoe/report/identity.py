@@ -18,26 +18,33 @@ from typing import Any, Hashable, Sequence
 
 import pandas as pd
 
+from dgmoe.engine.config import RunConfig
 from dgmoe.engine.provenance import pretrained_identity
 from dgmoe.report.protocol import _pretrained
 
 #: `args` fields of the identity, shown as the flag that sets them
 IDENTITY_ARGS: tuple[tuple[str, str], ...] = (("steps", "--steps"), ("n_per_domain", "--n-per-domain"),
                                               ("holdout_fraction", "--holdout-fraction"))
+#: how an unrecorded (None) value reads: the catalogue's schedule, every image; any other, its flag's default
+UNSET: dict[str, str] = {"steps": "default", "n_per_domain": "all"}
+DEFAULTS: dict[str, Any] = RunConfig().flat()
 Identity = tuple[tuple[str, str], ...]  # (flag, value as shown)
 
 
-def _value(value: Any) -> str:
-    return "all" if value is None else str(value)
+def _value(args: dict[str, Any], key: str) -> str:
+    value = args.get(key)
+    return str(value) if value is not None else UNSET.get(key) or str(DEFAULTS.get(key))
 
 
 def run_identity(args: dict[str, Any], config: dict[str, Any] | None) -> Identity:
     """(flag, value) of every fact of a run's identity: its schedule and data size, the image weights it started
-    from (`config.json`'s record, else the file as it is now; `none` from scratch) and the text tower's file."""
-    facts = [(flag, "default" if key == "steps" and args.get(key) is None else _value(args.get(key)))
-             for key, flag in IDENTITY_ARGS]
+    from (`config.json`'s record, else the file as it is now; `none` from scratch; with how their position
+    embedding was resampled) and the text tower's file."""
+    facts = [(flag, _value(args, key)) for key, flag in IDENTITY_ARGS]
     image = _pretrained(args, config)
-    facts.append(("--pretrained", "none" if image.startswith("none") else image))
+    image = "none" if image.startswith("none") else image + (
+        " --no-pretrained-antialias" if args.get("pretrained_antialias") is False else "")
+    facts.append(("--pretrained", image))
     text = args.get("text_pretrained")
     facts.append(("--text-pretrained", (pretrained_identity(str(text)) or "none") if text else "none"))
     return tuple(facts)
