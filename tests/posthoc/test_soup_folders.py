@@ -81,7 +81,7 @@ def test_a_folder_the_user_cannot_list_is_refused_not_averaged_away(one_run, sha
     assert result.returncode == 2, result.stdout + result.stderr
     err = result.stderr.strip()
     assert len(err.splitlines()) == 1 and err.startswith("dgmoe: error: ") and "Traceback" not in err, err
-    assert f"{shared_tmp / 'runs' / 'c'} (cannot be listed (permission denied)" in err, err
+    assert f"{shared_tmp / 'runs' / 'c'} (cannot be listed: permission denied; its runs cannot be read)" in err, err
     assert not (shared_tmp / "o").exists()
 
 

@@ -125,7 +125,7 @@ def find_members(root: Path, which: str = "best",
     followed (a loop, a second link to one folder, a link to nothing) are appended to `notes`."""
     members, left_out = [], []
     tree = walk_run_folders(root, "config.json", skip=lambda name: name.startswith("."))
-    left_out += [LeftOut(folder, f"cannot be listed ({why}), so the runs in it cannot be read")
+    left_out += [LeftOut(folder, f"cannot be listed: {why}; its runs cannot be read")
                  for folder, why in tree.unreadable]
     if notes is not None:
         notes += tree.links
