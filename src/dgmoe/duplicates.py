@@ -41,9 +41,13 @@ def check_unique_runs(records: pd.DataFrame) -> None:
         )
 
 
+def _names(dirs: list[str], limit: int = 8) -> str:
+    return ", ".join(dirs[:limit]) + (f" and {len(dirs) - limit} more" if len(dirs) > limit else "")
+
+
 def drop_duplicate_runs(records: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
     """Keep one run dir (the first, sorted) of every configuration found in several, so that tables mix no two
-    runs' checkpoints; the message (None: no duplicate) names how many were left out and an example."""
+    runs' checkpoints; the message (None: no duplicate) names an example and the run dirs left out."""
     dup = duplicate_runs(records)
     if not dup:
         return records, None
@@ -56,5 +60,5 @@ def drop_duplicate_runs(records: pd.DataFrame) -> tuple[pd.DataFrame, str | None
                                                            else ""))
     message = (f"{n} run configuration{'' if n == 1 else 's'} appear{'s' if n == 1 else ''} in several run dirs "
                f"(e.g. {what} in {', '.join(found)}); the tables use the first dir of each and leave out "
-               f"{len(extra)} duplicate run dir{'' if len(extra) == 1 else 's'}")
+               f"{len(extra)} duplicate run dir{'' if len(extra) == 1 else 's'}: {_names(sorted(extra))}")
     return records[~records["run_dir"].isin(extra)].reset_index(drop=True), message

@@ -26,6 +26,7 @@ from dgmoe.analysis.routing import RoutingMaps, grid_size_of, routing_maps, usag
 from dgmoe.analysis.style import block_name, checkpoint_text, domain_colors, domain_label
 from dgmoe.atomic import atomic_folder, remove_stale_folders, write_text_atomic
 from dgmoe.document import Block, Cell, Document, Heading, Table
+from dgmoe.engine.runtree import walk_run_folders
 from dgmoe.models.info import describe_model
 from dgmoe.tables import csv_text
 
@@ -288,7 +289,7 @@ def analyze_runs(runs_dir: str | Path, n_images: int = 8, show: int = 3, redo: b
     `config.json` or weights, or whose analysis raises is `failed` with the reason, and the others still run;
     `log(outcome)` is called as each one is known."""
     outcomes = []
-    for run in sorted(p.parent for p in Path(runs_dir).rglob("results.jsonl")):
+    for run in walk_run_folders(runs_dir, "results.jsonl").found:  # through links, each folder once
         if (run / "analysis").is_dir() and not redo:
             outcome = AnalysisOutcome(run, "skipped", "already has analysis/ (pass redo to recompute)")
         elif not (run / "done").exists():

@@ -32,7 +32,10 @@ def command(ctx: click.Context, **kw: Any) -> None:
     if outside:
         raise UsageError(f"--run {outside[0]} is not a run folder under {runs_dir} (a folder with results.jsonl)")
     unreadable: list[str] = []
-    find_results_files(runs_dir, unreadable)
+    links: list[str] = []
+    n_runs = len(find_results_files(runs_dir, unreadable, links))
+    for link in links:
+        click.echo(f"warning: not followed: {link}", err=True)
     for folder in unreadable:
         click.echo(f"warning: cannot read {folder}: its runs are left out of the report", err=True)
 
@@ -53,7 +56,6 @@ def command(ctx: click.Context, **kw: Any) -> None:
                    f"{counts['failed']} could not be analysed")
     path = build_report(runs_dir, out, selection, include, title, count_params=not cfg.no_params, notes=notes,
                         pages=pages, runs=run_dirs)  # type: ignore[arg-type]
-    n_runs = sum(1 for _ in runs_dir.rglob("results.jsonl"))
     n_pages = sum(1 for _ in (path.parent / "runs").glob("*.html")) if path.name == "index.html" else None
     pages_text = "" if n_pages is None else f", {n_pages} run page{'' if n_pages == 1 else 's'}"
     click.echo(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB; {report_size(path) / 1e6:.2f} MB with its pages "

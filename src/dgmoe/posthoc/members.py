@@ -28,6 +28,7 @@ from dgmoe.engine.config import RunConfig
 from dgmoe.engine.lock import lock_holder
 from dgmoe.engine.provenance import file_sha256, initialisation
 from dgmoe.engine.rundir import read_done
+from dgmoe.engine.runtree import os_reason, walk_run_folders
 from dgmoe.errors import DgmoeError, UsageError
 
 SOUP_KEY = "soup"  # config.json / args key of a soup's own run folder (never a member of another soup)
@@ -129,19 +130,27 @@ class LeftOut:
         return None if self.group is None else self.group[:3] + self.group[4:]
 
 
-def find_members(root: Path, which: str = "best") -> tuple[list[Member], list[LeftOut]]:
-    """Every run folder under `root` (a `config.json` that is not a soup's), in sorted order: the finished ones
-    with readable weights as members, the others (still training, unfinished, unreadable, no weights) as
-    `LeftOut`. Hidden folders (temporaries of killed writers) are not looked into."""
+def find_members(root: Path, which: str = "best",
+                 notes: list[str] | None = None) -> tuple[list[Member], list[LeftOut]]:
+    """Every run folder under `root` (a `config.json` that is not a soup's; through symbolic links, each folder
+    once: `dgmoe.engine.runtree`), in sorted order: the finished ones with readable weights as members, the
+    others (still training, unfinished, unreadable, no weights) and the folders that cannot be listed as
+    `LeftOut`. Hidden folders (temporaries of killed writers) are not looked into. The links that were not
+    followed (a loop, a second link to one folder, a link to nothing) are appended to `notes`."""
     members, left_out = [], []
-    for config_path in sorted(Path(root).rglob("config.json")):
-        run_dir = config_path.parent
-        if any(part.startswith(".") for part in run_dir.relative_to(root).parts):
-            continue
+    tree = walk_run_folders(root, "config.json", skip=lambda name: name.startswith("."))
+    left_out += [LeftOut(folder, f"cannot be listed: {why}; its runs cannot be read")
+                 for folder, why in tree.unreadable]
+    if notes is not None:
+        notes += tree.links
+    for run_dir in tree.found:
         try:
             config = read_run_config(run_dir)
         except DgmoeError as e:
             left_out.append(LeftOut(run_dir, f"unreadable: {e}"))
+            continue
+        except OSError as e:
+            left_out.append(LeftOut(run_dir, f"unreadable config.json ({os_reason(e)})"))
             continue
         if SOUP_KEY in config:
             continue
@@ -154,7 +163,7 @@ def find_members(root: Path, which: str = "best") -> tuple[list[Member], list[Le
         try:
             done = read_done(run_dir)
         except OSError as e:
-            left_out.append(LeftOut(run_dir, f"unreadable done file ({e.strerror})", group))
+            left_out.append(LeftOut(run_dir, f"unreadable done file ({os_reason(e)})", group))
             continue
         if done is None:
             holder = lock_holder(run_dir)
@@ -166,9 +175,19 @@ def find_members(root: Path, which: str = "best") -> tuple[list[Member], list[Le
         except (FileNotFoundError, DgmoeError):
             left_out.append(LeftOut(run_dir, f"no {which} weights", group))
             continue
+        try:
+            (run_dir / "results.jsonl").open("rb").close()  # the soup's record starts from a member's
+        except OSError as e:
+            left_out.append(LeftOut(run_dir, f"unreadable results.jsonl ({os_reason(e)})", group))
+            continue
         member = Member(run_dir, config, path)
         try:
-            member.architecture, member.sha256
+            member.sha256  # (safetensors says "No such file or directory" for a file it may not read)
+        except OSError as e:
+            left_out.append(LeftOut(run_dir, f"unreadable weights {path.name} ({os_reason(e)})", group))
+            continue
+        try:
+            member.architecture
         except Exception as e:  # safetensors' own error types: a truncated or foreign file
             left_out.append(LeftOut(run_dir, f"unreadable weights {path.name} ({' '.join(str(e).split())})", group))
             continue

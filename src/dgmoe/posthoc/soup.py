@@ -147,7 +147,10 @@ def make_soups(root: Path, out: Path | None = None, options: SoupConfig = SoupCo
     one of another identity (other members, weights, or weights changed since) is made again in its place. Run
     folders that cannot be members (unfinished, unreadable) are refused in one line, or, with
     `options.partial`, left out and named in the record of every soup of their group."""
-    members, left_out = find_members(root, options.which)
+    notes: list[str] = []
+    members, left_out = find_members(root, options.which, notes)
+    for note in notes:
+        echo(f"warning: not followed: {note}")
     if left_out and not options.partial:
         _refuse_left_out(root, left_out)
     if not members:

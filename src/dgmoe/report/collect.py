@@ -18,7 +18,9 @@ from dgmoe.duplicates import EXPLICIT_HPARAMS, drop_duplicate_runs
 from dgmoe.engine.config import RunConfig
 from dgmoe.engine.io import FOLDER_SUFFIX
 from dgmoe.engine.rundir import expected_steps, read_done
+from dgmoe.engine.runtree import walk_run_folders
 from dgmoe.errors import UsageError
+from dgmoe.report.identity import distinguish_runs
 
 #: `args` fields every record must carry; selection groups on them.
 REQUIRED_ARGS: tuple[str, ...] = ("dataset", "algorithm", "test_envs", "hparams_seed", "trial_seed")
@@ -190,22 +192,27 @@ class DuplicateRunsWarning(UserWarning):
     several parts): the records keep the first dir of each."""
 
 
-def find_results_files(root: str | os.PathLike, unreadable: list[str] | None = None) -> list[Path]:
-    """Every `results.jsonl` under `root` (any depth), in sorted order. Folders that cannot be listed (another
-    user's runs made under a strict umask) are appended to `unreadable`, or warned about when it is None."""
+def find_results_files(root: str | os.PathLike, unreadable: list[str] | None = None,
+                       links: list[str] | None = None) -> list[Path]:
+    """Every `results.jsonl` under `root` (any depth, through symbolic links to folders: each folder once,
+    `dgmoe.engine.runtree`), in sorted order. Folders that cannot be listed (another user's runs made under a
+    strict umask) are appended to `unreadable`, links that are not followed (a loop, a second link to one folder,
+    a link to nothing) to `links`, or warned about when the list is None."""
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"runs directory {root} does not exist or is not a directory")
-    found, blocked = [], []
-    for dirpath, dirnames, filenames in os.walk(root, onerror=lambda e: blocked.append(f"{e.filename} ({e.strerror})")):
-        dirnames[:] = [d for d in dirnames if not (d.startswith(".") and d.endswith(FOLDER_SUFFIX))]  # being written
-        if "results.jsonl" in filenames:
-            found.append(Path(dirpath) / "results.jsonl")
-    if unreadable is not None:
-        unreadable += blocked
+    tree = walk_run_folders(root, "results.jsonl",
+                            skip=lambda d: d.startswith(".") and d.endswith(FOLDER_SUFFIX))  # being written
+    if links is not None:
+        links += tree.links
     else:
-        _warn_unreadable(blocked)
-    return sorted(found)
+        for link in tree.links:
+            warnings.warn(f"not followed: {link}", stacklevel=3)
+    if unreadable is not None:
+        unreadable += tree.unreadable_named()
+    else:
+        _warn_unreadable(tree.unreadable_named())
+    return [folder / "results.jsonl" for folder in tree.found]
 
 
 def _warn_unreadable(folders: list[str]) -> None:
@@ -222,11 +229,13 @@ def load_records(root: str | os.PathLike, include_unfinished: bool = False,
     `output_dir`, `steps`, `domains` as a tuple or None), `explicit_hparams` (the given `--hparams`, see
     `explicit_hparams`) and `run_dir`, `file`, `line`, `done`, `n_envs` and `record` (the raw dict).
 
-    A run configuration found in several run dirs keeps its first dir, with a `DuplicateRunsWarning`
-    (`dgmoe.duplicates.drop_duplicate_runs`). Runs without a `done` file are still training (or crashed):
-    their last checkpoint is not the final one, so they are left out, with a warning, unless
-    `include_unfinished`. A file with a record that cannot be used raises `RecordError`; with `skip_broken`
-    (the HTML report, which lists such runs) the whole file is left out with a warning instead.
+    Runs of one (dataset, algorithm, model) that computed different things (other steps, data size or weights:
+    `dgmoe.report.identity`) have the facts that differ appended to `model` (and `label`), so that they are rows
+    of their own. A run configuration found in several run dirs keeps its first dir, with a
+    `DuplicateRunsWarning` naming the others (`dgmoe.duplicates.drop_duplicate_runs`). Runs without a `done`
+    file are still training (or crashed): their last checkpoint is not the final one, so they are left out, with
+    a warning, unless `include_unfinished`. A file with a record that cannot be used raises `RecordError`; with
+    `skip_broken` (the HTML report, which lists such runs) the whole file is left out with a warning instead.
     """
     rows: list[dict] = []
     unfinished: list[str] = []
@@ -263,6 +272,7 @@ def load_records(root: str | os.PathLike, include_unfinished: bool = False,
     if frame.empty:
         return pd.DataFrame(columns=["step", *REQUIRED_ARGS, *OPTIONAL_ARGS, EXPLICIT_HPARAMS, *SOURCE_COLUMNS])
     frame = frame.sort_values(["file", "step", "line"], kind="stable").reset_index(drop=True)
+    frame = distinguish_runs(frame)  # runs that computed different things are rows of their own
     frame, duplicates = drop_duplicate_runs(frame)
     if duplicates:
         warnings.warn(duplicates, DuplicateRunsWarning, stacklevel=2)

@@ -1,6 +1,7 @@
 """The run index of a report that scales to sweeps of thousands of runs.
 
-Runs are grouped by what a table row is about, (dataset, algorithm, model, held-out domains): the index holds
+Runs are grouped by what a table row is about, (dataset, algorithm, model, held-out domains), runs that computed
+different things apart (`dgmoe.report.identity`): the index holds
 one row per group (its runs, finished, seeds, the test accuracy of its best runs) instead of one per run.
 Filter pages (`by/<facet>-<value>.html`) list the groups of one dataset, algorithm, model or held-out domain,
 reached from a filter bar of plain links (the report runs no script). Each group has its own pages
@@ -10,6 +11,7 @@ chart, analysis figures) is written for the group's best run, the runs a user na
 """
 from __future__ import annotations
 
+import hashlib
 import html
 from collections import defaultdict
 from dataclasses import dataclass
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Callable, Collection, Iterable, Sequence
 
 from dgmoe.document import Cell, Table
+from dgmoe.report.identity import distinguishing, run_identity, saved_config
 from dgmoe.report.runs import RunInfo
 from dgmoe.report.text import count
 from dgmoe.tables import slugify
@@ -48,7 +51,13 @@ class Group:
 
     @property
     def slug(self) -> str:
-        return slugify(f"{self.dataset}-{self.algorithm}-{self.model}-{'-'.join(self.held_out)}")[:80]
+        """The group's file-name stem: its slugified name, cut at 80 characters with a hash of the whole name
+        then, so that groups that differ only past the cut (a long model label) keep pages of their own."""
+        name = f"{self.dataset}-{self.algorithm}-{self.model}-{'-'.join(self.held_out)}"
+        slug = slugify(name)
+        if len(slug) <= 80:
+            return slug
+        return f"{slug[:73].rstrip('-')}-{hashlib.sha256(name.encode()).hexdigest()[:6]}"
 
     @property
     def label(self) -> str:
@@ -75,11 +84,15 @@ class Group:
 
 
 def group_runs(runs: Iterable[RunInfo]) -> list[Group]:
-    """The readable runs grouped, sorted by dataset, algorithm, model and held-out domains."""
+    """The readable runs grouped, sorted by dataset, algorithm, model and held-out domains; runs of one model
+    that computed different things (other steps, data size or weights) are groups of their own, the model named
+    with what differs, as in the results tables (`dgmoe.report.identity`)."""
     by_key: dict[tuple, list[RunInfo]] = defaultdict(list)
-    for run in runs:
-        if not run.problem:
-            by_key[(run.dataset, run.algorithm, run.model, tuple(run.test_domains))].append(run)
+    readable = [run for run in runs if not run.problem]
+    suffixes = distinguishing([((run.dataset, run.algorithm, run.model),
+                                run_identity(run.args, saved_config(str(run.path)))) for run in readable])
+    for run, suffix in zip(readable, suffixes):
+        by_key[(run.dataset, run.algorithm, (run.model + suffix).strip(), tuple(run.test_domains))].append(run)
     return [Group(dataset, algorithm, model, held_out, members)
             for (dataset, algorithm, model, held_out), members in sorted(by_key.items())]
 

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from dgmoe.analysis.style import block_name
+from dgmoe.engine.runtree import walk_run_folders
 from dgmoe.records import train_domain_val_acc
 from dgmoe.report.collect import RecordError, count_envs, model_label, read_records
 from dgmoe.selection import python_argmax
@@ -227,9 +228,10 @@ def _count_params(run: Path, cache: dict[str, int | None]) -> int | None:
 
 
 def scan_runs(root: Path, count_params: bool = True) -> list[RunInfo]:
-    """Every folder with a `results.jsonl` under `root`, sorted by dataset, algorithm, model, test domains and
-    seeds, each with a unique file-name-safe `slug` (`r007-ERM-vit-tiny-photo`)."""
-    runs = [read_run(p.parent, root) for p in sorted(root.rglob("results.jsonl"))]
+    """Every folder with a `results.jsonl` under `root` (through links, `dgmoe.engine.runtree`), sorted by
+    dataset, algorithm, model, test domains and seeds, each with a unique file-name-safe `slug`
+    (`r007-ERM-vit-tiny-photo`)."""
+    runs = [read_run(folder, root) for folder in walk_run_folders(root, "results.jsonl").found]
     runs.sort(key=lambda r: (r.problem is not None, r.dataset, r.algorithm, r.model, r.test_envs,
                              str(r.args.get("trial_seed")), str(r.args.get("hparams_seed")), r.rel))
     cache: dict[str, int | None] = {}
