@@ -99,6 +99,8 @@ def train(cfg: RunConfig | None = None, *, sinks: Sequence[Sink] = (), **setting
             setup = prepare_run(cfg)  # validates data, test envs, model, algorithm before anything is written
             run_log.say(setup.announcement())
             run_log.say(setup.summary())
+            if (plan := setup.phase_plan()) is not None:
+                run_log.say(plan)
             if cfg.execution.tensorboard:
                 tensorboard_writer_class()
             with RunLock(out) if info.is_main else contextlib.nullcontext() as lock:  # one trainer per run folder
@@ -128,7 +130,8 @@ def _check_output_dir(cfg: RunConfig) -> str:
     from dgmoe.engine.checkpoint import read_run_config, saved_run
 
     config = read_run_config(out)
-    diff = identity_differences(saved_run(config), cfg)
+    saved = saved_run(config)
+    diff = identity_differences(saved, cfg)
     if cfg.execution.extend and diff == ["steps"]:
         _check_extension(out, config["n_steps"], cfg)
         return "train"
@@ -137,6 +140,10 @@ def _check_output_dir(cfg: RunConfig) -> str:
         return "takeover"
     if diff:
         hint = " (to continue it to more steps, add --extend)" if diff == ["steps"] else ""
+        if diff == ["fused_optimizer"]:  # (its Adam steps round differently: as --compile's refusal says)
+            was = "with" if saved.training.fused_optimizer else "without"
+            hint = (f" (it was trained {was} --fused-optimizer, whose Adam steps round differently: run the same "
+                    f"command {was} --fused-optimizer to resume it exactly)")
         raise RunMismatchError(f"{out} holds a different run (differs in: {', '.join(diff)}){hint}; "
                                "choose another --output-dir")
     return "done" if (out / "done").exists() else "train"
