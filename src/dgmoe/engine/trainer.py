@@ -142,8 +142,9 @@ def _check_output_dir(cfg: RunConfig) -> str:
         hint = " (to continue it to more steps, add --extend)" if diff == ["steps"] else ""
         if diff == ["fused_optimizer"]:  # (its Adam steps round differently: as --compile's refusal says)
             was = "with" if saved.training.fused_optimizer else "without"
+            then = "find it finished" if (out / "done").exists() else "resume it exactly"
             hint = (f" (it was trained {was} --fused-optimizer, whose Adam steps round differently: run the same "
-                    f"command {was} --fused-optimizer to resume it exactly)")
+                    f"command {was} --fused-optimizer to {then})")
         raise RunMismatchError(f"{out} holds a different run (differs in: {', '.join(diff)}){hint}; "
                                "choose another --output-dir")
     return "done" if (out / "done").exists() else "train"
