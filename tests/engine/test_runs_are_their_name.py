@@ -41,6 +41,17 @@ def test_lp_ft_probe_learning_rate_is_the_recipes_linear_probe_rate_not_erm_plus
     erm_pp["linear_steps"].validate("linear_steps", -1)  # (ERM++'s own: DomainBed's, unchanged)
 
 
+def test_the_smoke_scale_lp_ft_part_fine_tunes_after_its_probe():
+    from dgmoe.engine.combinations import check_combination
+    from dgmoe.recipes import get_recipe
+    from dgmoe.recipes.plan import smoke_settings
+
+    flat = smoke_settings(get_recipe("clip-robust-domainbed").part("lp-ft"))
+    assert flat["hparams"]["linear_steps"] == 1 and flat["steps"] == 2
+    check_combination("LPFT", flat["steps"], flat.get("peft", "full"), flat["hparams"])
+    assert "linear_steps" not in smoke_settings(get_recipe("clip-robust-domainbed").part("flyp"))["hparams"]
+
+
 def test_a_run_on_the_catalogue_schedule_says_where_its_steps_come_from(tmp_path):
     from dgmoe.engine.combinations import check_combination
 
