@@ -134,3 +134,17 @@ def test_soup_refusals_answer_before_torch(argv, words, tmp_path):
     lines = [line for line in done.stderr.splitlines() if not line.startswith("import time:")]
     assert done.returncode == 2 and len(lines) == 1 and words in lines[0], done.stderr[-2000:]
     assert not names & {"torch", "pandas"}, sorted(names & {"torch", "pandas"})
+
+
+def test_a_run_killed_under_another_fused_optimizer_setting_says_how_to_resume(tmp_path, capsys):
+    out = tmp_path / "run"
+    argv = ["train", "--dataset", "RotatedMNIST", "--model", "vit_micro_patch7_28", "--model-kwargs", '{"depth": 1}',
+            "--steps", "2", "--checkpoint-freq", "1", "--n-per-domain", "20", "--progress", "none", "--num-threads",
+            "1", "--keep-resume", "--output-dir", str(out)]
+    assert run([*argv, "--fused-optimizer"]) == 0
+    (out / "done").unlink()  # as if killed after its last checkpoint
+    capsys.readouterr()
+    assert run(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "it was trained with --fused-optimizer" in err
+    assert "run the same command with --fused-optimizer to resume it exactly" in err, err
