@@ -13,9 +13,10 @@ Deliberate differences from the paper: Kumar et al. fit the probe by L-BFGS logi
 and fine-tune with SGD; dgmoe probes with `linear_steps` Adam updates and fine-tunes with DomainBed's Adam.
 
 - `linear_steps` (500, ERM++'s warm-up length, DomainBed's `ERMPlusPlus`): the probe's updates, at least 1, and
-  fewer than the run's steps: a run whose probe is empty (ERM) or covers every step (a linear probe) is
-  refused (`dgmoe.engine.combinations`). The run prints its phase plan when it starts, and each record says
-  the phase of the update before it (`lp_ft_phase`: 'linear probe' or 'fine-tune').
+  fewer than the run's steps: a run whose probe is empty (ERM; `at_least_one`) or covers every step (a linear
+  probe; `dgmoe.engine.combinations`) is refused, as are `--steps 0` and `--peft linear`. The run prints its
+  phase plan when it starts, and each record says the phase of the update before it (`lp_ft_phase`: 'linear
+  probe' or 'fine-tune').
 - `linear_lr` (1e-3, 10^U(-4, -2) in a random search): the paper's probe has no learning rate (L-BFGS to
   convergence); dgmoe's Adam probe takes the rate its recipes train a linear probe on a frozen tower with
   (`dgmoe.recipes.robust_ft`'s linear probe and LP-FT parts), not ERM++'s 5e-5: Adam moves a weight by about
