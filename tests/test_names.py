@@ -17,9 +17,14 @@ END = "# --- end of the derived block ---\n"
 
 
 def derived() -> dict:
+    from dgmoe.models.info import describe_model
+    from dgmoe.models.text_tower import TEXT_CONFIGS
+
     return {"MODEL_NAMES": tuple(MODELS.names()), "ALGORITHM_NAMES": tuple(ALGORITHMS.names()),
             "DATASET_DOMAINS": {n: (tuple(DATASETS.get(n).domains), tuple(DATASETS.get(n).eval_domains))
-                                for n in DATASETS.names()}}
+                                for n in DATASETS.names()},
+            "TEXT_TOWER_MODELS": tuple(n for n in MODELS.names() if (describe_model(n).tower or ("",))[0]
+                                       in TEXT_CONFIGS)}
 
 
 def _block(values: dict) -> str:
@@ -39,9 +44,12 @@ def _block(values: dict) -> str:
                              "(\n", "((\n").replace("\n    ), ", "\n    ), ")
                          for n, (d, e) in values["DATASET_DOMAINS"].items())
     comment = "#: catalogue dataset -> (its domains, () when the folder names them; its evaluation-only domains)"
+    towers = wrap([f"{n!r}," for n in values["TEXT_TOWER_MODELS"]], "    ")
+    tower_comment = "#: the CLIP image towers, which have a text tower for `--head zeroshot`"
     return (f"{BEGIN}MODEL_NAMES: tuple[str, ...] = (\n{models}\n)\nALGORITHM_NAMES: tuple[str, ...] = (\n"
             f"{algorithms}\n)\n{comment}\n"
-            f"DATASET_DOMAINS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {{\n{datasets}\n}}\n{END}")
+            f"DATASET_DOMAINS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {{\n{datasets}\n}}\n"
+            f"{tower_comment}\nTEXT_TOWER_MODELS: tuple[str, ...] = (\n{towers}\n)\n{END}")
 
 
 def test_the_light_names_are_the_registries():

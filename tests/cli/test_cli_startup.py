@@ -129,6 +129,14 @@ BEFORE_TORCH = [
     (["--pretrained", "deit_small_patch16_224"], "a model name?"),
     (["--model", "resnet50.a1_in1k"], "'.a1_in1k' is a timm pretrained tag"),
     (["--model", "hf-hub:timm/vit_small_patch16_224"], "is a Hugging Face Hub name"),
+    (["--head", "zeroshot"], "--model vit_tiny_patch16_224 is not a CLIP image tower"),
+    (["--prompt-templates", "domainbed"], "--prompt-templates is read by --head zeroshot only"),
+    (["--text-pretrained", "/nonexistent/clip.pt"], "--text-pretrained is read by --head zeroshot only"),
+    (["--algorithm", "FLYP", "--steps", "0"], "--steps 0 with --algorithm FLYP makes no update"),
+    (["--algorithm", "LPFT", "--peft", "linear"], "--peft linear with --algorithm LPFT"),
+    (["--algorithm", "LPFT", "--steps", "10", "--hparams", '{"linear_steps": 10}'], "would never fine-tune"),
+    (["--peft", "moa", "--peft-expert", "bottleneck"], "--peft moa fixes it to kadaptation"),
+    (["--dataset", "ImageNetShifts", "--test-envs", "1"], "leave --test-envs out"),
 ]
 
 

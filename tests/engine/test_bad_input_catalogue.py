@@ -211,6 +211,28 @@ TRAIN_CASES = [
     ("label-bidi-override", ["--label", "ERM \u202e4-e1=rl"],
      "holds the invisible format character U+202E (RIGHT-TO-LEFT OVERRIDE)", 2),
     ("label-zero-width", ["--label", "E\u200bRM"], "holds the invisible format character U+200B (ZERO WIDTH SPACE)", 2),
+    ("lpft-never-fine-tunes", ["--algorithm", "LPFT"], "--steps 1 with --algorithm LPFT: its linear probe takes the "
+     "first 500 updates (linear_steps), so the run would never fine-tune", 2),
+    ("lpft-no-probe", ["--algorithm", "LPFT", "--steps", "3", "--hparams", '{"linear_steps": -1}'],
+     "--hparams linear_steps must be >= 1 for LPFT", 2),
+    ("lpft-zero-steps", ["--algorithm", "LPFT", "--steps", "0"], "--steps 0 with --algorithm LPFT makes no update", 2),
+    ("lpft-peft-linear", ["--algorithm", "LPFT", "--peft", "linear"], "--peft linear with --algorithm LPFT: LP-FT's "
+     "fine-tuning phase would train the head only", 2),
+    ("flyp-zero-steps", ["--algorithm", "FLYP", "--steps", "0"], "--steps 0 with --algorithm FLYP makes no update", 2),
+    ("flyp-peft-linear", ["--algorithm", "FLYP", "--peft", "linear"], "only the text tower would train", 2),
+    ("clipood-zero-steps", ["--algorithm", "CLIPood", "--steps", "0"], "--steps 0 with --algorithm CLIPood", 2),
+    ("clipood-peft-linear", ["--algorithm", "CLIPood", "--peft", "linear"], "nothing would train", 2),
+    ("moa-expert-bottleneck", ["--peft", "moa", "--peft-expert", "bottleneck"],
+     "--peft-expert bottleneck: --peft moa fixes it to kadaptation", 2),
+    ("moa-router", ["--peft", "moa", "--peft-router", "linear"], "--peft-router linear: --peft moa fixes it to cosine",
+     2),
+    ("moa-ranks", ["--peft", "moa", "--peft-expert-ranks", "2,2,2,2"], "--peft moa fixes it to 1,2,4,8", 2),
+    ("zeroshot-not-clip", ["--head", "zeroshot"], "--model vit_micro_patch7_28 is not a CLIP image tower", 2),
+    ("text-flag-without-head", ["--prompt-templates", "domainbed"], "--prompt-templates is read by --head zeroshot "
+     "only", 2),
+    ("imagenet-shifts-test-envs", ["--dataset", "ImageNetShifts", "--test-envs", "1"], "leave --test-envs out", 2),
+    ("fused-optimizer-switched", ["--output-dir", "{dense_run}", "--fused-optimizer"], "it was trained without "
+     "--fused-optimizer, whose Adam steps round differently: run the same command without --fused-optimizer", 2),
 ]
 OTHER_CASES = [
     ("results-missing", ["results", "/nonexistent/runs"], "/nonexistent/runs", 2),
@@ -253,6 +275,12 @@ OTHER_CASES = [
     ("data-check-shifts-missing", ["data", "check", "{shifts_partial}", "--dataset", "ImageNetShifts"],
      "is not ImageNetShifts as `dgmoe train --data-dir {shifts_partial}` reads it: ImageNetShifts: {shifts_partial} "
      "lacks imagenet/val/ (ImageNet-val), imagenetv2-matched-frequency-format-val/ (ImageNet-V2)", 1),
+    ("soup-alpha-above-one", ["soup", "{soup_ok}", "--method", "wise-ft", "--zero-shot", "{dense_run}", "--alpha",
+                              "1.5"], "WiSE-FT's mixing coefficients lie in [0, 1], got 1.5", 2),
+    ("leaderboard-out-is-a-file", ["leaderboard", "{dense_run}", "--out", "{not_a_dir}"],
+     "--out {not_a_dir} is not a folder ({not_a_dir} is a file)", 2),
+    ("leaderboard-out-under-a-file", ["leaderboard", "{dense_run}", "--out", "{not_a_dir}/lb"],
+     "({not_a_dir} is a file)", 2),
 ]
 
 

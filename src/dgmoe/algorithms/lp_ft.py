@@ -11,10 +11,22 @@
 The head the probe starts from is the network's (random, or text-initialised where the run asks for it).
 Deliberate differences from the paper: Kumar et al. fit the probe by L-BFGS logistic regression to convergence
 and fine-tune with SGD; dgmoe probes with `linear_steps` Adam updates and fine-tunes with DomainBed's Adam.
-`linear_steps` and `linear_lr` are ERM++'s (DomainBed's `ERMPlusPlus` values: 500 updates at 5e-5), whose
-warm-up is the same two phases without its weight averaging (`dgmoe.algorithms.erm_plus_plus`).
+
+- `linear_steps` (500, ERM++'s warm-up length, DomainBed's `ERMPlusPlus`): the probe's updates, at least 1, and
+  fewer than the run's steps: a run whose probe is empty (ERM; `at_least_one`) or covers every step (a linear
+  probe; `dgmoe.engine.combinations`) is refused, as are `--steps 0` and `--peft linear`. The run prints its
+  phase plan when it starts, and each record says the phase of the update before it (`lp_ft_phase`: 'linear
+  probe' or 'fine-tune').
+- `linear_lr` (1e-3, 10^U(-4, -2) in a random search): the paper's probe has no learning rate (L-BFGS to
+  convergence); dgmoe's Adam probe takes the rate its recipes train a linear probe on a frozen tower with
+  (`dgmoe.recipes.robust_ft`'s linear probe and LP-FT parts), not ERM++'s 5e-5: Adam moves a weight by about
+  its learning rate per update, so 500 updates at 5e-5 move each head weight by at most ~0.025, a warm-up
+  rather than a probe fitted to convergence.
 """
 from __future__ import annotations
+
+import dataclasses
+from typing import Any
 
 import torch
 
@@ -22,6 +34,12 @@ from dgmoe.algorithms.base import Algorithm, Metrics, concat_batches, detached
 from dgmoe.algorithms.erm_plus_plus import ERMPlusPlus, probe_or_tune
 from dgmoe.algorithms.registry import register_algorithm
 from dgmoe.data.base import Batch
+from dgmoe.hparams import HParam, log_uniform, positive
+
+
+def at_least_one(value) -> str | None:
+    """LP-FT's probe makes at least one update (0 or less would be ERM from the initial head)."""
+    return None if value >= 1 else "must be >= 1 for LPFT (0 or less skips the linear probe: that is ERM)"
 
 
 @register_algorithm
@@ -29,7 +47,10 @@ class LPFT(Algorithm):
     DESCRIPTION = "LP-FT: a linear probe of the head, then fine-tuning (full or --peft) from the probed head"
     REFERENCE = ("Kumar et al., Fine-Tuning can Distort Pretrained Features and Underperform Out-of-Distribution, "
                  "ICLR 2022")
-    HPARAMS = {k: ERMPlusPlus.HPARAMS[k] for k in ("linear_lr", "linear_steps")}
+    HPARAMS = {
+        "linear_lr": HParam(1e-3, log_uniform(-4, -2), positive),
+        "linear_steps": dataclasses.replace(ERMPlusPlus.HPARAMS["linear_steps"], check=at_least_one),
+    }
 
     def __init__(self, network, num_classes, num_domains, hparams):
         super().__init__(network, num_classes, num_domains, hparams)
@@ -44,6 +65,15 @@ class LPFT(Algorithm):
     def probing(self) -> bool:
         """Whether the next update is one of the linear probe's."""
         return int(self.update_count) < self.hparams["linear_steps"]
+
+    def phase_plan(self, n_steps: int) -> str:
+        n = int(self.hparams["linear_steps"])
+        return f"LP-FT: linear probe of the head for steps 0-{n - 1}, then fine-tuning for steps {n}-{n_steps - 1}"
+
+    def checkpoint_record(self) -> dict[str, Any]:
+        """The phase of the last update: 'linear probe' or 'fine-tune'."""
+        probed = int(self.update_count) <= self.hparams["linear_steps"]
+        return {"lp_ft_phase": "linear probe" if probed else "fine-tune"}
 
     def _update(self, minibatches: list[Batch], step: int) -> Metrics:
         batch = concat_batches(minibatches)

@@ -7,11 +7,13 @@ failure); `--debug` (anywhere on the command line) or `DGMOE_DEBUG=1` adds the t
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import sys
 import traceback
-from typing import Sequence
+import warnings
+from typing import Iterator, Sequence
 
 import click
 
@@ -60,11 +62,40 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
+#: the folder of dgmoe's own modules: a warning raised there is said as a dgmoe line (`_dgmoe_lines`)
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@contextlib.contextmanager
+def _dgmoe_lines() -> Iterator[None]:
+    """While a command runs, a Python warning dgmoe raises (an unfinished run skipped, a run left out) is printed
+    as one line, `warning: ...`, on stderr, without Python's file, line and category; other packages' warnings
+    keep Python's form."""
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if os.path.abspath(str(filename)).startswith(PACKAGE_DIR + os.sep):
+            click.echo(f"warning: {_one_line(str(message))}", err=True)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = shown
+
+
 def run(argv: Sequence[str] | None = None) -> int:
     """Run the command line on `argv` (default: sys.argv); return the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args or os.environ.get("DGMOE_DEBUG", "") not in ("", "0")
     args = [a for a in args if a != "--debug"]
+    with _dgmoe_lines():
+        return _run(args, debug)
+
+
+def _run(args: list[str], debug: bool) -> int:
     try:
         main.main(args=args, prog_name="dgmoe", standalone_mode=False)
         return 0

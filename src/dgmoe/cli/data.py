@@ -30,6 +30,8 @@ def list_cmd() -> None:
         s = DATASETS.get(name)
         click.echo(f"{name:<19} {s.kind:<10} {s.dir_name or '-':<16} {s.num_classes or '?':>7} {s.n_steps:>6} "
                    f"{s.checkpoint_freq:>5}  {', '.join(s.domains) or '(from folders)'}")
+        if s.layout:  # (no one folder: the '-' of its dir column)
+            click.echo(f"{'':<19} folders under --data-dir: {s.layout}")
         for version in s.versions:
             click.echo(f"{'':<19} version: {version.name}")
 

@@ -29,6 +29,10 @@ def command(ctx: click.Context, **kw: Any) -> None:
     cfg = build_config(LeaderboardConfig, ctx, kw)
     runs_dir, out_dir, selection, device, data_dir = (Path(cfg.runs_dir), Path(cfg.out_dir), cfg.selection,
                                                       cfg.device, cfg.data_dir)
+    existing = next(p for p in (out_dir, *out_dir.absolute().parents) if p.exists())
+    if not existing.is_dir():  # refused before any prediction is computed
+        raise UsageError(f"--out {out_dir} is not a folder ({existing} is a file); give a folder for the "
+                         "leaderboard's files")
     records = load_records(runs_dir)
     if records.empty:
         raise UsageError(f"no records: no finished run with a results.jsonl under {runs_dir}")

@@ -21,9 +21,9 @@ def command(ctx: click.Context, **kw: Any) -> None:
     Runs are averaged only when they share an architecture and an initialisation (the same --pretrained file,
     or the same --seed when trained from scratch); otherwise the command stops in one line, before writing.
     """
+    run, options = build_config(SoupRunConfig, ctx, kw), build_config(SoupConfig, ctx, kw)  # before torch starts
     from dgmoe.posthoc.soup import make_soups
 
-    run, options = build_config(SoupRunConfig, ctx, kw), build_config(SoupConfig, ctx, kw)
     runs_dir, out_dir = Path(run.runs_dir), Path(run.out_dir) if run.out_dir else None
     folders = make_soups(runs_dir, out_dir, options, echo=lambda s: click.echo(s, err=True))
     click.echo(f"{len(folders)} soup run folder(s) under {out_dir or runs_dir / 'soups'}; `dgmoe results "

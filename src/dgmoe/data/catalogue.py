@@ -84,6 +84,9 @@ class DatasetSpec:
     shifts: ShiftSuite | None = None
     #: each label's name, in label order, as prompts say it (`dgmoe.data.class_names`); () -> the data's own
     class_names: tuple[str, ...] = ()
+    #: where no one folder holds the dataset (`dir_name` None): the folders it reads under --data-dir, as
+    #: `dgmoe data list` shows them, e.g. 'imagenet/train/ (ImageNet), sketch/ (ImageNet-Sketch), ...'
+    layout: str = ""
 
 
 DATASETS: Registry[DatasetSpec] = Registry("dataset")

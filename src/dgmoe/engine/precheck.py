@@ -1,8 +1,10 @@
 """What `dgmoe train` refuses before torch is imported, in one line and well under a CPU-second: model, algorithm
 and dataset names, `--test-envs` out of a catalogue dataset's declared domains (`dgmoe.names`), a `--pretrained`
-file that is not there, a `--device cuda` on a machine that shows no GPU, and `--precision tf32` or
-`--compile-mode reduce-overhead` off CUDA. Everything else is checked once
-the data and the model are loaded (`dgmoe.engine.setup.prepare_run`), with the same words where both check.
+file that is not there, a `--device cuda` on a machine that shows no GPU, `--precision tf32` or
+`--compile-mode reduce-overhead` off CUDA, text-head flags without `--head zeroshot`, `--head zeroshot` on a
+model without a text tower, and flag combinations that would run something other than the algorithm's name
+(`dgmoe.engine.combinations`). Everything else is checked once the data and the model are loaded
+(`dgmoe.engine.setup.prepare_run`), with the same words where both check.
 """
 from __future__ import annotations
 
@@ -10,9 +12,10 @@ import os
 from pathlib import Path
 
 from dgmoe.devices import AUTO, check_compile_mode, check_precision
+from dgmoe.engine.combinations import check_combination
 from dgmoe.engine.config import RunConfig
 from dgmoe.errors import UsageError
-from dgmoe.names import check_names, check_pretrained_file, check_test_envs
+from dgmoe.names import check_names, check_pretrained_file, check_test_envs, check_text_head
 
 
 def no_cuda_message(device: str) -> str:
@@ -43,3 +46,6 @@ def precheck(cfg: RunConfig) -> None:
     check_names(cfg.data.dataset, cfg.model.name, cfg.algorithm.name)
     check_test_envs(cfg.data.dataset, cfg.data.test_envs)
     check_pretrained_file(cfg.model.pretrained)
+    cfg.model.check_head()
+    check_text_head(cfg.model.name, cfg.model.head)
+    check_combination(cfg.algorithm.name, cfg.training.steps, cfg.peft.mode, cfg.algorithm.hparams)

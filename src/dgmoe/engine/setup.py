@@ -24,6 +24,7 @@ from dgmoe.data.loaders import EvalBatches, TrainBatches
 from dgmoe.data.prompts import TEMPLATE_SETS, prompt_class_names, templates
 from dgmoe.devices import check_compile_mode, check_precision, describe, fp32_arithmetic, resolve_device
 from dgmoe.engine.build import ModelBuild, model_build
+from dgmoe.engine.combinations import check_combination
 from dgmoe.engine.config import RunConfig
 from dgmoe.engine.hparams import run_hparams
 from dgmoe.engine.precheck import no_cuda_message
@@ -82,13 +83,23 @@ class RunSetup:
                   f"{self.hparams['batch_size']} images per domain per step" + self.training_what())
 
     def training_what(self) -> str:
-        """'; PEFT <mode>: <n> of <total> parameters trainable' for a parameter-efficient run ('' for full)."""
+        """'; PEFT <mode>: <n> of <total> parameters trainable' for a parameter-efficient run ('' for full), and
+        the text tower's trained parameters where the algorithm trains it too (FLYP)."""
+        tower = getattr(self.algorithm, "text_tower", None)
+        text = sum(p.numel() for p in tower.parameters() if p.requires_grad) if tower is not None else 0
         if not self.cfg.peft.active:
-            return ""
+            return f"; the image tower and the text tower's {text:,} parameters train" if text else ""
         params = list(self.network.parameters())
-        trainable = sum(p.numel() for p in params if p.requires_grad)
-        return (f"; PEFT {self.cfg.peft.mode}: {trainable:,} of {sum(p.numel() for p in params):,} parameters "
-                "trainable")
+        trainable, total = sum(p.numel() for p in params if p.requires_grad), sum(p.numel() for p in params)
+        if text:
+            return (f"; PEFT {self.cfg.peft.mode}: {trainable:,} of {total:,} image-tower parameters trainable, and "
+                    f"the text tower's {text:,}")
+        return f"; PEFT {self.cfg.peft.mode}: {trainable:,} of {total:,} parameters trainable"
+
+    def phase_plan(self) -> str | None:
+        """The algorithm's phases over the run's steps (LP-FT: where the probe ends), printed at the start."""
+        plan = getattr(self.algorithm, "phase_plan", None)
+        return plan(self.n_steps) if plan is not None else None
 
     def run_config(self, made_by: dict[str, Any]) -> dict[str, Any]:
         """config.json: the run config, what produced it (`made_by`, see `dgmoe.engine.provenance`), the
@@ -350,6 +361,9 @@ def _prepare_run(cfg: RunConfig) -> RunSetup:
                     "PEFT weights train); pass --pretrained FILE to adapt pretrained weights")
     info = built(build.describe)
     hparams = run_hparams(alg.name, data.dataset, info, seeds.hparams_seed, seeds.trial_seed, alg.hparams)
+    n_steps = spec.n_steps if cfg.training.steps is None else cfg.training.steps  # 0: evaluate once
+    check_combination(alg.name, n_steps, cfg.peft.mode, hparams,
+                      None if cfg.training.steps is not None else f"the catalogue's {n_steps} steps of {data.dataset}")
     train_tf, eval_tf = get_transforms(data.dataset, img_size, hparams.get("data_augmentation", True), info.mean,
                                        info.std)
     build = build.with_hparams(hparams, info)  # the backbone's own hyperparameters are arguments of the model
@@ -374,7 +388,6 @@ def _prepare_run(cfg: RunConfig) -> RunSetup:
     if algorithm_cls.NEEDS_TEXT_TOWER:  # FLYP: the text tower trains too (the algorithm checked the text head)
         names = prompt_class_names(dataset.name, dataset.classes)
         algorithm.attach_text(run_text_tower(cfg, info), names, templates(model.prompt_templates))  # type: ignore[attr-defined]
-    n_steps = spec.n_steps if cfg.training.steps is None else cfg.training.steps  # 0: evaluate once
     if algorithm_cls.NEEDS_TOTAL_STEPS:  # CLIPood: its Beta moving average spans the run's updates
         algorithm.set_total_steps(n_steps)
     return RunSetup(cfg, dataset, hparams, splits,

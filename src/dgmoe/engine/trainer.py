@@ -100,6 +100,8 @@ def train(cfg: RunConfig | None = None, *, sinks: Sequence[Sink] = (), **setting
             setup = prepare_run(cfg)  # validates data, test envs, model, algorithm before anything is written
             run_log.say(setup.announcement())
             run_log.say(setup.summary())
+            if (plan := setup.phase_plan()) is not None:
+                run_log.say(plan)
             if cfg.execution.tensorboard:
                 tensorboard_writer_class()
             require_trackers(cfg)
@@ -130,7 +132,8 @@ def _check_output_dir(cfg: RunConfig) -> str:
     from dgmoe.engine.checkpoint import read_run_config, saved_run
 
     config = read_run_config(out)
-    diff = identity_differences(saved_run(config), cfg)
+    saved = saved_run(config)
+    diff = identity_differences(saved, cfg)
     if cfg.execution.extend and diff == ["steps"]:
         _check_extension(out, config["n_steps"], cfg)
         return "train"
@@ -139,6 +142,11 @@ def _check_output_dir(cfg: RunConfig) -> str:
         return "takeover"
     if diff:
         hint = " (to continue it to more steps, add --extend)" if diff == ["steps"] else ""
+        if diff == ["fused_optimizer"]:  # (its Adam steps round differently: as --compile's refusal says)
+            was = "with" if saved.training.fused_optimizer else "without"
+            then = "find it finished" if (out / "done").exists() else "resume it exactly"
+            hint = (f" (it was trained {was} --fused-optimizer, whose Adam steps round differently: run the same "
+                    f"command {was} --fused-optimizer to {then})")
         raise RunMismatchError(f"{out} holds a different run (differs in: {', '.join(diff)}){hint}; "
                                "choose another --output-dir")
     return "done" if (out / "done").exists() else "train"

@@ -65,9 +65,9 @@ STAND_INS = (fm.MICRO_OPENAI.label, fm.MICRO_OPENCLIP.label)
 def text_config(tower: tuple[str, str] | None, model: str) -> TextConfig:
     """The text tower that goes with an image tower (`ModelInfo.tower`), or a one-line `UsageError`."""
     if tower is None or tower[0] not in TEXT_CONFIGS:
-        clip = sorted(n for n in fm.__dict__ if n.startswith(("vit_", "gmoe_", "sfmoe_")) and "clip" in n)
-        raise UsageError(f"--model {model} is not a CLIP image tower, so it has no text tower for a text head; "
-                         f"use one of {', '.join(clip)}")
+        from dgmoe.names import no_text_tower_message
+
+        raise UsageError(no_text_tower_message(model))
     return TEXT_CONFIGS[tower[0]]
 
 

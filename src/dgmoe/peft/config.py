@@ -17,6 +17,16 @@ EXPERT_KINDS = ("bottleneck", "lora", "kadaptation")
 #: MoA's experts (cvlab-kaist/MoA ed7bc9d, `domainbed/networks/backbones.py`): KAdaptation experts of ranks
 #: 1, 2, 4, 8 on the attention's qkv of every second block (its `where='every_qkv'`: blocks 0, 2, 4, ...)
 MOA_EXPERT, MOA_RANKS = "kadaptation", (1, 2, 4, 8)
+#: what `--peft moa` fixes (MoA's code): flag key -> (field, MoA's values, its value in words). Its experts are
+#: KAdaptation, or LoRA in its Mixture-of-LoRA (`nf_vitbase_moelora_last_qkv`); its blocks vary by configuration
+MOA_FIXED: dict[str, tuple[str, tuple[Any, ...], str]] = {
+    "peft_expert": ("expert", (None, MOA_EXPERT, "lora"), "kadaptation (or lora, its Mixture-of-LoRA)"),
+    "peft_expert_ranks": ("expert_ranks", ((), MOA_RANKS), ",".join(map(str, MOA_RANKS))),
+    "peft_experts": ("num_experts", (len(MOA_RANKS),), str(len(MOA_RANKS))),
+    "peft_top_k": ("top_k", (1,), "1"),
+    "peft_router": ("router", ("cosine",), "cosine"),
+    "peft_targets": ("targets", ("qkv",), "qkv"),
+}
 #: the projections LoRA can target, by the attribute name of the nn.Linear inside a block (timm's names)
 LORA_TARGETS = ("qkv", "proj", "fc1", "fc2")
 #: `--peft-targets` names -> the projections: the attention's fused q/k/v (LoRA's W_q, W_v choice, §7.1, with
@@ -82,6 +92,14 @@ class PeftConfig(Settings):
 
     def __post_init__(self) -> None:
         super().__post_init__()  # every knob against its declaration (`dgmoe.settings.validate`)
+        if self.mode == "moa":  # a changed fixed part is another method under MoA's name
+            for key, (name, values, said) in MOA_FIXED.items():
+                value = getattr(self, name)
+                if value not in values:
+                    given = ",".join(map(str, value)) if isinstance(value, tuple) else value
+                    raise ConfigError(f"--{key.replace('_', '-')} {given}: --peft moa fixes it to {said} (MoA's "
+                                      "configuration); for other routed adapter experts use --peft "
+                                      "adapter_experts with --peft-expert, --peft-targets and the other knobs")
         if not self.routed:  # the knobs that must fit together, in the modes that read them
             return
         if self.top_k > self.num_experts:

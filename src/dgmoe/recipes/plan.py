@@ -52,6 +52,9 @@ class SmokeScale:
     n_per_domain: int = 16
     patch_size: int = 7
     hparams: Mapping[str, Any] = field(default_factory=lambda: {"batch_size": 8})
+    #: an algorithm's own hparams at this scale: LP-FT's probe takes the first of the 2 steps, so that the run
+    #: fine-tunes too (its 500-update default would be refused: a probe labelled LP-FT)
+    algorithm_hparams: Mapping[str, Mapping[str, Any]] = field(default_factory=lambda: {"LPFT": {"linear_steps": 1}})
     model_kwargs: Mapping[str, Any] = field(default_factory=lambda: {"embed_dim": 48, "num_heads": 2})
     #: model kwargs that name real-data inputs the stand-ins lack (camera ids, a SatCLIP file)
     dropped_kwargs: tuple[str, ...] = ("location_encoder", "location_encoder_kwargs")
@@ -243,7 +246,8 @@ def smoke_settings(part: Part) -> dict[str, Any]:
     flat = {k: v for k, v in part.settings.items() if sections[k][0] in VARIANT_SECTIONS}
     kwargs = {k: v for k, v in flat.get("model_kwargs", {}).items() if k not in SMOKE.dropped_kwargs}
     flat["model_kwargs"] = {**kwargs, **SMOKE.model_kwargs}
-    flat["hparams"] = {**flat.get("hparams", {}), **SMOKE.hparams}
+    own = [SMOKE.algorithm_hparams.get(a, {}) for a in part.algorithms]
+    flat["hparams"] = {**flat.get("hparams", {}), **SMOKE.hparams, **(own[0] if len(own) == 1 else {})}
     steps = 0 if part.settings.get("steps") == 0 else SMOKE.steps  # a zero-shot evaluation stays untrained
     if "prompt_templates" in flat:
         flat["prompt_templates"] = SMOKE.prompt_templates

@@ -14,7 +14,8 @@ IMAGENET_SHIFTS = register_dataset(DatasetSpec(
     None, n_steps=10001, checkpoint_freq=1000, builder=imagenet.builder(imagenet.IMAGENET_SHIFTS, "ImageNetShifts"),
     eval_domains=tuple(s.domain for s in imagenet.IMAGENET_SHIFTS[1:]), class_maps=imagenet.class_maps(),
     shifts=ShiftSuite(imagenet.ID_DOMAIN, imagenet.SHIFT_DOMAINS), class_names=tuple(imagenet.class_facts()["names"]),
-    reference="Deng et al., CVPR 2009, and its shifts (Taori et al., NeurIPS 2020; WiSE-FT Table 1)"))
+    reference="Deng et al., CVPR 2009, and its shifts (Taori et al., NeurIPS 2020; WiSE-FT Table 1)",
+    layout=", ".join(f"{s.folder}/ ({s.domain})" for s in imagenet.IMAGENET_SHIFTS)))
 
 #: dataset -> what writes its stand-in folders under a root (the recipes' smoke scale, `dgmoe.recipes.plan`)
 STAND_INS = {"ImageNetShifts": stand_in.write_imagenet_shifts}
