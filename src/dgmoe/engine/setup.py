@@ -21,9 +21,9 @@ from dgmoe.algorithms.base import Algorithm
 from dgmoe.data import check_test_envs, domain_splits, get_dataset, get_spec, get_transforms, uda_splits
 from dgmoe.data.base import MultiDomainDataset
 from dgmoe.data.loaders import EvalBatches, TrainBatches
-from dgmoe.data.prompts import prompt_class_names, templates
+from dgmoe.data.prompts import match_class_names, prompt_class_names, templates
 from dgmoe.devices import check_compile_mode, check_precision, describe, fp32_arithmetic, resolve_device
-from dgmoe.engine.build import ModelBuild, model_build
+from dgmoe.engine.build import ModelBuild, model_build, with_model_img_size
 from dgmoe.engine.config import RunConfig
 from dgmoe.engine.hparams import run_hparams
 from dgmoe.engine.precheck import no_cuda_message
@@ -207,7 +207,11 @@ def text_head_source(cfg: RunConfig, info: ModelInfo, dataset: MultiDomainDatase
     names) before the network is built; returns what writes CLIP's zero-shot classifier into it."""
     from dgmoe.models.zeroshot import init_text_head
 
-    names = prompt_class_names(dataset.name, dataset.classes)
+    matched = match_class_names(dataset.name, dataset.classes)  # each label's own name, in the loader's order
+    if matched.renamed:
+        log.info(f"{dataset.name}: class folders matched to the catalogue's class names by case and _/-/space, "
+                 f"the prompts name them so: {matched.mapping()}")
+    names = matched.names
     prompts = templates(cfg.model.prompt_templates)
     tower = run_text_tower(cfg, info)
 
@@ -300,6 +304,8 @@ def _prepare_run(cfg: RunConfig) -> RunSetup:
     model.check_head()
     algorithm_cls = get_algorithm(alg.name)
     spec = get_spec(data.dataset)
+    cfg = with_model_img_size(cfg)  # a model built for another size than the data's default takes its own
+    data = cfg.data
     dataset = get_dataset(data.dataset, cfg.execution.data_dir, data.img_size, n_per_domain=data.n_per_domain)
     test_envs = check_test_envs(dataset, data.test_envs)
     train_envs = [i for i in range(len(dataset)) if i not in test_envs]

@@ -84,13 +84,13 @@ def create_model(name: str, num_classes: int | None = None, img_size: int | None
                                "a feature extractor returns)")
     kwargs = given(dict(overrides, num_classes=num_classes, img_size=img_size))
     model = MODELS.get(name)(**kwargs)
-    if pretrained:
-        set_info(model, load_report=load_pretrained(model, pretrained, antialias=pretrained_antialias,
-                                                    allow_activation_mismatch=allow_activation_mismatch))
-    if text_head:
+    if text_head:  # before the load, whose report then says the head is the text tower's, not initialised
         from dgmoe.models.zeroshot import use_text_head
 
         use_text_head(model)
+    if pretrained:
+        set_info(model, load_report=load_pretrained(model, pretrained, antialias=pretrained_antialias,
+                                                    allow_activation_mismatch=allow_activation_mismatch))
     config = as_peft(peft)
     if config is not None:
         apply_peft(model, config)

@@ -26,6 +26,7 @@ Anything else (an unexpected key, a missing key the checkpoint could hold, a sha
 from __future__ import annotations
 
 import logging
+import math
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,6 +64,8 @@ class LoadReport:
     dropped: list[str] = field(default_factory=list)  # the file's keys that are not the image tower's
     converted: list[str] = field(default_factory=list)  # how the format's tensors were mapped to timm's
     activation: str | None = None  # the FFN activation, stated by the file or assumed (`dgmoe.models.flavour`)
+    regridded: str | None = None  # "4x4 -> 32x32": the position embedding's grid in the file and in the model
+    written_later: dict[str, str] = field(default_factory=dict)  # module -> what writes it after the load
 
     def summary(self) -> str:
         parts = [f"loaded {self.path}"]
@@ -78,11 +81,24 @@ class LoadReport:
             parts.append(f"copied dense FFN into experts: {', '.join(self.expanded)}")
         if self.initialised:
             parts.append(f"initialised, not in the checkpoint: {', '.join(self.initialised)}")
+        parts += [f"{name}: written next from {what}" for name, what in self.written_later.items()]
         if self.reinitialized:
             parts.append(f"re-initialised (class count differs): {', '.join(self.reinitialized)}")
         if self.resized:
-            parts.append(f"resampled to the model's grid/patch size, {self.resize_method}: {', '.join(self.resized)}")
+            parts.append(f"resampled to the model's grid/patch size, {self.resize_method}: {', '.join(self.resized)}"
+                         + (f" (grid {self.regridded})" if self.regridded else ""))
         return "; ".join(parts)
+
+    def regrid_notice(self, patch: int | None) -> str | None:
+        """The warning a position embedding resampled to another grid deserves (None when it was not): the
+        tower then sees images of another size than it was trained on, which a user should mean to do."""
+        if not self.regridded:
+            return None
+        old, new = self.regridded.split(" -> ")
+        size = f"{int(old.split('x')[0]) * patch} px" if patch else "its grid's"
+        return (f"{self.path}: position embedding resampled from the checkpoint's {old} grid to the model's {new}: "
+                f"the tower was trained on {size} images and now sees another size; build the model at {size} "
+                f"(on the command line --img-size {size.split()[0]}) unless that is meant")
 
 
 OFFLINE_HELP = names.OFFLINE_HELP
@@ -217,13 +233,17 @@ def _resample_embeddings(model: nn.Module, state: dict[str, torch.Tensor], own: 
         report.resized.append(key)
     if "pos_embed" in state and "pos_embed" in own and state["pos_embed"].shape != own["pos_embed"].shape:
         vit: Any = model  # a ViT: patch_embed.grid_size, num_prefix_tokens
+        prefix = getattr(vit, "pos_prefix_tokens", vit.num_prefix_tokens)
+        side = math.isqrt(max(state["pos_embed"].shape[1] - prefix, 0))  # (a square grid, as resized)
+        old_grid = f"{side}x{side}"
         try:
             state["pos_embed"] = resize_pos_embed(
-                state["pos_embed"], vit.patch_embed.grid_size, getattr(vit, "pos_prefix_tokens", vit.num_prefix_tokens),
+                state["pos_embed"], vit.patch_embed.grid_size, prefix,
                 antialias if pos is None else pos.antialias, offset=0.0 if pos is None else pos.offset)
         except ValueError as err:
             raise CheckpointMismatchError(f"{report.path}: pos_embed: {err}") from None
         report.resized.append("pos_embed")
+        report.regridded = f"{old_grid} -> {'x'.join(str(n) for n in vit.patch_embed.grid_size)}"
     if report.resized:
         report.resize_method = RESIZE_METHODS[antialias]
         if pos is not None and "pos_embed" in report.resized:
@@ -285,7 +305,11 @@ def load_pretrained(model: nn.Module, path: str | Path, strict: bool = True, ant
         classifier = getattr(getattr(model, "info", None), "classifier", "head")
         head_keys = [k for k in own if k.startswith(f"{classifier}.")]
         if not any(k in state or k in report.reinitialized for k in head_keys):  # a backbone's file: no classifier
-            initialised.update({k: classifier for k in head_keys})
+            later = getattr(getattr(model, classifier, None), "written_from", None)  # a zero-shot head's text tower
+            if later is not None:
+                report.written_later[classifier] = later
+            else:
+                initialised.update({k: classifier for k in head_keys})
         check_fit(path, own, state, tolerated={*initialised, *report.reinitialized} if strict else set(missing))
     except CheckpointMismatchError as e:
         note = closest_format(raw, set(model.state_dict())) if fmt.name == "timm" else \
@@ -294,10 +318,12 @@ def load_pretrained(model: nn.Module, path: str | Path, strict: bool = True, ant
     report.initialised = list(dict.fromkeys(initialised.values()))
     # Keys without a checkpoint value keep the model's own (initial) tensors, so the load itself is strict.
     model.load_state_dict({**{k: own[k] for k in missing}, **state}, strict=True)
-    adapted = report.expanded or report.initialised or report.reinitialized or report.resized or report.dropped
-    # what was adapted (experts copied, head replaced, embeddings resampled) is said even where logging is not
-    # set up (Python's last-resort handler prints warnings): a newcomer's create_model(..., pretrained=) too
-    log.log(logging.WARNING if adapted else logging.INFO, report.summary())
+    # the report is information (experts copied, a new head, formats converted: what a load does); a position
+    # embedding resampled to another grid is a warning, as the user should mean the size the tower now sees
+    log.info(report.summary())
+    notice = report.regrid_notice(getattr(getattr(model, "info", None), "patch_size", None))
+    if notice is not None:
+        log.warning(notice)
     return report
 
 
