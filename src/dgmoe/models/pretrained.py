@@ -310,7 +310,9 @@ def load_pretrained(model: nn.Module, path: str | Path, strict: bool = True, ant
                 report.written_later[classifier] = later
             else:
                 initialised.update({k: classifier for k in head_keys})
-        check_fit(path, own, state, tolerated={*initialised, *report.reinitialized} if strict else set(missing))
+        written = {k for k in own if k.split(".", 1)[0] in report.written_later}
+        check_fit(path, own, state, tolerated={*initialised, *report.reinitialized, *written} if strict
+                  else set(missing))
     except CheckpointMismatchError as e:
         note = closest_format(raw, set(model.state_dict())) if fmt.name == "timm" else \
             f"read as {fmt.label}: is it this model's family?"
