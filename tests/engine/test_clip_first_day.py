@@ -142,3 +142,44 @@ def test_a_class_missing_from_a_domain_is_a_dgmoe_warning_in_train_log_not_a_pyt
         warnings.simplefilter("error")  # a raw UserWarning would fail the run here
         assert train(data, out, "--model", MICRO_CLIP) == 0
     assert "warning: PACS: domain 'photo' has no images of class(es) horse" in (out / "train.log").read_text()
+
+
+OPEN_CLIP_B16 = "open_clip.create_model_and_transforms('ViT-B-16', pretrained='openai')"
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--model", "hf-hub:timm/vit_base_patch16_clip_quickgelu_224.openai"], OPEN_CLIP_B16),
+    (["--model", "vit_base_patch16_clip_quickgelu_224.openai"], OPEN_CLIP_B16),
+    (["--model", "vit_base_patch16_clip_quickgelu_224", "--pretrained", "clip_b16"], OPEN_CLIP_B16),
+    (["--model", "vit_base_patch16_clip_quickgelu_224", "--pretrained", "/nonexistent/clip.pth"],
+     "openai/clip-vit-base-patch16"),
+    (["--model", "vit_large_patch14_clip_224", "--pretrained", "/nonexistent/clip.pth"], "laion2b_s32b_b82k"),
+    (["--model", "gmoe_base_patch16_clip_224", "--pretrained", "/nonexistent/clip.pth"], "laion2b_s34b_b88k"),
+    (["--model", "vit_small_patch14_dinov2.lvd142m"], "torch.hub.load('facebookresearch/dinov2', 'dinov2_vits14')"),
+    (["--model", "vit_micro_patch7_clip_28", "--pretrained", "micro"], "none exist for this test-sized stand-in"),
+    (["--model", "deit_small_patch16_224.fb_in1k"], "timm.create_model('deit_small_patch16_224'"),  # a DeiT: timm's
+])
+def test_a_refused_weights_source_gives_the_recipe_of_the_model_asked_for(argv, says, cli, tmp_path):
+    result = cli("train", "--dataset", "Debug28", "--progress", "none", "--output-dir", str(tmp_path / "run"), *argv)
+    errors = [line for line in result.output.splitlines() if line.startswith("dgmoe: error:")]
+    assert result.exit_code == 2 and len(errors) == 1 and says in errors[0], result.output
+    if "clip" in argv[1] and "micro" not in argv[1]:  # never timm's DeiT recipe for a CLIP tower
+        assert "deit_small" not in errors[0] and "text tower" in errors[0]
+
+
+def test_a_timm_clip_file_without_a_text_tower_is_refused_with_the_full_clip_recipe(tmp_path):
+    from dgmoe.errors import UsageError
+    from dgmoe.models import create_model
+
+    image_only = tmp_path / "vit_micro_clip.safetensors"
+    save_file(create_model(MICRO_CLIP, num_classes=0).state_dict(), str(image_only))
+    cfg = RunConfig.from_flat(dataset="Debug28", model=MICRO_CLIP, head="zeroshot", pretrained=str(image_only),
+                              steps=0, output_dir=str(tmp_path / "run"), progress="none")
+    with pytest.raises(UsageError, match="has no CLIP text tower") as refused:
+        prepare_run(cfg)
+    assert "none exist for this test-sized stand-in" in str(refused.value)  # this tower's own words
+    cfg = cfg.replace(model="vit_base_patch16_clip_quickgelu_224", pretrained=None, patch_size=7,
+                      model_kwargs={"depth": 1, "embed_dim": 64, "num_heads": 1})
+    with pytest.raises(UsageError, match="needs CLIP's text tower") as refused:
+        prepare_run(cfg)
+    assert OPEN_CLIP_B16 in str(refused.value) and "openai/clip-vit-base-patch16" in str(refused.value)

@@ -82,10 +82,10 @@ class ModelConfig(_Section):
 
     def __post_init__(self) -> None:
         if self.pretrained is True or self.pretrained == "True":  # timm's habit: download the weights
-            from dgmoe.names import OFFLINE_HELP
+            from dgmoe.names import weights_help
 
             raise ConfigError(f"{flag('pretrained')} must be a checkpoint file, got {self.pretrained!r}; "
-                              f"{OFFLINE_HELP}")
+                              f"{weights_help(self.name)}")
         super().__post_init__()
 
     def check_head(self) -> None:

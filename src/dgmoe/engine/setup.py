@@ -186,17 +186,21 @@ def run_text_tower(cfg: RunConfig, info: ModelInfo) -> Any:
     tower `info`, read from --text-pretrained or --pretrained; a stand-in image tower without weights gets its
     text tower's seeded random initialisation (tests, smoke runs). One-line errors for a tower that is not CLIP's,
     a missing file, a file without a text tower."""
-    from dgmoe.models.text_formats import load_text_tower
+    from dgmoe.models.text_formats import NoTextTowerError, load_text_tower
     from dgmoe.models.text_tower import STAND_INS, TextTransformer, text_config
+    from dgmoe.names import weights_help
 
     model = cfg.model
     base = text_config(info.tower, model.name)
     source = model.text_pretrained or model.pretrained
     if source is not None:
-        return load_text_tower(base, source)
+        try:
+            return load_text_tower(base, source)
+        except NoTextTowerError as e:  # an image tower's file (timm's): say where the full CLIP file comes from
+            raise NoTextTowerError(f"{e}. {weights_help(model.name)}") from None
     if info.tower is None or info.tower[0] not in STAND_INS:
         raise UsageError(f"--head zeroshot needs CLIP's text tower: give --pretrained (a full CLIP file) or "
-                         f"--text-pretrained for --model {model.name}")
+                         f"--text-pretrained for --model {model.name}. {weights_help(model.name)}")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed_hash(cfg.seeds.seed, "text tower"))
         return TextTransformer(base)

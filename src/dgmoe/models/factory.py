@@ -73,7 +73,7 @@ def create_model(name: str, num_classes: int | None = None, img_size: int | None
 
     check_model_name(name)
     if pretrained is True or pretrained == "True":
-        raise missing_checkpoint(pretrained)
+        raise missing_checkpoint(pretrained, name)
     if checkpoint_path is not None and not isinstance(checkpoint_path, (str, Path)):
         raise CheckpointError(f"checkpoint_path must be a path to a local weights file, got {checkpoint_path!r}")
     if pretrained and checkpoint_path:
@@ -90,7 +90,7 @@ def create_model(name: str, num_classes: int | None = None, img_size: int | None
         use_text_head(model)
     if pretrained:
         set_info(model, load_report=load_pretrained(model, pretrained, antialias=pretrained_antialias,
-                                                    allow_activation_mismatch=allow_activation_mismatch))
+                                                    allow_activation_mismatch=allow_activation_mismatch, name=name))
     config = as_peft(peft)
     if config is not None:
         apply_peft(model, config)

@@ -104,10 +104,11 @@ class LoadReport:
 OFFLINE_HELP = names.OFFLINE_HELP
 
 
-def missing_checkpoint(source: object) -> CheckpointError:
-    """The error for a `pretrained` value that is not a checkpoint file, with what to do instead (its words:
-    `dgmoe.names.missing_checkpoint_message`, which `dgmoe train` also answers with before torch starts)."""
-    return CheckpointError(names.missing_checkpoint_message(source))
+def missing_checkpoint(source: object, model: str | None = None) -> CheckpointError:
+    """The error for a `pretrained` value that is not a checkpoint file, with what to do instead for the
+    registered `model` (its words: `dgmoe.names.missing_checkpoint_message`, which `dgmoe train` also answers
+    with before torch starts)."""
+    return CheckpointError(names.missing_checkpoint_message(source, model))
 
 
 #: where a `.pth` holds its state dict, first found wins: `pretrained` (DeiT's 'model' first) and, as timm's
@@ -251,9 +252,10 @@ def _resample_embeddings(model: nn.Module, state: dict[str, torch.Tensor], own: 
                 f"{RESIZE_METHODS[antialias]}; pos_embed: {pos.label}"
 
 
-def resolve_checkpoint(source: str | Path) -> Path:
+def resolve_checkpoint(source: str | Path, model: str | None = None) -> Path:
     """A local path, or `hf-hub:<repo_id>[/<filename>]` fetched with the optional `huggingface_hub`
-    (default filename `model.safetensors`; online only, cached by huggingface_hub)."""
+    (default filename `model.safetensors`; online only, cached by huggingface_hub). A refusal says how to get the
+    registered `model`'s weights (`dgmoe.names.weights_help`)."""
     source = str(source)
     if not source.startswith("hf-hub:"):
         return Path(source)
@@ -261,7 +263,7 @@ def resolve_checkpoint(source: str | Path) -> Path:
         from huggingface_hub import hf_hub_download
     except ImportError as exc:
         raise CheckpointError(f"{source} is a Hugging Face Hub name and the optional 'hub' extra is not installed; "
-                              f"{OFFLINE_HELP}") from exc
+                              f"{names.weights_help(model)}") from exc
     repo, _, filename = source[len("hf-hub:"):].partition("@")
     parts = repo.split("/")
     if len(parts) > 2:
@@ -270,19 +272,23 @@ def resolve_checkpoint(source: str | Path) -> Path:
         return Path(hf_hub_download(repo, filename or "model.safetensors"))
     except Exception as exc:
         first = (str(exc).strip().splitlines() or [""])[0]
-        raise CheckpointError(f"cannot fetch {source} ({type(exc).__name__}: {first}); {OFFLINE_HELP}") from exc
+        raise CheckpointError(f"cannot fetch {source} ({type(exc).__name__}: {first}); {names.weights_help(model)}"
+                              ) from exc
 
 
 def load_pretrained(model: nn.Module, path: str | Path, strict: bool = True, antialias: bool = True,
-                    allow_activation_mismatch: bool = False) -> LoadReport:
+                    allow_activation_mismatch: bool = False, name: str | None = None) -> LoadReport:
     """Load a checkpoint into `model` (see module docstring for what is tolerated).
 
     `antialias` chooses how position and patch embeddings are resampled: True as timm >= 0.9, False as
     timm 0.5-0.6 (plain bicubic; the GMoE authors' code). A ViT tower's FFN activation is checked against what
     the file or its folder states (`dgmoe.models.flavour`): a mismatch is refused, or with
-    `allow_activation_mismatch` loaded with a warning.
+    `allow_activation_mismatch` loaded with a warning. `name`: the registered model's, for the words of a
+    refusal (how to get its weights).
     """
-    path = resolve_checkpoint(path)
+    path = resolve_checkpoint(path, name)
+    if not path.is_file():
+        raise missing_checkpoint(path, name)
     report = LoadReport(str(path))
     raw = load_checkpoint_file(path)
     fmt, state, report.dropped, report.converted = convert(raw, set(model.state_dict()))
