@@ -121,6 +121,18 @@ def test_a_checkpoint_resampled_to_another_grid_is_a_warning_naming_the_size_to_
     assert "warning:" not in (out / "train.log").read_text()
 
 
+def test_a_resample_at_the_models_registered_size_is_its_design_and_no_warning(tmp_path, caplog):
+    """As DINOv2's 518 px checkpoints into its 224 px towers: a 56 px file into the 28 px stand-in at 28 px."""
+    from dgmoe.models import create_model
+
+    save_file(create_model(MICRO_CLIP, num_classes=7, img_size=56).state_dict(), str(tmp_path / "w56.safetensors"))
+    with caplog.at_level(logging.INFO, logger="dgmoe"):
+        model = create_model(MICRO_CLIP, num_classes=7, pretrained=str(tmp_path / "w56.safetensors"))
+        create_model(MICRO_CLIP, num_classes=7, img_size=28, pretrained=str(tmp_path / "w56.safetensors"))
+    assert model.info.load_report.regridded == (8, 4) and "(grid 8x8 -> 4x4)" in caplog.text
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
 def test_the_load_report_is_information_and_a_text_head_is_the_text_towers(tmp_path, caplog):
     from dgmoe.models import create_model
 

@@ -8,6 +8,7 @@ extractor (`dgmoe.models.features`). What dgmoe does not do, in one line each: d
 """
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -18,6 +19,7 @@ from dgmoe.errors import UsageError
 from dgmoe.models.registry import MODELS
 
 HUB_PREFIXES = names.HUB_PREFIXES
+log = logging.getLogger(__name__)
 
 
 def check_model_name(name: str) -> None:
@@ -88,9 +90,13 @@ def create_model(name: str, num_classes: int | None = None, img_size: int | None
         from dgmoe.models.zeroshot import use_text_head
 
         use_text_head(model)
+    if pretrained and not str(pretrained).startswith(HUB_PREFIXES) and not Path(pretrained).is_file():
+        raise missing_checkpoint(pretrained, name)  # (with how to get this model's weights)
     if pretrained:
-        set_info(model, load_report=load_pretrained(model, pretrained, antialias=pretrained_antialias,
-                                                    allow_activation_mismatch=allow_activation_mismatch, name=name))
+        report = load_pretrained(model, pretrained, antialias=pretrained_antialias,
+                                 allow_activation_mismatch=allow_activation_mismatch, name=name)
+        set_info(model, load_report=report)
+        _warn_regrid(name, img_size, model, report)
     config = as_peft(peft)
     if config is not None:
         apply_peft(model, config)
@@ -103,3 +109,23 @@ def create_model(name: str, num_classes: int | None = None, img_size: int | None
     if features_only:
         model = features_model(model, out_indices, name)
     return model
+
+
+def _warn_regrid(name: str, img_size: int | None, model: nn.Module, report: Any) -> None:
+    """A warning when the checkpoint's position embedding was resampled because the model is built at another
+    size than its registered one (a 28 px stand-in at 224 px): the user should mean that size. At its registered
+    size a resample is the model's design (DINOv2's 518 px checkpoints at 224 px) and the load report says it."""
+    if not report.regridded or img_size is None:
+        return
+    from dgmoe.models.info import describe_model
+
+    registered = describe_model(name).input_size[-1]
+    if registered == img_size:
+        return
+    old, new = report.regridded
+    patch = getattr(getattr(model, "info", None), "patch_size", None) or 0
+    size = f"{old * patch} px" if patch else "its own size's"
+    log.warning(f"{report.path}: position embedding resampled from the checkpoint's {old}x{old} grid to the "
+                f"model's {new}x{new} ({name} is registered at {registered} px, built at {img_size} px): the tower "
+                f"was trained on {size} images and now sees {img_size} px ones; pass img_size={old * patch or 'N'} "
+                f"(--img-size {old * patch or 'N'}) unless that is meant")

@@ -64,7 +64,7 @@ class LoadReport:
     dropped: list[str] = field(default_factory=list)  # the file's keys that are not the image tower's
     converted: list[str] = field(default_factory=list)  # how the format's tensors were mapped to timm's
     activation: str | None = None  # the FFN activation, stated by the file or assumed (`dgmoe.models.flavour`)
-    regridded: str | None = None  # "4x4 -> 32x32": the position embedding's grid in the file and in the model
+    regridded: tuple[int, int] | None = None  # the position embedding's grid side in the file and in the model
     written_later: dict[str, str] = field(default_factory=dict)  # module -> what writes it after the load
 
     def summary(self) -> str:
@@ -86,28 +86,16 @@ class LoadReport:
             parts.append(f"re-initialised (class count differs): {', '.join(self.reinitialized)}")
         if self.resized:
             parts.append(f"resampled to the model's grid/patch size, {self.resize_method}: {', '.join(self.resized)}"
-                         + (f" (grid {self.regridded})" if self.regridded else ""))
+                         + (" (grid {0}x{0} -> {1}x{1})".format(*self.regridded) if self.regridded else ""))
         return "; ".join(parts)
-
-    def regrid_notice(self, patch: int | None) -> str | None:
-        """The warning a position embedding resampled to another grid deserves (None when it was not): the
-        tower then sees images of another size than it was trained on, which a user should mean to do."""
-        if not self.regridded:
-            return None
-        old, new = self.regridded.split(" -> ")
-        size = f"{int(old.split('x')[0]) * patch} px" if patch else "its grid's"
-        return (f"{self.path}: position embedding resampled from the checkpoint's {old} grid to the model's {new}: "
-                f"the tower was trained on {size} images and now sees another size; build the model at {size} "
-                f"(on the command line --img-size {size.split()[0]}) unless that is meant")
 
 
 OFFLINE_HELP = names.OFFLINE_HELP
 
 
 def missing_checkpoint(source: object, model: str | None = None) -> CheckpointError:
-    """The error for a `pretrained` value that is not a checkpoint file, with what to do instead for the
-    registered `model` (its words: `dgmoe.names.missing_checkpoint_message`, which `dgmoe train` also answers
-    with before torch starts)."""
+    """The error for a `pretrained` value that is not a checkpoint file, with what to do instead for `model` (its
+    words: `dgmoe.names.missing_checkpoint_message`, which `dgmoe train` also answers before torch starts)."""
     return CheckpointError(names.missing_checkpoint_message(source, model))
 
 
@@ -236,7 +224,6 @@ def _resample_embeddings(model: nn.Module, state: dict[str, torch.Tensor], own: 
         vit: Any = model  # a ViT: patch_embed.grid_size, num_prefix_tokens
         prefix = getattr(vit, "pos_prefix_tokens", vit.num_prefix_tokens)
         side = math.isqrt(max(state["pos_embed"].shape[1] - prefix, 0))  # (a square grid, as resized)
-        old_grid = f"{side}x{side}"
         try:
             state["pos_embed"] = resize_pos_embed(
                 state["pos_embed"], vit.patch_embed.grid_size, prefix,
@@ -244,7 +231,7 @@ def _resample_embeddings(model: nn.Module, state: dict[str, torch.Tensor], own: 
         except ValueError as err:
             raise CheckpointMismatchError(f"{report.path}: pos_embed: {err}") from None
         report.resized.append("pos_embed")
-        report.regridded = f"{old_grid} -> {'x'.join(str(n) for n in vit.patch_embed.grid_size)}"
+        report.regridded = (side, vit.patch_embed.grid_size[0])
     if report.resized:
         report.resize_method = RESIZE_METHODS[antialias]
         if pos is not None and "pos_embed" in report.resized:
@@ -287,8 +274,6 @@ def load_pretrained(model: nn.Module, path: str | Path, strict: bool = True, ant
     refusal (how to get its weights).
     """
     path = resolve_checkpoint(path, name)
-    if not path.is_file():
-        raise missing_checkpoint(path, name)
     report = LoadReport(str(path))
     raw = load_checkpoint_file(path)
     fmt, state, report.dropped, report.converted = convert(raw, set(model.state_dict()))
@@ -312,10 +297,8 @@ def load_pretrained(model: nn.Module, path: str | Path, strict: bool = True, ant
         head_keys = [k for k in own if k.startswith(f"{classifier}.")]
         if not any(k in state or k in report.reinitialized for k in head_keys):  # a backbone's file: no classifier
             later = getattr(getattr(model, classifier, None), "written_from", None)  # a zero-shot head's text tower
-            if later is not None:
-                report.written_later[classifier] = later
-            else:
-                initialised.update({k: classifier for k in head_keys})
+            report.written_later.update({classifier: later} if later else {})
+            initialised.update({} if later else {k: classifier for k in head_keys})
         written = {k for k in own if k.split(".", 1)[0] in report.written_later}
         check_fit(path, own, state, tolerated={*initialised, *report.reinitialized, *written} if strict
                   else set(missing))
@@ -326,12 +309,9 @@ def load_pretrained(model: nn.Module, path: str | Path, strict: bool = True, ant
     report.initialised = list(dict.fromkeys(initialised.values()))
     # Keys without a checkpoint value keep the model's own (initial) tensors, so the load itself is strict.
     model.load_state_dict({**{k: own[k] for k in missing}, **state}, strict=True)
-    # the report is information (experts copied, a new head, formats converted: what a load does); a position
-    # embedding resampled to another grid is a warning, as the user should mean the size the tower now sees
+    # the report is information (experts copied, a new head, formats converted: what a load does); a model built
+    # at another size than its registered one warns when its checkpoint is resampled (`create_model`)
     log.info(report.summary())
-    notice = report.regrid_notice(getattr(getattr(model, "info", None), "patch_size", None))
-    if notice is not None:
-        log.warning(notice)
     return report
 
 
