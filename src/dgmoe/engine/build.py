@@ -121,21 +121,22 @@ def run_build(run_config: Mapping[str, Any]) -> ModelBuild:
     return build.with_hparams(run_config.get("hparams") or {}, build.describe()).with_weights(None)
 
 
-def with_model_img_size(cfg: RunConfig) -> RunConfig:
-    """`cfg` with the image size its model is registered for, said in an info line, where no `--img-size`
-    (nor an `img_size` in `--model-kwargs`) is given and the dataset has no size of its own (a folder of images
-    decoded at dgmoe's default, 224 px) but the model is built for another: a 28 px stand-in on PACS runs at
-    28 px, not at 224 px with every 7 px patch of it a 32 px one. A dataset stored at its own size (MNIST's 28 px,
-    iWildCam's 448) keeps it; so does any run given a size."""
+def data_img_size(cfg: RunConfig) -> int | None:
+    """The size the run's images are decoded at: `--img-size`, else the size its model is registered for, said
+    in an info line, where the dataset has no size of its own (a folder of images decoded at dgmoe's default,
+    224 px) but the model is built for another (and `--model-kwargs` gives no `img_size`): a 28 px stand-in on
+    PACS runs at 28 px, not at 224 px with every 7 px patch of it a 32 px one. None: the dataset's own size
+    (MNIST's 28 px, iWildCam's 448) or the default. The run's settings keep what was given (the same command
+    resumes the same run); its config.json's `dataset.input_shape` records the size."""
     from dgmoe.data.catalogue import DEFAULT_IMG_SIZE, get_spec
     from dgmoe.models.info import describe_model
 
     model = cfg.model
     if cfg.data.img_size is not None or "img_size" in model.kwargs or get_spec(cfg.data.dataset).native_size:
-        return cfg
+        return cfg.data.img_size
     size = describe_model(model.name).input_size[-1]
     if size == DEFAULT_IMG_SIZE:
-        return cfg
+        return None
     log.info(f"--model {model.name} is built for {size} px images: {cfg.data.dataset} is decoded at {size} px, "
              f"not at the default {DEFAULT_IMG_SIZE} px (--img-size sets the size)")
-    return cfg.replace(img_size=size)
+    return size

@@ -23,7 +23,7 @@ from dgmoe.data.base import MultiDomainDataset
 from dgmoe.data.loaders import EvalBatches, TrainBatches
 from dgmoe.data.prompts import match_class_names, prompt_class_names, templates
 from dgmoe.devices import check_compile_mode, check_precision, describe, fp32_arithmetic, resolve_device
-from dgmoe.engine.build import ModelBuild, model_build, with_model_img_size
+from dgmoe.engine.build import ModelBuild, data_img_size, model_build
 from dgmoe.engine.config import RunConfig
 from dgmoe.engine.hparams import run_hparams
 from dgmoe.engine.precheck import no_cuda_message
@@ -308,9 +308,8 @@ def _prepare_run(cfg: RunConfig) -> RunSetup:
     model.check_head()
     algorithm_cls = get_algorithm(alg.name)
     spec = get_spec(data.dataset)
-    cfg = with_model_img_size(cfg)  # a model built for another size than the data's default takes its own
-    data = cfg.data
-    dataset = get_dataset(data.dataset, cfg.execution.data_dir, data.img_size, n_per_domain=data.n_per_domain)
+    size = data_img_size(cfg)  # a model built for another size than the data's default takes its own
+    dataset = get_dataset(data.dataset, cfg.execution.data_dir, size, n_per_domain=data.n_per_domain)
     test_envs = check_test_envs(dataset, data.test_envs)
     train_envs = [i for i in range(len(dataset)) if i not in test_envs]
     if len(train_envs) < algorithm_cls.MIN_TRAIN_DOMAINS:
