@@ -196,3 +196,25 @@ def test_a_timm_clip_file_without_a_text_tower_is_refused_with_the_full_clip_rec
     with pytest.raises(UsageError, match="needs CLIP's text tower") as refused:
         prepare_run(cfg)
     assert OPEN_CLIP_B16 in str(refused.value) and "openai/clip-vit-base-patch16" in str(refused.value)
+
+
+def test_a_zero_shot_run_from_a_full_clip_file_says_its_load_as_information(tmp_path, caplog):
+    """The recorded open_clip CLIP (image and text towers) on a GMoE tower: experts copied, the head the text
+    tower's; nothing there for the user to act on, so no warning, and the head is not 'initialised'."""
+    from clip_fixtures import clip_fixture_file
+
+    path = clip_fixture_file("zero_shot", tmp_path)
+    state = torch.load(path, weights_only=True)
+    small = state["token_embedding.weight"]  # the recording's 320 ids: CLIP's tokenizer needs all 49,408
+    state["token_embedding.weight"] = torch.cat([small, torch.randn(49408 - len(small), small.shape[1])])
+    torch.save(state, path)
+    kwargs = {"embed_dim": 32, "depth": 2, "num_heads": 2, "proj_dim": 48, "moe_layers": [1]}
+    cfg = RunConfig.from_flat(dataset="Debug28", model="gmoe_base_patch16_clip_quickgelu_224", patch_size=7,
+                              model_kwargs=kwargs, pretrained=str(path), head="zeroshot", prompt_templates="domainbed",
+                              steps=0, output_dir=str(tmp_path / "run"), progress="none")
+    with caplog.at_level(logging.INFO, logger="dgmoe"):
+        setup = prepare_run(cfg)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    said = setup.run_config({})["model_build"]["pretrained_load"]
+    assert "copied dense FFN into experts" in said and "head: written next from the text tower" in said
+    assert "initialised, not in the checkpoint: head" not in said
