@@ -47,7 +47,9 @@ class DataConfig(_Section):
         0.0, "Share of each test domain's 'in' split held out as its unlabeled 'uda' split (DomainBed's "
              "--uda_holdout_fraction): evaluated as env<k>_uda_acc, never trained on.", minimum=0, maximum=1,
         exclusive_max=True)
-    img_size: int | None = setting(None, "Image size in pixels [dataset default].", minimum=1)
+    img_size: int | None = setting(None, "Image size in pixels [the dataset's own (MNIST 28); a folder of images: "
+                                         "224, or the model's registered size where it differs, e.g. 28 for the "
+                                         "micro stand-ins].", minimum=1)
     n_per_domain: int | None = setting(None, "Subsample each domain to this many images (quick runs).", minimum=1)
 
     def __post_init__(self) -> None:
