@@ -89,6 +89,8 @@ def test_the_normalised_match_is_said_on_the_run_log_and_the_run_goes_on(tmp_pat
         assert train(data, out, "--model", MICRO_CLIP, "--head", "zeroshot") == 0
     log = (out / "train.log").read_text()
     assert "class names by case and _/-/space, the prompts name them so: Dog -> dog" in log
+    config = json.loads((out / "config.json").read_text())  # and the run folder records it
+    assert config["model_build"]["text_load"].endswith("(class folders matched by name: Dog -> dog)")
 
 
 def test_a_28px_stand_in_on_a_224px_dataset_runs_at_its_own_size_and_says_so(tmp_path, caplog):

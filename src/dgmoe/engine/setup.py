@@ -224,7 +224,8 @@ def text_head_source(cfg: RunConfig, info: ModelInfo, dataset: MultiDomainDatase
 
     def write(network: nn.Module) -> None:  # the prompts encoded on the run's device; the tower is not kept
         init_text_head(network, tower.to(cfg.execution.device).eval(), names, prompts)
-        set_info(network, text_load=f"{said}; {len(names)} class names x {len(prompts)} templates")
+        set_info(network, text_load=f"{said}; {len(names)} class names x {len(prompts)} templates"
+                 + (f" (class folders matched by name: {matched.mapping()})" if matched.renamed else ""))
     return write
 
 
