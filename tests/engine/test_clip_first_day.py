@@ -132,7 +132,7 @@ def test_a_resample_at_the_models_registered_size_is_its_design_and_no_warning(t
     with caplog.at_level(logging.INFO, logger="dgmoe"):
         model = create_model(MICRO_CLIP, num_classes=7, pretrained=str(tmp_path / "w56.safetensors"))
         create_model(MICRO_CLIP, num_classes=7, img_size=28, pretrained=str(tmp_path / "w56.safetensors"))
-    assert model.info.load_report.regridded == (8, 4) and "(grid 8x8 -> 4x4)" in caplog.text
+    assert model.info.load_report.regridded == (8, 4, 7) and "(grid 8x8 -> 4x4)" in caplog.text
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 

@@ -64,7 +64,7 @@ class LoadReport:
     dropped: list[str] = field(default_factory=list)  # the file's keys that are not the image tower's
     converted: list[str] = field(default_factory=list)  # how the format's tensors were mapped to timm's
     activation: str | None = None  # the FFN activation, stated by the file or assumed (`dgmoe.models.flavour`)
-    regridded: tuple[int, int] | None = None  # the position embedding's grid side in the file and in the model
+    regridded: tuple[int, int, int] | None = None  # pos_embed's grid side in the file, in the model; file's patch
     written_later: dict[str, str] = field(default_factory=dict)  # module -> what writes it after the load
 
     def summary(self) -> str:
@@ -86,7 +86,7 @@ class LoadReport:
             parts.append(f"re-initialised (class count differs): {', '.join(self.reinitialized)}")
         if self.resized:
             parts.append(f"resampled to the model's grid/patch size, {self.resize_method}: {', '.join(self.resized)}"
-                         + (" (grid {0}x{0} -> {1}x{1})".format(*self.regridded) if self.regridded else ""))
+                         + (" (grid {0}x{0} -> {1}x{1})".format(*self.regridded[:2]) if self.regridded else ""))
         return "; ".join(parts)
 
 
@@ -216,6 +216,7 @@ def _resample_embeddings(model: nn.Module, state: dict[str, torch.Tensor], own: 
     is taken to be square (timm's assumption too).
     """
     key = "patch_embed.proj.weight"
+    patch = int(state[key].shape[-1]) if key in state and state[key].ndim == 4 else 0  # the checkpoint's
     if key in state and key in own and state[key].ndim == own[key].ndim == 4 \
             and state[key].shape[:2] == own[key].shape[:2] and state[key].shape[2:] != own[key].shape[2:]:
         state[key] = resample_patch_embed(state[key], tuple(own[key].shape[2:]), antialias)
@@ -231,7 +232,7 @@ def _resample_embeddings(model: nn.Module, state: dict[str, torch.Tensor], own: 
         except ValueError as err:
             raise CheckpointMismatchError(f"{report.path}: pos_embed: {err}") from None
         report.resized.append("pos_embed")
-        report.regridded = (side, vit.patch_embed.grid_size[0])
+        report.regridded = (side, vit.patch_embed.grid_size[0], patch)
     if report.resized:
         report.resize_method = RESIZE_METHODS[antialias]
         if pos is not None and "pos_embed" in report.resized:
