@@ -92,6 +92,102 @@ DATASET_DOMAINS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     'WILDSFMoW': (('Asia', 'Europe', 'Africa', 'Americas', 'Oceania', 'Other'), ()),
     'iWildCam': (('train', 'id_val', 'id_test', 'val', 'test'), ('id_val', 'id_test', 'val', 'test')),
 }
+#: model -> the foundation tower it is built on (`dgmoe.models.foundation.Tower.label`)
+MODEL_TOWERS: dict[str, str] = {
+    'gmoe_base_patch14_dinov2': 'DINOv2 ViT-B/14',
+    'gmoe_base_patch14_reg4_dinov2': 'DINOv2 ViT-B/14 with 4 registers',
+    'gmoe_base_patch16_clip_224': 'CLIP ViT-B/16 (OpenCLIP, GELU)',
+    'gmoe_base_patch16_clip_quickgelu_224': 'CLIP ViT-B/16 (OpenAI, QuickGELU)',
+    'gmoe_large_patch14_clip_224': 'CLIP ViT-L/14 (OpenCLIP, GELU)',
+    'gmoe_large_patch14_clip_quickgelu_224': 'CLIP ViT-L/14 (OpenAI, QuickGELU)',
+    'gmoe_micro_patch7_clip_28': "CLIP-shaped micro ViT (OpenCLIP's GELU)",
+    'gmoe_micro_patch7_clip_quickgelu_28': "CLIP-shaped micro ViT (OpenAI's QuickGELU)",
+    'gmoe_small_patch14_dinov2': 'DINOv2 ViT-S/14',
+    'gmoe_small_patch14_reg4_dinov2': 'DINOv2 ViT-S/14 with 4 registers',
+    'sfmoe_base_patch14_dinov2': 'DINOv2 ViT-B/14',
+    'sfmoe_base_patch16_clip_224': 'CLIP ViT-B/16 (OpenCLIP, GELU)',
+    'sfmoe_base_patch16_clip_quickgelu_224': 'CLIP ViT-B/16 (OpenAI, QuickGELU)',
+    'sfmoe_small_patch14_dinov2': 'DINOv2 ViT-S/14',
+    'vit_base_patch14_dinov2': 'DINOv2 ViT-B/14',
+    'vit_base_patch14_reg4_dinov2': 'DINOv2 ViT-B/14 with 4 registers',
+    'vit_base_patch16_clip_224': 'CLIP ViT-B/16 (OpenCLIP, GELU)',
+    'vit_base_patch16_clip_quickgelu_224': 'CLIP ViT-B/16 (OpenAI, QuickGELU)',
+    'vit_large_patch14_clip_224': 'CLIP ViT-L/14 (OpenCLIP, GELU)',
+    'vit_large_patch14_clip_quickgelu_224': 'CLIP ViT-L/14 (OpenAI, QuickGELU)',
+    'vit_micro_patch7_clip_28': "CLIP-shaped micro ViT (OpenCLIP's GELU)",
+    'vit_micro_patch7_clip_quickgelu_28': "CLIP-shaped micro ViT (OpenAI's QuickGELU)",
+    'vit_micro_patch7_dinov2': 'DINOv2-shaped micro ViT',
+    'vit_micro_patch7_reg4_dinov2': 'DINOv2-shaped micro ViT with 4 registers',
+    'vit_small_patch14_dinov2': 'DINOv2 ViT-S/14',
+    'vit_small_patch14_reg4_dinov2': 'DINOv2 ViT-S/14 with 4 registers',
+}
+#: tower -> how to get its weights as a local file (`dgmoe.models.foundation.Tower.weights`)
+TOWER_WEIGHTS: dict[str, str] = {
+    'CLIP ViT-B/16 (OpenAI, QuickGELU)': (
+        "with open_clip, `model, _, _ = open_clip.create_model_and_transforms('ViT-B-16', pretrained='openai')` then "
+        "`torch.save(model.state_dict(), 'clip.pth')`, or Hugging Face openai/clip-vit-base-patch16's weights file: "
+        "both hold the image and the text tower (--head zeroshot reads both; timm's "
+        'vit_base_patch16_clip_quickgelu_224.openai holds the image tower only); copy the file here and pass its path'
+    ),
+    'CLIP ViT-B/16 (OpenCLIP, GELU)': (
+        "with open_clip, `model, _, _ = open_clip.create_model_and_transforms('ViT-B-16', "
+        "pretrained='laion2b_s34b_b88k')` then `torch.save(model.state_dict(), 'clip.pth')`, or Hugging Face "
+        "laion/CLIP-ViT-B-16-laion2B-s34B-b88K's weights file: both hold the image and the text tower (--head zeroshot "
+        "reads both; timm's vit_base_patch16_clip_224.laion2b holds the image tower only); copy the file here and pass "
+        'its path'
+    ),
+    'CLIP ViT-L/14 (OpenAI, QuickGELU)': (
+        "with open_clip, `model, _, _ = open_clip.create_model_and_transforms('ViT-L-14', pretrained='openai')` then "
+        "`torch.save(model.state_dict(), 'clip.pth')`, or Hugging Face openai/clip-vit-large-patch14's weights file: "
+        "both hold the image and the text tower (--head zeroshot reads both; timm's "
+        'vit_large_patch14_clip_quickgelu_224.openai holds the image tower only); copy the file here and pass its path'
+    ),
+    'CLIP ViT-L/14 (OpenCLIP, GELU)': (
+        "with open_clip, `model, _, _ = open_clip.create_model_and_transforms('ViT-L-14', "
+        "pretrained='laion2b_s32b_b82k')` then `torch.save(model.state_dict(), 'clip.pth')`, or Hugging Face "
+        "laion/CLIP-ViT-L-14-laion2B-s32B-b82K's weights file: both hold the image and the text tower (--head zeroshot "
+        "reads both; timm's vit_large_patch14_clip_224.laion2b holds the image tower only); copy the file here and "
+        'pass its path'
+    ),
+    "CLIP-shaped micro ViT (OpenAI's QuickGELU)": (
+        'none exist for this test-sized stand-in: run it without --pretrained (its seeded initialisation; --head '
+        'zeroshot then prompts a seeded random text tower)'
+    ),
+    "CLIP-shaped micro ViT (OpenCLIP's GELU)": (
+        'none exist for this test-sized stand-in: run it without --pretrained (its seeded initialisation; --head '
+        'zeroshot then prompts a seeded random text tower)'
+    ),
+    'DINOv2 ViT-B/14': (
+        "`torch.save(torch.hub.load('facebookresearch/dinov2', 'dinov2_vitb14').state_dict(), 'dinov2_vitb14.pth')`, "
+        "or timm's `safetensors.torch.save_file(timm.create_model('vit_base_patch14_dinov2.lvd142m', "
+        "pretrained=True).state_dict(), 'dinov2_vitb14.safetensors')`; copy the file here and pass its path"
+    ),
+    'DINOv2 ViT-B/14 with 4 registers': (
+        "`torch.save(torch.hub.load('facebookresearch/dinov2', 'dinov2_vitb14_reg').state_dict(), "
+        "'dinov2_vitb14_reg.pth')`, or timm's "
+        "`safetensors.torch.save_file(timm.create_model('vit_base_patch14_reg4_dinov2.lvd142m', "
+        "pretrained=True).state_dict(), 'dinov2_vitb14_reg.safetensors')`; copy the file here and pass its path"
+    ),
+    'DINOv2 ViT-S/14': (
+        "`torch.save(torch.hub.load('facebookresearch/dinov2', 'dinov2_vits14').state_dict(), 'dinov2_vits14.pth')`, "
+        "or timm's `safetensors.torch.save_file(timm.create_model('vit_small_patch14_dinov2.lvd142m', "
+        "pretrained=True).state_dict(), 'dinov2_vits14.safetensors')`; copy the file here and pass its path"
+    ),
+    'DINOv2 ViT-S/14 with 4 registers': (
+        "`torch.save(torch.hub.load('facebookresearch/dinov2', 'dinov2_vits14_reg').state_dict(), "
+        "'dinov2_vits14_reg.pth')`, or timm's "
+        "`safetensors.torch.save_file(timm.create_model('vit_small_patch14_reg4_dinov2.lvd142m', "
+        "pretrained=True).state_dict(), 'dinov2_vits14_reg.safetensors')`; copy the file here and pass its path"
+    ),
+    'DINOv2-shaped micro ViT': (
+        'none exist for this test-sized stand-in: run it without --pretrained (its seeded initialisation; --head '
+        'zeroshot then prompts a seeded random text tower)'
+    ),
+    'DINOv2-shaped micro ViT with 4 registers': (
+        'none exist for this test-sized stand-in: run it without --pretrained (its seeded initialisation; --head '
+        'zeroshot then prompts a seeded random text tower)'
+    ),
+}
 #: the CLIP image towers, which have a text tower for `--head zeroshot`
 TEXT_TOWER_MODELS: tuple[str, ...] = (
     'gmoe_base_patch16_clip_224', 'gmoe_base_patch16_clip_quickgelu_224', 'gmoe_large_patch14_clip_224',
@@ -101,6 +197,17 @@ TEXT_TOWER_MODELS: tuple[str, ...] = (
     'vit_micro_patch7_clip_28', 'vit_micro_patch7_clip_quickgelu_28',
 )
 # --- end of the derived block ---
+
+
+def weights_help(model: str | None = None) -> str:
+    """How to get `model`'s pretrained weights as a local file: its tower's recipe where it is built on a
+    foundation tower (a CLIP tower's: a full CLIP file, image and text towers; `MODEL_TOWERS`, `TOWER_WEIGHTS`,
+    derived from `dgmoe.models.foundation.Tower.weights`), else timm's DeiT recipe (`OFFLINE_HELP`)."""
+    tower = MODEL_TOWERS.get(model) if isinstance(model, str) else None
+    if tower is None:
+        return OFFLINE_HELP
+    return (f"dgmoe loads pretrained weights from local files only and downloads nothing. {model}'s weights "
+            f"({tower}): {TOWER_WEIGHTS[tower]}")
 
 
 #: where each live registry lives: a process that imported it already (a test, or a script that declared its own
@@ -134,13 +241,14 @@ def check_model_name(name: str, known: Sequence[str] | Registry = MODEL_NAMES) -
     bare = bare.split("/", 1)[1] if hub and "/" in bare else bare
     arch, dot, tag = bare.partition(".")
     use = f"create_model({arch!r}, pretrained=PATH)" if arch in known else "a registered name (see `dgmoe models`)"
+    help = weights_help(arch if arch in known else None)
     if hub:
         raise UnknownNameError(f"model {name!r} is a Hugging Face Hub name; dgmoe builds registered models only: use "
-                               f"{use}. {OFFLINE_HELP}")
+                               f"{use}. {help}")
     if dot and arch in known:
         raise UnknownNameError(f"model {name!r}: '.{tag}' is a timm pretrained tag (it picks the weights timm "
                                f"downloads); dgmoe builds {arch!r} and loads weights from a local file: use {use}. "
-                               f"{OFFLINE_HELP}")
+                               f"{help}")
 
 
 def check_model(name: str) -> None:
@@ -154,19 +262,6 @@ def check_names(dataset: str, model: str, algorithm: str) -> None:
     check_model(model)
     _light("algorithm", ALGORITHM_NAMES).get(algorithm)
     _light("dataset", list(DATASET_DOMAINS)).get(dataset)
-
-
-def no_text_tower_message(model: str) -> str:
-    """The words for `--head zeroshot` on a model that is not a CLIP image tower."""
-    return (f"--model {model} is not a CLIP image tower, so it has no text tower for a text head; use one of "
-            f"{', '.join(sorted(TEXT_TOWER_MODELS))}")
-
-
-def check_text_head(model: str, head: str) -> None:
-    """Refuse `--head zeroshot` on a declared model that has no text tower (a model registered at run time is
-    left to the run, which knows its tower)."""
-    if head == "zeroshot" and model in MODEL_NAMES and model not in TEXT_TOWER_MODELS:
-        raise UsageError(no_text_tower_message(model))
 
 
 def test_envs_problem(name: str, domains: Sequence[str], eval_domains: Sequence[str],
@@ -186,11 +281,8 @@ def test_envs_problem(name: str, domains: Sequence[str], eval_domains: Sequence[
     required = [list(domains).index(d) for d in eval_domains]
     if not set(required) <= set(out):
         trained = ", ".join(f"{i}={domains[i]}" for i in required if i not in out)
-        add = [i for i in required if i not in out]
-        also = (f"; to hold out more domains than these, add {' '.join(f'--test-envs {i}' for i in add)}"
-                if set(out) - set(required) else "")
-        return (f"{name}'s domains {trained} are evaluation splits, never trained on: leave --test-envs out (by "
-                f"default a run on {name} holds out exactly its evaluation splits){also} (got {out}; {valid})")
+        return (f"{name}'s domains {trained} are evaluation splits, never trained on: hold them out with "
+                f"{' '.join(f'--test-envs {i}' for i in required)} (got {out}; {valid})")
     return None
 
 
@@ -209,19 +301,23 @@ def check_test_envs(dataset: str, test_envs: Sequence[int]) -> None:
         raise UsageError(problem)
 
 
-def missing_checkpoint_message(source: object) -> str:
-    """The words for a `pretrained` value that is not a checkpoint file, with what to do instead."""
+def missing_checkpoint_message(source: object, model: str | None = None) -> str:
+    """The words for a `pretrained` value that is not a checkpoint file, with what to do instead: how to get
+    `model`'s weights (`weights_help`)."""
     if source is True or str(source).lower() == "true":
-        return f"pretrained={source!r} is timm's way to download weights; {OFFLINE_HELP}"
+        return f"pretrained={source!r} is timm's way to download weights; {weights_help(model)}"
     if "/" not in str(source) and "." not in str(source):  # a model or hub name, not a path
-        return f"checkpoint file not found: {source} (a model name? {OFFLINE_HELP})"
+        return f"checkpoint file not found: {source} (a model name? {weights_help(model)})"
+    if model in MODEL_TOWERS:  # a foundation tower's file: say where it comes from
+        return f"checkpoint file not found: {source}. {weights_help(model)}"
     return f"checkpoint file not found: {source}"
 
 
-def check_pretrained_file(source: str | None) -> None:
-    """Refuse a `--pretrained` value that names no file (a hub name is left to the loader)."""
+def check_pretrained_file(source: str | None, model: str | None = None) -> None:
+    """Refuse a `--pretrained` value that names no file (a hub name is left to the loader), saying how to get
+    `model`'s weights."""
     from pathlib import Path
 
     if source is None or str(source).startswith(HUB_PREFIXES) or Path(source).is_file():
         return
-    raise UsageError(missing_checkpoint_message(source))
+    raise UsageError(missing_checkpoint_message(source, model))

@@ -3,7 +3,8 @@
 Domains and classes are the *sorted* folder names (DomainBed's `MultipleEnvironmentImageFolder`); within a
 class folder images are found recursively and sorted by path, as torchvision's ImageFolder does. Unlike
 ImageFolder-per-domain, classes are the sorted union over all domains, so a class missing from one domain
-cannot shift the labels of the others (a warning is issued instead).
+cannot shift the labels of the others (a warning is logged instead: a dgmoe line on the console and in a run's
+train.log).
 
 Images are decoded with Pillow, converted to RGB and resized to a square `img_size` with bilinear
 filtering, i.e. exactly DomainBed's eval `Resize((s, s))` on a PIL image; the uint8 result is the storage
@@ -12,8 +13,8 @@ format of every image dataset in dgmoe.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
-import warnings
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,7 @@ from dgmoe.data.tree import images_under as _images_under
 from dgmoe.data.tree import visible_dirs as _visible_dirs
 
 DECODE_CHUNK = 128
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -123,8 +125,8 @@ def scan_folder(
             )
         absent = sorted(set(classes) - set(per_domain_classes[domain])) + empty
         if absent:
-            warnings.warn(f"{dataset}: domain {domain!r} has no images of class(es) {', '.join(sorted(absent))}",
-                          stacklevel=2)
+            log.warning(f"{dataset}: domain {domain!r} has no images of class(es) {', '.join(sorted(absent))} "
+                        "(labels stay those of the sorted class folders of all domains)")
         files.append(tuple(dom_files))
         labels.append(tuple(dom_labels))
     return FolderListing(root, tuple(domains), tuple(classes), tuple(files), tuple(labels))

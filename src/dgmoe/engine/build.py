@@ -7,6 +7,7 @@ export, parameter counts) all build through it.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,8 @@ if TYPE_CHECKING:
     import torch.nn as nn
 
     from dgmoe.models.info import ModelInfo
+
+log = logging.getLogger("dgmoe")
 
 #: `create_model` arguments about the weights a network starts from (not its architecture)
 WEIGHTS = ("pretrained", "pretrained_antialias")
@@ -116,3 +119,24 @@ def run_build(run_config: Mapping[str, Any]) -> ModelBuild:
         cfg = RunConfig.from_dict(run_config["config"], strict=False)
     build = model_build(cfg, RecordedData.of_run(run_config))
     return build.with_hparams(run_config.get("hparams") or {}, build.describe()).with_weights(None)
+
+
+def data_img_size(cfg: RunConfig) -> int | None:
+    """The size the run's images are decoded at: `--img-size`, else the size its model is registered for, said
+    in an info line, where the dataset has no size of its own (a folder of images decoded at dgmoe's default,
+    224 px) but the model is built for another (and `--model-kwargs` gives no `img_size`): a 28 px stand-in on
+    PACS runs at 28 px, not at 224 px with every 7 px patch of it a 32 px one. None: the dataset's own size
+    (MNIST's 28 px, iWildCam's 448) or the default. The run's settings keep what was given (the same command
+    resumes the same run); its config.json's `dataset.input_shape` records the size."""
+    from dgmoe.data.catalogue import DEFAULT_IMG_SIZE, get_spec
+    from dgmoe.models.info import describe_model
+
+    model = cfg.model
+    if cfg.data.img_size is not None or "img_size" in model.kwargs or get_spec(cfg.data.dataset).native_size:
+        return cfg.data.img_size
+    size = describe_model(model.name).input_size[-1]
+    if size == DEFAULT_IMG_SIZE:
+        return None
+    log.info(f"--model {model.name} is built for {size} px images: {cfg.data.dataset} is decoded at {size} px, "
+             f"not at the default {DEFAULT_IMG_SIZE} px (--img-size sets the size)")
+    return size

@@ -47,7 +47,9 @@ class DataConfig(_Section):
         0.0, "Share of each test domain's 'in' split held out as its unlabeled 'uda' split (DomainBed's "
              "--uda_holdout_fraction): evaluated as env<k>_uda_acc, never trained on.", minimum=0, maximum=1,
         exclusive_max=True)
-    img_size: int | None = setting(None, "Image size in pixels [dataset default].", minimum=1)
+    img_size: int | None = setting(None, "Image size in pixels [the dataset's own (MNIST 28); a folder of images: "
+                                         "224, or the model's registered size where it differs, e.g. 28 for the "
+                                         "micro stand-ins].", minimum=1)
     n_per_domain: int | None = setting(None, "Subsample each domain to this many images (quick runs).", minimum=1)
 
     def __post_init__(self) -> None:
@@ -82,10 +84,10 @@ class ModelConfig(_Section):
 
     def __post_init__(self) -> None:
         if self.pretrained is True or self.pretrained == "True":  # timm's habit: download the weights
-            from dgmoe.names import OFFLINE_HELP
+            from dgmoe.names import weights_help
 
             raise ConfigError(f"{flag('pretrained')} must be a checkpoint file, got {self.pretrained!r}; "
-                              f"{OFFLINE_HELP}")
+                              f"{weights_help(self.name)}")
         super().__post_init__()
 
     def check_head(self) -> None:

@@ -45,7 +45,7 @@ def precheck(cfg: RunConfig) -> None:
         check_compile_mode(cfg.execution.compile_mode, cfg.execution.compile, device)
     check_names(cfg.data.dataset, cfg.model.name, cfg.algorithm.name)
     check_test_envs(cfg.data.dataset, cfg.data.test_envs)
-    check_pretrained_file(cfg.model.pretrained)
+    check_pretrained_file(cfg.model.pretrained, cfg.model.name)
     cfg.model.check_head()
     check_text_head(cfg.model.name, cfg.model.head)
     check_combination(cfg.algorithm.name, cfg.training.steps, cfg.peft.mode, cfg.algorithm.hparams)

@@ -21,9 +21,9 @@ from dgmoe.algorithms.base import Algorithm
 from dgmoe.data import check_test_envs, domain_splits, get_dataset, get_spec, get_transforms, uda_splits
 from dgmoe.data.base import MultiDomainDataset
 from dgmoe.data.loaders import EvalBatches, TrainBatches
-from dgmoe.data.prompts import TEMPLATE_SETS, prompt_class_names, templates
+from dgmoe.data.prompts import TEMPLATE_SETS, match_class_names, prompt_class_names, templates
 from dgmoe.devices import check_compile_mode, check_precision, describe, fp32_arithmetic, resolve_device
-from dgmoe.engine.build import ModelBuild, model_build
+from dgmoe.engine.build import ModelBuild, data_img_size, model_build
 from dgmoe.engine.combinations import check_combination
 from dgmoe.engine.config import RunConfig
 from dgmoe.engine.hparams import run_hparams
@@ -198,17 +198,21 @@ def run_text_tower(cfg: RunConfig, info: ModelInfo) -> Any:
     tower `info`, read from --text-pretrained or --pretrained; a stand-in image tower without weights gets its
     text tower's seeded random initialisation (tests, smoke runs). One-line errors for a tower that is not CLIP's,
     a missing file, a file without a text tower."""
-    from dgmoe.models.text_formats import load_text_tower
+    from dgmoe.models.text_formats import NoTextTowerError, load_text_tower
     from dgmoe.models.text_tower import STAND_INS, TextTransformer, text_config
+    from dgmoe.names import weights_help
 
     model = cfg.model
     base = text_config(info.tower, model.name)
     source = model.text_pretrained or model.pretrained
     if source is not None:
-        return load_text_tower(base, source)
+        try:
+            return load_text_tower(base, source)
+        except NoTextTowerError as e:  # an image tower's file (timm's): say where the full CLIP file comes from
+            raise NoTextTowerError(f"{e}. {weights_help(model.name)}") from None
     if info.tower is None or info.tower[0] not in STAND_INS:
         raise UsageError(f"--head zeroshot needs CLIP's text tower: give --pretrained (a full CLIP file) or "
-                         f"--text-pretrained for --model {model.name}")
+                         f"--text-pretrained for --model {model.name}. {weights_help(model.name)}")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed_hash(cfg.seeds.seed, "text tower"))
         return TextTransformer(base)
@@ -236,7 +240,11 @@ def text_head_source(cfg: RunConfig, info: ModelInfo, dataset: MultiDomainDatase
     names) before the network is built; returns what writes CLIP's zero-shot classifier into it."""
     from dgmoe.models.zeroshot import init_text_head
 
-    names = prompt_class_names(dataset.name, dataset.classes)
+    matched = match_class_names(dataset.name, dataset.classes)  # each label's own name, in the loader's order
+    if matched.renamed:
+        log.info(f"{dataset.name}: class folders matched to the catalogue's class names by case and _/-/space, "
+                 f"the prompts name them so: {matched.mapping()}")
+    names = matched.names
     prompts = templates(cfg.model.prompt_templates)
     tower = run_text_tower(cfg, info)
 
@@ -245,7 +253,8 @@ def text_head_source(cfg: RunConfig, info: ModelInfo, dataset: MultiDomainDatase
 
     def write(network: nn.Module) -> None:  # the prompts encoded on the run's device; the tower is not kept
         init_text_head(network, tower.to(cfg.execution.device).eval(), names, prompts)
-        set_info(network, text_load=f"{said}; {len(names)} class names x {len(prompts)} templates")
+        set_info(network, text_load=f"{said}; {len(names)} class names x {len(prompts)} templates"
+                 + (f" (class folders matched by name: {matched.mapping()})" if matched.renamed else ""))
     return write
 
 
@@ -329,7 +338,8 @@ def _prepare_run(cfg: RunConfig) -> RunSetup:
     model.check_head()
     algorithm_cls = get_algorithm(alg.name)
     spec = get_spec(data.dataset)
-    dataset = get_dataset(data.dataset, cfg.execution.data_dir, data.img_size, n_per_domain=data.n_per_domain)
+    size = data_img_size(cfg)  # a model built for another size than the data's default takes its own
+    dataset = get_dataset(data.dataset, cfg.execution.data_dir, size, n_per_domain=data.n_per_domain)
     test_envs = check_test_envs(dataset, data.test_envs)
     train_envs = [i for i in range(len(dataset)) if i not in test_envs]
     if len(train_envs) < algorithm_cls.MIN_TRAIN_DOMAINS:

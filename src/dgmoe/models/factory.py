@@ -8,6 +8,7 @@ extractor (`dgmoe.models.features`). What dgmoe does not do, in one line each: d
 """
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -18,6 +19,7 @@ from dgmoe.errors import UsageError
 from dgmoe.models.registry import MODELS
 
 HUB_PREFIXES = names.HUB_PREFIXES
+log = logging.getLogger(__name__)
 
 
 def check_model_name(name: str) -> None:
@@ -73,7 +75,7 @@ def create_model(name: str, num_classes: int | None = None, img_size: int | None
 
     check_model_name(name)
     if pretrained is True or pretrained == "True":
-        raise missing_checkpoint(pretrained)
+        raise missing_checkpoint(pretrained, name)
     if checkpoint_path is not None and not isinstance(checkpoint_path, (str, Path)):
         raise CheckpointError(f"checkpoint_path must be a path to a local weights file, got {checkpoint_path!r}")
     if pretrained and checkpoint_path:
@@ -82,15 +84,19 @@ def create_model(name: str, num_classes: int | None = None, img_size: int | None
     if out_indices is not None and not features_only:
         raise UsageError(f"out_indices={out_indices!r} needs features_only=True (it picks the feature levels "
                                "a feature extractor returns)")
+    if pretrained and not str(pretrained).startswith(HUB_PREFIXES) and not Path(pretrained).is_file():
+        raise missing_checkpoint(pretrained, name)  # (with how to get this model's weights)
     kwargs = given(dict(overrides, num_classes=num_classes, img_size=img_size))
     model = MODELS.get(name)(**kwargs)
-    if pretrained:
-        set_info(model, load_report=load_pretrained(model, pretrained, antialias=pretrained_antialias,
-                                                    allow_activation_mismatch=allow_activation_mismatch))
-    if text_head:
+    if text_head:  # before the load, whose report then says the head is the text tower's, not initialised
         from dgmoe.models.zeroshot import use_text_head
 
         use_text_head(model)
+    if pretrained:
+        report = load_pretrained(model, pretrained, antialias=pretrained_antialias,
+                                 allow_activation_mismatch=allow_activation_mismatch, name=name)
+        set_info(model, load_report=report)
+        _warn_regrid(name, img_size, report)
     config = as_peft(peft)
     if config is not None:
         apply_peft(model, config)
@@ -103,3 +109,22 @@ def create_model(name: str, num_classes: int | None = None, img_size: int | None
     if features_only:
         model = features_model(model, out_indices, name)
     return model
+
+
+def _warn_regrid(name: str, img_size: int | None, report: Any) -> None:
+    """A warning when the checkpoint's position embedding was resampled because the model is built at another
+    size than its registered one (a 28 px stand-in at 224 px): the user should mean that size. At its registered
+    size a resample is the model's design (DINOv2's 518 px checkpoints at 224 px) and the load report says it."""
+    if not report.regridded or img_size is None:
+        return
+    from dgmoe.models.info import describe_model
+
+    registered = describe_model(name).input_size[-1]
+    if registered == img_size:
+        return
+    old, new, patch = report.regridded
+    size = f"{old * patch}" if patch else f"{registered}"
+    log.warning(f"{report.path}: position embedding resampled from the checkpoint's {old}x{old} grid to the "
+                f"model's {new}x{new} ({name} is registered at {registered} px, built at {img_size} px): the tower "
+                f"was trained on {'other' if not patch else size + ' px'} images and now sees {img_size} px ones; "
+                f"pass img_size={size} (--img-size {size}) unless that is meant")

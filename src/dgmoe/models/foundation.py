@@ -47,28 +47,69 @@ STAND_IN = "test-sized stand-in, no weights"
 @dataclass(frozen=True)
 class Tower:
     """A foundation model's image tower: what `dgmoe models` calls it, its paper, its architecture (timm's
-    `VisionTransformer` options) and the input normalisation its weights were trained with."""
+    `VisionTransformer` options), the input normalisation its weights were trained with, and how to get its
+    weights as a local file (`weights`: what a refused hub name, timm tag or missing file says for every model on
+    this tower; `dgmoe.names.weights_help` reads it before torch starts, from the names block derived here)."""
 
     label: str
     paper: str
     arch: dict[str, Any] = field(hash=False)
     stats: Stats = (IMAGENET_MEAN, IMAGENET_STD)
+    weights: str = ""
 
 
-OPENAI_B16 = Tower("CLIP ViT-B/16 (OpenAI, QuickGELU)", CLIP_PAPER, dict(CLIP_B16, **QUICKGELU), (CLIP_MEAN, CLIP_STD))
-OPENCLIP_B16 = Tower("CLIP ViT-B/16 (OpenCLIP, GELU)", OPENCLIP_PAPER, CLIP_B16, (CLIP_MEAN, CLIP_STD))
-OPENAI_L14 = Tower("CLIP ViT-L/14 (OpenAI, QuickGELU)", CLIP_PAPER, dict(CLIP_L14, **QUICKGELU), (CLIP_MEAN, CLIP_STD))
-OPENCLIP_L14 = Tower("CLIP ViT-L/14 (OpenCLIP, GELU)", OPENCLIP_PAPER, CLIP_L14, (CLIP_MEAN, CLIP_STD))
-DINOV2_S = Tower("DINOv2 ViT-S/14", DINOV2_PAPER, DINOV2_S14)
-DINOV2_S_REG = Tower("DINOv2 ViT-S/14 with 4 registers", REGISTERS_PAPER, dict(DINOV2_S14, **REG4))
-DINOV2_B = Tower("DINOv2 ViT-B/14", DINOV2_PAPER, DINOV2_B14)
-DINOV2_B_REG = Tower("DINOv2 ViT-B/14 with 4 registers", REGISTERS_PAPER, dict(DINOV2_B14, **REG4))
+def _open_clip(arch: str, tag: str, hf: str, timm: str) -> str:
+    """The recipe of a CLIP tower's weights: the full CLIP file (image and text towers) from open_clip or Hugging
+    Face; timm's file holds the image tower only."""
+    return (f"with open_clip, `model, _, _ = open_clip.create_model_and_transforms('{arch}', pretrained='{tag}')` "
+            f"then `torch.save(model.state_dict(), 'clip.pth')`, or Hugging Face {hf}'s weights file: both hold the "
+            f"image and the text tower (--head zeroshot reads both; timm's {timm} holds the image tower only); "
+            "copy the file here and pass its path")
+
+
+def _dinov2(hub: str, timm: str) -> str:
+    return (f"`torch.save(torch.hub.load('facebookresearch/dinov2', '{hub}').state_dict(), '{hub}.pth')`, or "
+            f"timm's `safetensors.torch.save_file(timm.create_model('{timm}', pretrained=True).state_dict(), "
+            f"'{hub}.safetensors')`; copy the file here and pass its path")
+
+
+#: the stand-ins' weights: none
+NO_WEIGHTS = ("none exist for this test-sized stand-in: run it without --pretrained (its seeded initialisation; "
+              "--head zeroshot then prompts a seeded random text tower)")
+
+
+OPENAI_B16 = Tower("CLIP ViT-B/16 (OpenAI, QuickGELU)", CLIP_PAPER, dict(CLIP_B16, **QUICKGELU), (CLIP_MEAN, CLIP_STD),
+                   weights=_open_clip("ViT-B-16", "openai", "openai/clip-vit-base-patch16",
+                                      "vit_base_patch16_clip_quickgelu_224.openai"))
+OPENCLIP_B16 = Tower("CLIP ViT-B/16 (OpenCLIP, GELU)", OPENCLIP_PAPER, CLIP_B16, (CLIP_MEAN, CLIP_STD),
+                     weights=_open_clip("ViT-B-16", "laion2b_s34b_b88k", "laion/CLIP-ViT-B-16-laion2B-s34B-b88K",
+                                        "vit_base_patch16_clip_224.laion2b"))
+OPENAI_L14 = Tower("CLIP ViT-L/14 (OpenAI, QuickGELU)", CLIP_PAPER, dict(CLIP_L14, **QUICKGELU), (CLIP_MEAN, CLIP_STD),
+                   weights=_open_clip("ViT-L-14", "openai", "openai/clip-vit-large-patch14",
+                                      "vit_large_patch14_clip_quickgelu_224.openai"))
+OPENCLIP_L14 = Tower("CLIP ViT-L/14 (OpenCLIP, GELU)", OPENCLIP_PAPER, CLIP_L14, (CLIP_MEAN, CLIP_STD),
+                     weights=_open_clip("ViT-L-14", "laion2b_s32b_b82k", "laion/CLIP-ViT-L-14-laion2B-s32B-b82K",
+                                        "vit_large_patch14_clip_224.laion2b"))
+DINOV2_S = Tower("DINOv2 ViT-S/14", DINOV2_PAPER, DINOV2_S14,
+                 weights=_dinov2("dinov2_vits14", "vit_small_patch14_dinov2.lvd142m"))
+DINOV2_S_REG = Tower("DINOv2 ViT-S/14 with 4 registers", REGISTERS_PAPER, dict(DINOV2_S14, **REG4),
+                     weights=_dinov2("dinov2_vits14_reg", "vit_small_patch14_reg4_dinov2.lvd142m"))
+DINOV2_B = Tower("DINOv2 ViT-B/14", DINOV2_PAPER, DINOV2_B14,
+                 weights=_dinov2("dinov2_vitb14", "vit_base_patch14_dinov2.lvd142m"))
+DINOV2_B_REG = Tower("DINOv2 ViT-B/14 with 4 registers", REGISTERS_PAPER, dict(DINOV2_B14, **REG4),
+                     weights=_dinov2("dinov2_vitb14_reg", "vit_base_patch14_reg4_dinov2.lvd142m"))
 MICRO_OPENAI = Tower("CLIP-shaped micro ViT (OpenAI's QuickGELU)", STAND_IN,
-                     dict(MICRO_TOWER, proj_dim=32, **CLIP_TOWER, **QUICKGELU), (CLIP_MEAN, CLIP_STD))
+                     dict(MICRO_TOWER, proj_dim=32, **CLIP_TOWER, **QUICKGELU), (CLIP_MEAN, CLIP_STD), NO_WEIGHTS)
 MICRO_OPENCLIP = Tower("CLIP-shaped micro ViT (OpenCLIP's GELU)", STAND_IN,
-                       dict(MICRO_TOWER, proj_dim=32, **CLIP_TOWER), (CLIP_MEAN, CLIP_STD))
-MICRO_DINOV2 = Tower("DINOv2-shaped micro ViT", STAND_IN, dict(DINOV2, **MICRO_TOWER))
-MICRO_DINOV2_REG = Tower("DINOv2-shaped micro ViT with 4 registers", STAND_IN, dict(DINOV2, **MICRO_TOWER, **REG4))
+                       dict(MICRO_TOWER, proj_dim=32, **CLIP_TOWER), (CLIP_MEAN, CLIP_STD), NO_WEIGHTS)
+MICRO_DINOV2 = Tower("DINOv2-shaped micro ViT", STAND_IN, dict(DINOV2, **MICRO_TOWER), weights=NO_WEIGHTS)
+MICRO_DINOV2_REG = Tower("DINOv2-shaped micro ViT with 4 registers", STAND_IN, dict(DINOV2, **MICRO_TOWER, **REG4),
+                         weights=NO_WEIGHTS)
+
+#: every tower by its label (`dgmoe.models.info.ModelInfo.tower`'s first item)
+TOWERS: dict[str, Tower] = {t.label: t for t in (
+    OPENAI_B16, OPENCLIP_B16, OPENAI_L14, OPENCLIP_L14, DINOV2_S, DINOV2_S_REG, DINOV2_B, DINOV2_B_REG, MICRO_OPENAI,
+    MICRO_OPENCLIP, MICRO_DINOV2, MICRO_DINOV2_REG)}
 
 
 def _tower(name: str, tower: Tower, **kwargs: Any):

@@ -26,6 +26,7 @@ Anything else (an unexpected key, a missing key the checkpoint could hold, a sha
 from __future__ import annotations
 
 import logging
+import math
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,6 +64,8 @@ class LoadReport:
     dropped: list[str] = field(default_factory=list)  # the file's keys that are not the image tower's
     converted: list[str] = field(default_factory=list)  # how the format's tensors were mapped to timm's
     activation: str | None = None  # the FFN activation, stated by the file or assumed (`dgmoe.models.flavour`)
+    regridded: tuple[int, int, int] | None = None  # pos_embed's grid side in the file, in the model; file's patch
+    written_later: dict[str, str] = field(default_factory=dict)  # module -> what writes it after the load
 
     def summary(self) -> str:
         parts = [f"loaded {self.path}"]
@@ -78,20 +81,22 @@ class LoadReport:
             parts.append(f"copied dense FFN into experts: {', '.join(self.expanded)}")
         if self.initialised:
             parts.append(f"initialised, not in the checkpoint: {', '.join(self.initialised)}")
+        parts += [f"{name}: written next from {what}" for name, what in self.written_later.items()]
         if self.reinitialized:
             parts.append(f"re-initialised (class count differs): {', '.join(self.reinitialized)}")
         if self.resized:
-            parts.append(f"resampled to the model's grid/patch size, {self.resize_method}: {', '.join(self.resized)}")
+            parts.append(f"resampled to the model's grid/patch size, {self.resize_method}: {', '.join(self.resized)}"
+                         + (" (grid {0}x{0} -> {1}x{1})".format(*self.regridded[:2]) if self.regridded else ""))
         return "; ".join(parts)
 
 
 OFFLINE_HELP = names.OFFLINE_HELP
 
 
-def missing_checkpoint(source: object) -> CheckpointError:
-    """The error for a `pretrained` value that is not a checkpoint file, with what to do instead (its words:
-    `dgmoe.names.missing_checkpoint_message`, which `dgmoe train` also answers with before torch starts)."""
-    return CheckpointError(names.missing_checkpoint_message(source))
+def missing_checkpoint(source: object, model: str | None = None) -> CheckpointError:
+    """The error for a `pretrained` value that is not a checkpoint file, with what to do instead for `model` (its
+    words: `dgmoe.names.missing_checkpoint_message`, which `dgmoe train` also answers before torch starts)."""
+    return CheckpointError(names.missing_checkpoint_message(source, model))
 
 
 #: where a `.pth` holds its state dict, first found wins: `pretrained` (DeiT's 'model' first) and, as timm's
@@ -211,19 +216,23 @@ def _resample_embeddings(model: nn.Module, state: dict[str, torch.Tensor], own: 
     is taken to be square (timm's assumption too).
     """
     key = "patch_embed.proj.weight"
+    patch = int(state[key].shape[-1]) if key in state and state[key].ndim == 4 else 0  # the checkpoint's
     if key in state and key in own and state[key].ndim == own[key].ndim == 4 \
             and state[key].shape[:2] == own[key].shape[:2] and state[key].shape[2:] != own[key].shape[2:]:
         state[key] = resample_patch_embed(state[key], tuple(own[key].shape[2:]), antialias)
         report.resized.append(key)
     if "pos_embed" in state and "pos_embed" in own and state["pos_embed"].shape != own["pos_embed"].shape:
         vit: Any = model  # a ViT: patch_embed.grid_size, num_prefix_tokens
+        prefix = getattr(vit, "pos_prefix_tokens", vit.num_prefix_tokens)
+        side = math.isqrt(max(state["pos_embed"].shape[1] - prefix, 0))  # (a square grid, as resized)
         try:
             state["pos_embed"] = resize_pos_embed(
-                state["pos_embed"], vit.patch_embed.grid_size, getattr(vit, "pos_prefix_tokens", vit.num_prefix_tokens),
+                state["pos_embed"], vit.patch_embed.grid_size, prefix,
                 antialias if pos is None else pos.antialias, offset=0.0 if pos is None else pos.offset)
         except ValueError as err:
             raise CheckpointMismatchError(f"{report.path}: pos_embed: {err}") from None
         report.resized.append("pos_embed")
+        report.regridded = (side, vit.patch_embed.grid_size[0], patch)
     if report.resized:
         report.resize_method = RESIZE_METHODS[antialias]
         if pos is not None and "pos_embed" in report.resized:
@@ -231,9 +240,10 @@ def _resample_embeddings(model: nn.Module, state: dict[str, torch.Tensor], own: 
                 f"{RESIZE_METHODS[antialias]}; pos_embed: {pos.label}"
 
 
-def resolve_checkpoint(source: str | Path) -> Path:
+def resolve_checkpoint(source: str | Path, model: str | None = None) -> Path:
     """A local path, or `hf-hub:<repo_id>[/<filename>]` fetched with the optional `huggingface_hub`
-    (default filename `model.safetensors`; online only, cached by huggingface_hub)."""
+    (default filename `model.safetensors`; online only, cached by huggingface_hub). A refusal says how to get the
+    registered `model`'s weights (`dgmoe.names.weights_help`)."""
     source = str(source)
     if not source.startswith("hf-hub:"):
         return Path(source)
@@ -241,7 +251,7 @@ def resolve_checkpoint(source: str | Path) -> Path:
         from huggingface_hub import hf_hub_download
     except ImportError as exc:
         raise CheckpointError(f"{source} is a Hugging Face Hub name and the optional 'hub' extra is not installed; "
-                              f"{OFFLINE_HELP}") from exc
+                              f"{names.weights_help(model)}") from exc
     repo, _, filename = source[len("hf-hub:"):].partition("@")
     parts = repo.split("/")
     if len(parts) > 2:
@@ -250,19 +260,21 @@ def resolve_checkpoint(source: str | Path) -> Path:
         return Path(hf_hub_download(repo, filename or "model.safetensors"))
     except Exception as exc:
         first = (str(exc).strip().splitlines() or [""])[0]
-        raise CheckpointError(f"cannot fetch {source} ({type(exc).__name__}: {first}); {OFFLINE_HELP}") from exc
+        raise CheckpointError(f"cannot fetch {source} ({type(exc).__name__}: {first}); {names.weights_help(model)}"
+                              ) from exc
 
 
 def load_pretrained(model: nn.Module, path: str | Path, strict: bool = True, antialias: bool = True,
-                    allow_activation_mismatch: bool = False) -> LoadReport:
+                    allow_activation_mismatch: bool = False, name: str | None = None) -> LoadReport:
     """Load a checkpoint into `model` (see module docstring for what is tolerated).
 
     `antialias` chooses how position and patch embeddings are resampled: True as timm >= 0.9, False as
     timm 0.5-0.6 (plain bicubic; the GMoE authors' code). A ViT tower's FFN activation is checked against what
     the file or its folder states (`dgmoe.models.flavour`): a mismatch is refused, or with
-    `allow_activation_mismatch` loaded with a warning.
+    `allow_activation_mismatch` loaded with a warning. `name`: the registered model's, for the words of a
+    refusal (how to get its weights).
     """
-    path = resolve_checkpoint(path)
+    path = resolve_checkpoint(path, name)
     report = LoadReport(str(path))
     raw = load_checkpoint_file(path)
     fmt, state, report.dropped, report.converted = convert(raw, set(model.state_dict()))
@@ -285,8 +297,12 @@ def load_pretrained(model: nn.Module, path: str | Path, strict: bool = True, ant
         classifier = getattr(getattr(model, "info", None), "classifier", "head")
         head_keys = [k for k in own if k.startswith(f"{classifier}.")]
         if not any(k in state or k in report.reinitialized for k in head_keys):  # a backbone's file: no classifier
-            initialised.update({k: classifier for k in head_keys})
-        check_fit(path, own, state, tolerated={*initialised, *report.reinitialized} if strict else set(missing))
+            later = getattr(getattr(model, classifier, None), "written_from", None)  # a zero-shot head's text tower
+            report.written_later.update({classifier: later} if later else {})
+            initialised.update({} if later else {k: classifier for k in head_keys})
+        written = {k for k in own if k.split(".", 1)[0] in report.written_later}
+        check_fit(path, own, state, tolerated={*initialised, *report.reinitialized, *written} if strict
+                  else set(missing))
     except CheckpointMismatchError as e:
         note = closest_format(raw, set(model.state_dict())) if fmt.name == "timm" else \
             f"read as {fmt.label}: is it this model's family?"
@@ -294,10 +310,9 @@ def load_pretrained(model: nn.Module, path: str | Path, strict: bool = True, ant
     report.initialised = list(dict.fromkeys(initialised.values()))
     # Keys without a checkpoint value keep the model's own (initial) tensors, so the load itself is strict.
     model.load_state_dict({**{k: own[k] for k in missing}, **state}, strict=True)
-    adapted = report.expanded or report.initialised or report.reinitialized or report.resized or report.dropped
-    # what was adapted (experts copied, head replaced, embeddings resampled) is said even where logging is not
-    # set up (Python's last-resort handler prints warnings): a newcomer's create_model(..., pretrained=) too
-    log.log(logging.WARNING if adapted else logging.INFO, report.summary())
+    # the report is information (experts copied, a new head, formats converted: what a load does); a model built
+    # at another size than its registered one warns when its checkpoint is resampled (`create_model`)
+    log.info(report.summary())
     return report
 
 

@@ -57,6 +57,10 @@ HF_TEXT = CheckpointFormat(
 TEXT_FORMATS: tuple[CheckpointFormat, ...] = (OPENAI_TEXT, HF_TEXT)
 
 
+class NoTextTowerError(CheckpointError):
+    """A checkpoint file without a CLIP text tower (an image tower's file: timm's, a CLIPVisionModel)."""
+
+
 def convert_text(state: dict[str, torch.Tensor], path: str | Path
                  ) -> tuple[CheckpointFormat, dict[str, torch.Tensor], list[str], list[str]]:
     """(format, the text tower's state dict in `TextTransformer`'s names, what was dropped, what was adapted); a
@@ -65,7 +69,7 @@ def convert_text(state: dict[str, torch.Tensor], path: str | Path
     if fmt is None:
         image = detect_format(state, set())
         what = f"read as {image.label}" if image.name != "timm" else "no CLIP key names"
-        raise CheckpointError(f"{path} has no CLIP text tower ({what}): a text head needs a full CLIP file (OpenAI/"
+        raise NoTextTowerError(f"{path} has no CLIP text tower ({what}): a text head needs a full CLIP file (OpenAI/"
                               "OpenCLIP state dict, Hugging Face CLIPModel or CLIPTextModelWithProjection)")
     out: dict[str, torch.Tensor] = {}
     dropped: dict[str, int] = {}

@@ -30,6 +30,9 @@ class TextHead(nn.Linear):
     """A linear classifier on the L2-normalised feature: logits = W f(x)/|f(x)| + b (WiSE-FT's
     `ClassificationHead(normalize=True)`); the same parameters (`weight`, `bias`) as the linear head it replaces."""
 
+    #: what a checkpoint's load report says writes it (`dgmoe.models.pretrained.LoadReport.written_later`)
+    written_from = "the text tower (CLIP's zero-shot classifier)"
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return super().forward(F.normalize(x, dim=-1))
 
