@@ -104,8 +104,8 @@ class Obtained:
         domains = dataset_domains(mine, dataset)
         env = None if column == AVG else domains.index(column) if column in domains else -1
         label = str(mine["model"].iloc[0])
-        return mean_and_se(cell_accs(self._sweeps[(part, selection, split)], dataset, row.algorithm, label, len(domains),
-                                     test_env=env))
+        sweep = self._sweeps[(part, selection, split)]
+        return mean_and_se(cell_accs(sweep, dataset, row.algorithm, label, len(domains), test_env=env))
 
     def shifts(self, row: Row, cell: Cell) -> Stats:
         """A shift suite's cell (ImageNet -> shifts): the whole held-out domain's accuracy at the checkpoint
