@@ -156,3 +156,31 @@ def test_test_split_keeps_training_domains_and_pair_runs():
     out = with_test_split(records, "out")
     assert list(out["env0_in_acc"]) == [0.8, 0.9] and list(out["env1_in_acc"]) == [0.7, 0.7]
     assert list(out["env0_out_acc"]) == [0.8, 0.8] and with_test_split(records, "in") is records
+
+
+def test_wise_ft_rows_compare_the_soups_at_alpha_half_and_each_column_s_best_alpha(cli, tmp_path):
+    """WiSE-FT Table 8's rows read the soup part's runs: alpha=0.5 its soup at 0.5, "optimal alpha" each column's
+    best over the grid (ImageNet at alpha 1, every shift at 0.5 here)."""
+    spec = get_spec("ImageNetShifts")
+    domains, held = spec.domains, [spec.domains.index(d) for d in spec.eval_domains]
+    for k in range(11):
+        alpha = k / 10
+        folder = write_run(tmp_path / "imagenet-wise-ft" / f"soup_{k}", "ImageNetShifts", domains,
+                           f"ERM (WiSE-FT alpha={alpha:g})", OPENAI_B16, held, {})
+        lines = [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines()]
+        for record in lines:
+            record["n_envs"] = len(domains)
+            for i in held:
+                shift = 0.5 + 0.2 * alpha * (1 - alpha)
+                record[f"env{i}_acc_all"] = 0.7 + 0.1 * alpha if domains[i] == "ImageNet-val" else shift
+        (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    result = cli("results", tmp_path, "--recipe", "clip-robust-domainbed", "--no-save")
+    assert result.exit_code == 0, result.output
+    half = _row(result.output, "ImageNetShifts", "WiSE-FT alpha=0.5, ImageNet -> shifts")
+    assert (half["ImageNet-val: obtained"], half["ImageNet-R: obtained"], half["Avg shifts: obtained"]) == (
+        "75.0 +/- 0.0", "55.0 +/- 0.0", "55.0 +/- 0.0")
+    assert (half["ImageNet-val: paper"], half["Avg shifts: paper"], half["test split"]) == ("81.7", "63.0", "all")
+    best = _row(result.output, "ImageNetShifts", "WiSE-FT optimal alpha per column, ImageNet -> shifts")
+    assert (best["ImageNet-val: obtained"], best["ObjectNet: obtained"], best["Avg shifts: diff"]) == (
+        "80.0 +/- 0.0", "55.0 +/- 0.0", "-8.5")
+    assert "23.7k images" in result.output  # FLYP's ObjectNet copy, said beside its comparison

@@ -1,0 +1,47 @@
+"""The WiSE-FT parts of clip-robust-domainbed: the launch plans their two parts and makes the soups once those
+are done; at the smoke scale (a 2-step fine-tune and a 0-step zero-shot run of the CLIP micro stand-in on ImageNet
+stand-in folders, then 12 soups) end to end, and `dgmoe results --recipe` reports their rows."""
+import json
+
+import pytest
+
+ROWS = ("WiSE-FT alpha=0.5, ImageNet -> shifts", "WiSE-FT optimal alpha per column, ImageNet -> shifts")
+
+
+def _rows(*labels):
+    return [a for label in labels for a in ("--rows", label)]
+
+
+def test_a_wise_ft_row_launches_its_two_parts_and_then_its_soups(cli, tmp_path):
+    result = cli("recipe", "launch", "clip-robust-domainbed", "--scale", "smoke", "--output-dir", tmp_path / "out",
+                 "--launcher", "dummy", *_rows(ROWS[0]))
+    assert result.exit_code == 0, result.output
+    assert "imagenet-zero-shot: 1 job(s)" in result.output and "imagenet-fine-tune: 1 job(s)" in result.output
+    assert "imagenet-wise-ft: would make WiSE-FT soups of imagenet-fine-tune against imagenet-zero-shot" in \
+        result.output
+
+
+@pytest.fixture(autouse=True)
+def _one_thread(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+
+
+@pytest.mark.slow
+def test_wise_ft_part_runs_end_to_end_at_the_smoke_scale(cli, tmp_path):
+    out = tmp_path / "robust"
+    result = cli("recipe", "launch", "clip-robust-domainbed", "--scale", "smoke", "--output-dir", out,
+                 "--max-workers", "2", *_rows(*ROWS))
+    assert result.exit_code == 0, result.output
+    assert "failed" not in result.output
+    soups = sorted(p.parent for p in (out / "imagenet-wise-ft").rglob("config.json"))
+    algorithms = {json.loads((s / "results.jsonl").read_text().splitlines()[-1])["args"]["algorithm"] for s in soups}
+    assert algorithms == {"ERM (WiSE-FT)", *(f"ERM (WiSE-FT alpha={k / 10:g})" for k in range(11))}
+    assert "imagenet-wise-ft" in json.loads((out / "recipe.json").read_text())["parts"]
+    again = cli("recipe", "launch", "clip-robust-domainbed", "--scale", "smoke", "--output-dir", out,
+                "--max-workers", "2", *_rows(*ROWS))
+    assert again.exit_code == 0 and "is made already" in again.output, again.output
+    report = cli("results", out, "--recipe", "clip-robust-domainbed")
+    assert report.exit_code == 0, report.output
+    for label in ROWS:
+        line = next(x for x in report.output.splitlines() if x.startswith(f"| {label} "))
+        assert line.rstrip(" |").split("|")[-1].strip() not in ("X", ""), line
