@@ -84,7 +84,7 @@ def imagenet_row(label: str, algorithm: str, part_name: str, source: src.Source 
                  added: str = NO_NUMBER, best_of: tuple[str, ...] = ()) -> Row:
     """A row of the ImageNet table: the in-distribution validation accuracy, each shift's and their average over
     the shifts (a source of two numbers: ImageNet and the average), each over the whole evaluation set."""
-    names = IMAGENET_COLUMNS + (AVG_SHIFTS,)
+    names: tuple[str, ...] = IMAGENET_COLUMNS + (AVG_SHIFTS,)
     if source is None:
         return Row(label, algorithm, OPENAI_B16, tuple(Cell(IMAGENET, d, split="all") for d in names),
                    part=part_name, added=added, best_of=best_of)

@@ -183,13 +183,13 @@ def launch(plan: Plan, launcher: str, opts: LaunchConfig = LaunchConfig(), echo:
     jobs = [j for part_jobs in plan.jobs.values() for j in part_jobs]
     reports = [launch_sweep(jobs, launcher, opts, echo=echo, relaunch_queued=relaunch_queued, seed=seed)]
     for name in plan.soups:
-        part = recipe.part(name)
-        assert part.wise_ft is not None
+        soup_part = recipe.part(name)
+        assert soup_part.wise_ft is not None
         if launcher == "dummy":
-            echo(f"{name}: would make WiSE-FT soups of {part.wise_ft.fine_tuned} against {part.wise_ft.zero_shot} "
-                 f"into {Path(plan.output_dir) / name}")
+            echo(f"{name}: would make WiSE-FT soups of {soup_part.wise_ft.fine_tuned} against "
+                 f"{soup_part.wise_ft.zero_shot} into {Path(plan.output_dir) / name}")
         else:
-            make_wise_ft(part, plan.output_dir, echo, device)
+            make_wise_ft(soup_part, plan.output_dir, echo, device)
     return reports
 
 
