@@ -66,8 +66,8 @@ def results_document(
     single = sorted(set(records.loc[records["test_envs"].map(len) == 1, "dataset"]))
     names = user_labels(records)
     cells = (
-        f"Cells: test-domain accuracy (%) on {DESCRIBE[test_split]}, mean +/- standard error over trial seeds "
-        "(SE = population std / sqrt(n))." + split_note
+        "Cells: test-domain accuracy (%), mean +/- standard error over trial seeds (SE = population std / sqrt(n)). "
+        f"DomainBed's tables test on {DESCRIBE[test_split]}." + split_note
     )
     if wilds:
         cells += (" WILDS tables: accuracy, worst-group accuracy and macro-F1 (%) over each held-out split, "
