@@ -232,6 +232,10 @@ OTHER_CASES = [
     ("soup-out-under-a-file", ["soup", "{soup_ok}", "--out", "{not_a_dir}/soups"], "({not_a_dir} is a file)", 2),
     ("report-out-is-a-file", ["report", "{dense_run}", "--out", "{not_a_dir}"], "{not_a_dir}: File exists", 2),
     ("soup-missing", ["soup", "/nonexistent/runs"], "/nonexistent/runs", 2),
+    ("results-test-split-oracle", ["results", "{no_args}", "--test-split", "out", "--selection", "oracle"],
+     "--test-split out with --selection oracle", 2),
+    ("results-test-split-recipe", ["results", "{no_args}", "--test-split", "out", "--recipe", "clip-robust-domainbed"],
+     "test splits and tables from the recipe", 2),
 ]
 
 
