@@ -46,3 +46,21 @@ def test_wise_ft_part_runs_end_to_end_at_the_smoke_scale(cli, tmp_path):
     for label in ROWS:
         line = next(x for x in report.output.splitlines() if x.startswith(f"| {label} "))
         assert line.rstrip(" |").split("|")[-1].strip() not in ("X", ""), line
+
+
+def test_at_the_smoke_scale_a_soup_row_reads_its_own_soup_part_only(cli, tmp_path):
+    """Parts may share one smoke configuration, so a sweep row may read another part's runs; a soup is made per
+    part, so the fine-tune's WiSE-FT row never reads the adapter experts' soups (same stand-in backbone)."""
+    from recipe_sweep import write_run
+
+    from dgmoe.data.catalogue import get_spec
+
+    (tmp_path / "recipe.json").write_text(json.dumps({"recipe": "clip-robust-domainbed", "scale": "smoke",
+                                                      "rows": [], "parts": ["wise-ft-adapter-experts"]}))
+    write_run(tmp_path / "wise-ft-adapter-experts" / "soup", "Debug28", get_spec("Debug28").domains, "ERM (WiSE-FT)",
+              "vit_micro_patch7_clip_quickgelu_28", [0], {0: 0.75})
+    result = cli("results", tmp_path, "--recipe", "clip-robust-domainbed", "--no-save")
+    assert result.exit_code == 0, result.output
+    line = lambda label: next(x for x in result.output.splitlines() if x.startswith(f"| {label} "))  # noqa: E731
+    assert line("WiSE-FT of adapter experts, alpha chosen on validation (ViT-B/16)").endswith("| 75.0 +/- 0.0 |")
+    assert line("WiSE-FT of the fine-tune, alpha chosen on validation (ViT-B/16)").endswith("|            X |")

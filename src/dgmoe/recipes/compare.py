@@ -82,8 +82,10 @@ class Obtained:
             candidates = [] if part is None else [part.name]
         else:  # the stand-in replaces every dataset: the row's first part, or the part that trained its
             # stand-in configuration once for several parts (`dgmoe.recipes.run`)
-            mine = [p.name for p in row_parts(self.recipe, row)]
-            candidates = mine + [p.name for p in self.recipe.parts if p.name not in mine]
+            mine = [p.name for p in row_parts(self.recipe, row)]  # (soups are made per part: no other's)
+            soups = any(self.recipe.part(n).wise_ft for n in mine)
+            candidates = mine + ([] if soups else [p.name for p in self.recipe.parts
+                                                   if p.name not in mine and p.wise_ft is None])
         for name in candidates:
             records = self.records(name)
             if records.empty:
