@@ -64,3 +64,15 @@ def test_at_the_smoke_scale_a_soup_row_reads_its_own_soup_part_only(cli, tmp_pat
     line = lambda label: next(x for x in result.output.splitlines() if x.startswith(f"| {label} "))  # noqa: E731
     assert line("WiSE-FT of adapter experts, alpha chosen on validation (ViT-B/16)").endswith("| 75.0 +/- 0.0 |")
     assert line("WiSE-FT of the fine-tune, alpha chosen on validation (ViT-B/16)").endswith("|            X |")
+
+
+def test_soups_wait_for_their_parts_and_say_so(tmp_path):
+    """A launcher that returns before the runs end (Slurm): the soups are not made, and a line says why."""
+    from dgmoe.recipes import get_recipe
+    from dgmoe.recipes.soups import make_wise_ft
+
+    lines = []
+    part = get_recipe("clip-robust-domainbed").part("imagenet-wise-ft")
+    assert make_wise_ft(part, tmp_path, lines.append) == [] and not (tmp_path / "imagenet-wise-ft").exists()
+    assert lines == [f"imagenet-wise-ft: WiSE-FT soups not made yet: part imagenet-fine-tune has no finished run in "
+                     f"{tmp_path / 'imagenet-fine-tune'}; launch again once they are done"]
