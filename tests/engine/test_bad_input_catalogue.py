@@ -281,6 +281,10 @@ OTHER_CASES = [
      "--out {not_a_dir} is not a folder ({not_a_dir} is a file)", 2),
     ("leaderboard-out-under-a-file", ["leaderboard", "{dense_run}", "--out", "{not_a_dir}/lb"],
      "({not_a_dir} is a file)", 2),
+    ("results-test-split-oracle", ["results", "{no_args}", "--test-split", "out", "--selection", "oracle"],
+     "--test-split out with --selection oracle", 2),
+    ("results-test-split-recipe", ["results", "{no_args}", "--test-split", "out", "--recipe", "clip-robust-domainbed"],
+     "test splits and tables from the recipe", 2),
 ]
 
 

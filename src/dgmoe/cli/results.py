@@ -12,6 +12,7 @@ from dgmoe.document import Document
 from dgmoe.engine.io import write_text_atomic
 from dgmoe.errors import UsageError
 from dgmoe.report.config import ResultsConfig
+from dgmoe.report.test_split import check_selection
 
 T = TypeVar("T")
 
@@ -43,13 +44,19 @@ def command(ctx: click.Context, **kw: Any) -> None:
         raise click.UsageError("--page does not apply with --single-source")
     if recipe_name is not None:
         if single_source or selection or baseline or show_hparams or complete_trials or include_unfinished \
-                or ood_split != "in":
-            raise click.UsageError("--recipe takes its selection and tables from the recipe; it combines with "
-                                   "--latex, --csv and --no-save only")
+                or ood_split != "in" or cfg.test_split != "in":
+            raise click.UsageError("--recipe takes its selection, test splits and tables from the recipe; it "
+                                   "combines with --latex, --csv and --no-save only")
         _recipe_results(runs_dir, recipe_name, latex, no_save, csv_export, write_page)
         return
     if not single_source and (baseline or absolute or ood_split != "in"):
         raise click.UsageError("--baseline, --ood-split and --absolute only apply with --single-source")
+    if single_source and cfg.test_split != "in":
+        raise click.UsageError("--test-split applies to DomainBed's tables; with --single-source use --ood-split")
+    try:
+        check_selection(cfg.test_split, selection or "all")
+    except ValueError as err:
+        raise click.UsageError(str(err)) from None
     if single_source and show_hparams:
         raise click.UsageError("--hparams does not apply with --single-source")
     if single_source and complete_trials:
@@ -69,7 +76,7 @@ def command(ctx: click.Context, **kw: Any) -> None:
                                               improvement_kind="absolute" if absolute else "relative")
         else:
             document = results_document(records, selection=selection or "all", complete_trials=complete_trials,
-                                        hparams=show_hparams, shift_fit=cfg.shift_fit)
+                                        hparams=show_hparams, shift_fit=cfg.shift_fit, test_split=cfg.test_split)
     except UsageError:
         raise
     except (ValueError, KeyError) as err:

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Literal, Mapping
 
 from dgmoe.experiments.config import SyntheticConfig
+from dgmoe.posthoc.config import WISE_FT_ALPHAS
+from dgmoe.recipes.sources import Source
 
 Kind = Literal["domainbed", "single_source", "wilds", "cost", "synthetic"]
 KINDS: tuple[str, ...] = ("domainbed", "single_source", "wilds", "cost", "synthetic")
@@ -38,6 +40,14 @@ SELECTION_SHORT = {"iid": "train-val", "loo": "lodo", "oracle": "oracle", "worst
 AVG = "avg"
 #: `Cell.column` of a single-source row's mean accuracy over the domains it was not trained on
 OOD_AVG = "OOD avg"
+#: `Cell.column` of a shift suite's mean over its shifts, per trial seed (`dgmoe.report.shifts.AVG_SHIFTS`)
+AVG_SHIFTS = "Avg shifts"
+#: `Cell.dataset` of a row's mean over its other datasets' averages (CLIPood's "Avg" over DomainBed's five)
+ACROSS = "mean over the datasets"
+#: `Cell.split`: which images of a held-out domain a number is read on: DomainBed's `in` (80%,
+#: `model_selection.py`), CLIPood's `out` (20%, its `converter_domainbed.py`), or the whole domain (`all`: shift
+#: suites, WILDS splits)
+SPLITS = ("in", "out", "all")
 
 
 @dataclass(frozen=True)
@@ -68,6 +78,7 @@ class Cell:
     source: str | None = None
     fraction: bool = False
     digits: int = 1  # decimals the paper prints (MoGE: 2; iWildCam's F1: 3); obtained numbers get as many
+    split: str = "in"  # the held-out domain's images the paper tested on (`SPLITS`); obtained on the same
 
     @property
     def group(self) -> str:
@@ -82,7 +93,10 @@ class Row:
     `part`: the part that runs it where several parts hold the same algorithm and model (e.g. 5K and 15K
     steps); `quoted`: the work the paper quotes the row from (it is still run: DomainBed's protocol, by
     dgmoe); `unavailable`: why dgmoe cannot produce the row (shown, never launched); `added`: why dgmoe adds
-    a row the paper does not have (its own baseline: cells without a value, obtained numbers only)."""
+    a row the paper does not have (its own baseline: cells without a value, obtained numbers only).
+    `source`: where the row's numbers were read (`dgmoe.recipes.sources.Source`: paper, table, row, status), for
+    a recipe whose rows come from several papers; `best_of`: the row is each column's best over these
+    algorithms' obtained numbers (WiSE-FT's "optimal alpha", one per column)."""
 
     label: str
     algorithm: str
@@ -92,6 +106,25 @@ class Row:
     quoted: str = ""
     unavailable: str = ""
     added: str = ""
+    source: Source | None = None
+    best_of: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class WiseFT:
+    """A part that runs no sweep but makes WiSE-FT soups of two other parts' runs (`dgmoe soup --method wise-ft`):
+    each run of `fine_tuned` against the run of `zero_shot` that holds out the same domains with the same trial
+    seed, at every alpha of `alphas` and at the alpha training-domain validation picks."""
+
+    fine_tuned: str
+    zero_shot: str
+    alphas: tuple[float, ...] = WISE_FT_ALPHAS
+
+
+def wise_ft_algorithm(algorithm: str, alpha: float | None = None) -> str:
+    """The row name `dgmoe soup` gives a WiSE-FT soup of `algorithm`'s runs (`dgmoe.posthoc.plans.Plan.algorithm`):
+    at `alpha`, or (None) at the alpha training-domain validation picks."""
+    return f"{algorithm} (WiSE-FT{'' if alpha is None else f' alpha={alpha:g}'})"
 
 
 @dataclass(frozen=True)
@@ -117,6 +150,7 @@ class Part:
     n_trials: int = 3
     single_test_envs: bool = True
     test_env_sets: tuple[tuple[int, ...], ...] = ()
+    wise_ft: WiseFT | None = None  # a soup part: its runs are WiSE-FT soups of two other parts' runs
 
     def weight_keys(self) -> tuple[str, ...]:
         return tuple(k for k in (self.pretrained, self.location_weights) if k)
@@ -210,6 +244,8 @@ def check_recipe(recipe: Recipe) -> None:
         stray = [d for d in part.per_dataset if d not in part.datasets]
         if stray:
             raise ValueError(f"{where}: part {part.name} has settings for datasets it does not run: {stray}")
+        if part.wise_ft is not None:
+            _check_wise_ft(recipe, part)
     for row in recipe.rows:
         if row.added and (row.unavailable or any(c.value is not None for c in row.cells)):
             raise ValueError(f"{where}: row {row.label!r} is dgmoe's own: it is run and has no published value")
@@ -218,7 +254,7 @@ def check_recipe(recipe: Recipe) -> None:
         for row in recipe.rows:
             if row.unavailable:
                 continue
-            for cell in row.cells:
+            for cell in (c for c in row.cells if c.dataset != ACROSS):
                 found = recipe.row_part(row, cell.dataset)
                 if found is None:
                     raise ValueError(f"{where}: row {row.label!r} on {cell.dataset} maps to no part or to several")
@@ -226,12 +262,38 @@ def check_recipe(recipe: Recipe) -> None:
         idle = [n for n in names if n not in used]
         if idle:
             raise ValueError(f"{where}: parts {idle} serve no row")
+    for row in recipe.rows:
+        bad = [c.split for c in row.cells if c.split not in SPLITS]
+        if bad:
+            raise ValueError(f"{where}: row {row.label!r} has a cell of split {bad[0]!r}, not one of {SPLITS}")
+        printed = [] if row.source is None else [t for t in row.source.numbers.split() if t != "-"]
+        if row.source is not None and row.cells and len(printed) != len(row.cells):
+            raise ValueError(f"{where}: row {row.label!r} has {len(row.cells)} cells and its source "
+                             f"{len(printed)} numbers")
     if recipe.kind == "single_source" and recipe.baseline and recipe.baseline not in labels:
         raise ValueError(f"{where}: baseline {recipe.baseline!r} is not a row")
     if recipe.kind == "cost" and (recipe.cost is None or recipe.cost.reference not in labels):
         raise ValueError(f"{where}: a cost recipe needs `cost` with a reference row")
     if recipe.kind == "synthetic" and recipe.synthetic is None:
         raise ValueError(f"{where}: a synthetic recipe needs `synthetic`")
+
+
+def _check_wise_ft(recipe: Recipe, part: Part) -> None:
+    """A soup part's two parts exist, run sweeps, and cover its datasets and models."""
+    assert part.wise_ft is not None
+    names = {p.name: p for p in recipe.parts}
+    for name in (part.wise_ft.fine_tuned, part.wise_ft.zero_shot):
+        source = names.get(name)
+        if source is None or source.wise_ft is not None:
+            raise ValueError(f"recipe {recipe.name}: soup part {part.name} names {name!r}, not a sweep part")
+        if not set(part.datasets) <= set(source.datasets) or not set(part.models) <= set(source.models):
+            raise ValueError(f"recipe {recipe.name}: soup part {part.name} needs runs of {part.datasets} x "
+                             f"{part.models} that part {name} does not run")
+
+
+def soup_sources(recipe: Recipe) -> set[str]:
+    """The parts whose runs a soup part of `recipe` averages (they must keep their weights)."""
+    return {n for p in recipe.parts if p.wise_ft for n in (p.wise_ft.fine_tuned, p.wise_ft.zero_shot)}
 
 
 # --- writing the paper's numbers compactly ------------------------------------------------------------------

@@ -9,6 +9,12 @@ single-source cells from `dgmoe.report.single_source` (on the other domains' val
 wording), costs from the launch's `cost.json` as ratios to the reference row, the synthetic experiment from
 its `synthetic.json`. One table per dataset (single-source: per training domain); rows are the recipe's.
 
+A DomainBed cell is read on the held-out domains' split its paper tested on (`Cell.split`: DomainBed's `in`, or
+CLIPood's `out`, through `dgmoe.report.test_split`); a row's mean over the datasets (`ACROSS`) is the mean of its
+datasets' obtained averages; a best-of row (WiSE-FT's optimal alpha) is each column's best over its rows. A
+recipe whose rows cite their own sources prints, per row, the test split and the source (status included), and
+under each table every source's whole citation.
+
 At the smoke scale the data are stand-ins: each row's obtained average on the stand-in is printed alone, as
 a check of the pipeline, not beside the paper's numbers.
 """
@@ -16,6 +22,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +33,18 @@ from dgmoe.document import MISSING as NO_CELL
 from dgmoe.document import Block, Document, Heading, Table, Text
 from dgmoe.document import Cell as TableCell
 from dgmoe.errors import UsageError
-from dgmoe.recipes.base import AVG, OOD_AVG, SELECTION_NAMES, SELECTION_SHORT, Cell, Recipe, Row, column_keys
+from dgmoe.recipes.base import (
+    ACROSS,
+    AVG,
+    AVG_SHIFTS,
+    OOD_AVG,
+    SELECTION_NAMES,
+    SELECTION_SHORT,
+    Cell,
+    Recipe,
+    Row,
+    column_keys,
+)
 from dgmoe.recipes.plan import SMOKE, row_model, row_parts
 from dgmoe.recipes.run import COST_FILE, SYNTHETIC_FILE, read_manifest
 from dgmoe.report.collect import load_records
@@ -34,6 +52,7 @@ from dgmoe.report.protocol import protocol_block
 from dgmoe.report.shifts import shift_values, suite_of
 from dgmoe.report.single_source import improvement, ood_improvement, single_source_accs
 from dgmoe.report.tables import cell_accs, dataset_domains
+from dgmoe.report.test_split import DESCRIBE, with_test_split
 from dgmoe.report.wilds import wilds_values
 from dgmoe.selection import VAL_ENV, mean_and_se, sweep_accs
 
@@ -48,7 +67,7 @@ class Obtained:
     def __init__(self, recipe: Recipe, output_dir: Path, scale: str):
         self.recipe, self.dir, self.scale = recipe, output_dir, scale
         self._records: dict[str, pd.DataFrame] = {}
-        self._sweeps: dict[tuple[str, str], pd.DataFrame] = {}
+        self._sweeps: dict[tuple[str, str, str], pd.DataFrame] = {}
 
     def records(self, part: str) -> pd.DataFrame:
         if part not in self._records:
@@ -63,8 +82,10 @@ class Obtained:
             candidates = [] if part is None else [part.name]
         else:  # the stand-in replaces every dataset: the row's first part, or the part that trained its
             # stand-in configuration once for several parts (`dgmoe.recipes.run`)
-            mine = [p.name for p in row_parts(self.recipe, row)]
-            candidates = mine + [p.name for p in self.recipe.parts if p.name not in mine]
+            mine = [p.name for p in row_parts(self.recipe, row)]  # (soups are made per part: no other's)
+            soups = any(self.recipe.part(n).wise_ft for n in mine)
+            candidates = mine + ([] if soups else [p.name for p in self.recipe.parts
+                                                   if p.name not in mine and p.wise_ft is None])
         for name in candidates:
             records = self.records(name)
             if records.empty:
@@ -75,17 +96,18 @@ class Obtained:
                 return name, records[keep]
         return "", pd.DataFrame()
 
-    def domainbed(self, row: Row, dataset: str, column: str, selection: str) -> Stats:
+    def domainbed(self, row: Row, dataset: str, column: str, selection: str, split: str = "in") -> Stats:
+        """A DomainBed cell on the held-out domains' `split` (`dgmoe.report.test_split`)."""
         part, mine = self.mine(row, dataset)
         if mine.empty:
             return None
-        if (part, selection) not in self._sweeps:
-            self._sweeps[(part, selection)] = sweep_accs(self.records(part), selection)
+        if (part, selection, split) not in self._sweeps:
+            self._sweeps[(part, selection, split)] = sweep_accs(with_test_split(self.records(part), split), selection)
         domains = dataset_domains(mine, dataset)
         env = None if column == AVG else domains.index(column) if column in domains else -1
         label = str(mine["model"].iloc[0])
-        return mean_and_se(cell_accs(self._sweeps[(part, selection)], dataset, row.algorithm, label, len(domains),
-                                     test_env=env))
+        sweep = self._sweeps[(part, selection, split)]
+        return mean_and_se(cell_accs(sweep, dataset, row.algorithm, label, len(domains), test_env=env))
 
     def shifts(self, row: Row, cell: Cell) -> Stats:
         """A shift suite's cell (ImageNet -> shifts): the whole held-out domain's accuracy at the checkpoint
@@ -94,6 +116,10 @@ class Obtained:
         if mine.empty:
             return None
         values = shift_values(mine, cell.dataset).get((row.algorithm, str(mine["model"].iloc[0])), {})
+        suite = suite_of(cell.dataset)
+        if cell.column == AVG_SHIFTS and suite is not None:  # per trial seed, the mean over the shifts
+            n = min((len(values.get(s, [])) for s in suite.shifts), default=0)
+            return mean_and_se([float(np.mean([values[s][k] for s in suite.shifts])) for k in range(n)])
         return mean_and_se(values.get(cell.column, []))
 
     def wilds(self, row: Row, cell: Cell) -> Stats:
@@ -119,13 +145,20 @@ class Obtained:
 
     def value(self, row: Row, cell: Cell) -> Stats:
         """The obtained number of one published cell (None: no run yet, or none that can be scored)."""
+        if row.best_of:  # each column's best over the rows (WiSE-FT's optimal alpha)
+            found = [v for a in row.best_of if (v := self.value(replace(row, algorithm=a, best_of=()), cell))]
+            return max(found, key=lambda v: v[0]) if len(found) == len(row.best_of) else None
+        if cell.dataset == ACROSS:  # the mean of the row's datasets' averages
+            means = [self.value(row, replace(c, split=cell.split)) for c in row.cells if c.dataset != ACROSS]
+            return None if not means or None in means else (float(np.mean([m[0] for m in means if m])), NO_SE)
         if self.recipe.kind == "single_source":
             return self.single_source_cell(row, cell)
         if self.recipe.kind == "wilds" and cell.column != AVG:
             return self.wilds(row, cell)
         if suite_of(cell.dataset) is not None:
             return self.shifts(row, cell)
-        return self.domainbed(row, cell.dataset, cell.column, cell.selection or self.recipe.selection or "iid")
+        return self.domainbed(row, cell.dataset, cell.column, cell.selection or self.recipe.selection or "iid",
+                              cell.split)
 
     def paper(self, cell: Cell) -> float | None:
         return cell.value
@@ -251,7 +284,12 @@ def comparison_document(recipe: Recipe, output_dir: str | Path) -> Document:
                         "obtained: mean +/- SE over trial seeds; diff = obtained - paper; X: no scorable run yet; "
                         "*: a row the paper quotes from other work (obtained: dgmoe's run of it)."
                         + (" +: a row dgmoe adds (its own baseline, no published number: obtained only)."
-                           if any(r.added for r in recipe.rows) else ""))
+                           if any(r.added for r in recipe.rows) else "")
+                        + (" test split: the held-out domains' images each row is compared on, the paper's: in = "
+                           f"{DESCRIBE['in']}; out = {DESCRIBE['out']}; all = each whole evaluation set (shift "
+                           "suites). source: where the row's numbers were read (primary: the paper or its authors' "
+                           "repository; quoted in: a later work that quotes them)."
+                           if any(r.source for r in recipe.rows) else ""))
         if smoke:
             text.append("Smoke scale: the obtained numbers check the pipeline and are not comparable.")
         tables = [_group_table(recipe, source, group)
@@ -294,7 +332,8 @@ def _group_table(recipe: Recipe, source: Source, group: str) -> Table:
     keys = [(column, selection) for _, column, selection in column_keys(recipe.rows, lambda c: c.group == group)]
     first = {k: next(c for c in found if (c.column, c.selection) == k) for k in keys}
     single = len(keys) == 1
-    header = ["Row"]
+    cited = any(r.source for r in recipe.rows)
+    header = ["Row", *(["test split"] if cited else [])]
     for key in keys:
         title = "" if single else _column_title(first[key], recipe) + ": "
         header += [f"{title}paper", f"{title}obtained", f"{title}diff"]
@@ -304,6 +343,8 @@ def _group_table(recipe: Recipe, source: Source, group: str) -> Table:
         if not mine:
             continue
         out: list[str | TableCell] = [row.label + (" *" if row.quoted else " +" if row.added else "")]
+        if cited:
+            out.append(", ".join(dict.fromkeys(c.split for c in mine.values())))
         for key in keys:
             cell = mine.get(key)
             if cell is None:
@@ -321,8 +362,12 @@ def _group_table(recipe: Recipe, source: Source, group: str) -> Table:
             diff = TableCell() if stats is None or paper is None else TableCell(mean=stats[0] - paper, decimals=digits,
                                                                                 signed=True)
             out += [paper_text, NO_CELL if stats is None else _fmt(*stats, digits), diff]
-        rows.append(out)
+        rows.append(out + ([row.source.short if row.source else row.added] if cited else []))
     title = f"{recipe.table}: ratios to the {recipe.cost.reference} row" if recipe.cost else group
     if single and recipe.kind not in ("cost", "synthetic"):
         title += f" ({_column_title(first[keys[0]], recipe)})"
-    return Table.make(title, header, rows)
+    if not cited:
+        return Table.make(title, header, rows)
+    sources = dict.fromkeys(r.source.text for r in recipe.rows if r.source and any(c.group == group for c in r.cells))
+    notes = [Text("Sources: " + " | ".join(sources))] if sources else []
+    return Table.make(title, header + ["source"], rows, notes)

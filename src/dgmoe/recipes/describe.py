@@ -39,13 +39,18 @@ def published_tables(recipe: Recipe) -> list[Table]:
     for source in dict.fromkeys(c.source for r in recipe.rows for c in r.cells):
         keys = column_keys(recipe.rows, lambda c: c.source == source)
         titles = {(c.dataset, c.column, c.selection): _title(c) for r in recipe.rows for c in r.cells}
+        cited = any(r.source for r in recipe.rows)
         rows = []
         for row in recipe.rows:
             mine = {(c.dataset, c.column, c.selection): c for c in row.cells if c.source == source}
             if mine:
                 mark = " *" if row.quoted else " (not run)" if row.unavailable else " +" if row.added else ""
-                rows.append([row.label + mark, *(_number(mine[k], bool(row.added)) if k in mine else "" for k in keys)])
-        out.append(Table.make(f"trained on {source}" if source else "", ["Row", *(titles[k] for k in keys)], rows))
+                splits = ", ".join(dict.fromkeys(c.split for c in mine.values()))
+                rows.append([row.label + mark, *(_number(mine[k], bool(row.added)) if k in mine else "" for k in keys),
+                             *([splits, row.source.short if row.source else row.added or ""] if cited else [])])
+        extra = ["test split", "source"] if cited else []
+        out.append(Table.make(f"trained on {source}" if source else "", ["Row", *(titles[k] for k in keys), *extra],
+                              rows))
     return out
 
 
@@ -54,7 +59,13 @@ def _settings(settings: Mapping[str, Any]) -> str:
 
 
 def describe_part(part: Part) -> str:
-    """A part's grid and shared settings in one paragraph."""
+    """A part's grid and shared settings in one paragraph (a soup part: what it averages)."""
+    if part.wise_ft is not None:
+        soup = part.wise_ft
+        return (f"  {part.name}: WiSE-FT soups of part {soup.fine_tuned}'s runs against part {soup.zero_shot}'s (the "
+                f"same dataset, held-out domains and trial seed) on {', '.join(part.datasets)} x "
+                f"{', '.join(part.models)}, alpha {', '.join(f'{a:g}' for a in soup.alphas)} and the alpha "
+                "training-domain validation picks; made by the launch once both parts' runs are done")
     held = ("the evaluation sets held out" if all(evaluation_envs(d) for d in part.datasets) else
             f"held-out sets {[list(s) for s in part.test_env_sets]}" if part.test_env_sets else
             "each domain held out alone" if part.single_test_envs else "each domain and each pair held out")
@@ -96,6 +107,10 @@ def show_text(recipe: Recipe) -> str:
         quoted = (f"; the paper quotes it from {row.quoted}" if row.quoted else "") + (
             f"; {row.added}" if row.added else "")
         lines.append(f"  {row.label}: {row.algorithm} on {row.model} ({where}{quoted})")
+        if row.source is not None:
+            lines.append(f"    source: {row.source.text}")
+        if row.best_of:
+            lines.append(f"    each column the best of {len(row.best_of)} rows: {', '.join(row.best_of)}")
     if recipe.parts:
         lines += ["", "Parts (each a sweep into <output-dir>/<part>):", *(describe_part(p) for p in recipe.parts)]
     if recipe.cost:

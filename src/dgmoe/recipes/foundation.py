@@ -65,7 +65,7 @@ def own(label: str, model: str, part_name: str) -> Row:
 DOMAINBED = Recipe(
     "foundation-domainbed", PAPER, "DPL Table 1, MIRO Table 1, MoA's results table",
     "CLIP / DINOv2 backbones, adapters and adapter experts on DomainBed, train-validation selection", "domainbed",
-    rows=(Row("zero-shot CLIP (ViT-B/16)", "ERM", OPENAI_B16, cells(FIVE, "96.1 82.3 82.3 34.1 -"),
+    rows=(Row("zero-shot CLIP (ViT-B/16)", "ERM", OPENAI_B16, cells(FIVE, sources.DPL_ZERO_SHOT.numbers),
               quoted=sources.ZERO_SHOT_CLIP,
               unavailable="zero-shot classification needs CLIP's text tower and this recipe's weights are image "
                           "towers: the clip-robust-domainbed recipe runs it (its zero-shot part)"),
@@ -95,11 +95,9 @@ DOMAINBED = Recipe(
            "Sources: each published row cites its paper, table and row (`recipe show`, Rows) and was checked against "
            "that table in its authors' repository, except CLIP-Adapter's, whose source table is not recorded (its "
            "cells are unchecked). +/- as MIRO's and MoA's tables print them (their captions were not read here).",
-           "Zero-shot CLIP: DPL Table 1 has no DomainNet column. CLIPood (Shu et al., ICML 2023) reports zero-shot "
-           "CLIP ViT-B/16 on all five datasets; its own table could not be read here (later papers quote it, e.g. "
-           "DISAM, Zhang et al., arXiv 2405.18861, Table 2, row 'Zero-shot': 96.2 81.7 82.0 33.4 57.5, average "
-           "70.2), so that row is not entered. dgmoe's zero-shot prompt is 'a photo of a {}.' "
-           "(clip-robust-domainbed).",
+           "Zero-shot CLIP: DPL Table 1 has no DomainNet column. CLIPood's zero-shot row on all five datasets (its "
+           "own test split, quoted) is entered and run in the clip-robust-domainbed recipe: `dgmoe recipe show "
+           "clip-robust-domainbed`. dgmoe's zero-shot prompt is 'a photo of a {}.'.",
            "Classifier: CLIP-Adapter classifies with CLIP's text embeddings of the class names; MoA's code trains a "
            "linear head (DomainBed's ERM nn.Linear) on the 768-d class token, timm's projection head replaced by "
            "an identity. dgmoe's rows train a linear head, initialised at random, on the tower's image embedding "

@@ -19,7 +19,8 @@ single-source: the first training domain). A dataset of `SmokeScale.folder_stand
 stays itself, on stand-in folders in its published layout that the launch writes (`SmokeData`). Parts with CLIP
 text heads (`--head zeroshot`, prompted with one template) load no smoke checkpoint (their stand-in towers keep
 their seeded image and text weights), and a part of `steps` 0 (a zero-shot evaluation) stays at 0 steps.
-Without pair runs, the smoke summary selects by training-domain validation.
+Without pair runs, the smoke summary selects by training-domain validation. The runs a WiSE-FT soup part averages
+keep their best weights at the smoke scale too; a soup part itself has no sweep (`dgmoe.recipes.soups` makes it).
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from typing import Any, Iterable, Mapping
 
 from dgmoe.engine.config import RunConfig
 from dgmoe.errors import UsageError
-from dgmoe.recipes.base import Part, Recipe, Row
+from dgmoe.recipes.base import Part, Recipe, Row, soup_sources
 from dgmoe.sweep.config import SweepConfig
 
 SCALES = ("paper", "smoke")
@@ -211,9 +212,14 @@ def parts_for(recipe: Recipe, rows: Iterable[Row]) -> list[tuple[Part, tuple[str
     the rows it serves (a job's id does not depend on the grid, so a later full launch reuses its runs)."""
     rows = list(rows)
     out = []
+    chosen = {p.name for r in rows for p in row_parts(recipe, r)}
+    needed = {n for p in recipe.parts if p.name in chosen and p.wise_ft for n in (p.wise_ft.fine_tuned,
+                                                                                   p.wise_ft.zero_shot)}
     for part in recipe.parts:
         mine = [r for r in rows if part in row_parts(recipe, r)]
-        if mine:
+        if part.name in needed:  # a soup's two parts run whole (their algorithms and models are the soup's)
+            out.append((part, part.algorithms, part.models))
+        elif mine:
             out.append((part, tuple(a for a in part.algorithms if any(r.algorithm == a for r in mine)),
                         tuple(m for m in part.models if any(r.model == m for r in mine))))
     return out
@@ -261,11 +267,15 @@ def part_sweeps(recipe: Recipe, part: Part, algorithms: tuple[str, ...], models:
     """The sweeps of one part at `scale` into `<output_dir>/<part>`; `base` holds the execution settings
     (data dir, device, ...); `n_hparams`/`n_trials` replace the part's (paper scale only)."""
     out = str(Path(output_dir) / part.name)
+    if part.wise_ft is not None:  # a soup part: made after its two parts' sweeps (`dgmoe.recipes.soups`)
+        return []
     if scale == "smoke":
         folders = smoke_data(part, output_dir)
         datasets = tuple(d.dataset for d in folders) or (SMOKE.stand_ins[recipe.kind],)
         sets = part.test_env_sets[:1] or ((0,),)
         settings = {**smoke_settings(part), **({"data_dir": folders[0].path} if folders else {})}
+        if part.name in soup_sources(recipe):  # a soup averages these runs' weights: keep them
+            settings.update(skip_model_save=False, save_best=True)
         return [SweepConfig(datasets, algorithms, group, out, RunConfig.from_flat(
                     {**settings, "pretrained": checkpoint.path} if checkpoint else settings, base=base),
                     n_hparams=1, n_trials=1, test_env_sets=sets)

@@ -6,7 +6,8 @@ models, hparams overrides), the data folders and the weight files, and raises a 
 missing (one line each). A launch records what it launched in `<output-dir>/recipe.json`, which
 `dgmoe results --recipe` reads; the runs of a part live in `<output-dir>/<part>`, a plain sweep folder. At
 the smoke scale it first writes the dense checkpoints its runs load (`SmokeCheckpoint`) and the stand-in folders
-they read (`SmokeData`).
+they read (`SmokeData`). Its soup parts (WiSE-FT) are made after the sweeps, once the runs they average are done
+(`dgmoe.recipes.soups`).
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ from dgmoe.recipes.plan import (
     smoke_checkpoints,
     smoke_data,
 )
+from dgmoe.recipes.soups import make_wise_ft
 from dgmoe.sweep.config import LaunchConfig
 from dgmoe.sweep.jobs import Job, build_jobs, check_sweep
 from dgmoe.sweep.launchers import LaunchReport, launch_sweep
@@ -65,6 +67,7 @@ class Plan:
     jobs: Mapping[str, list[Job]]
     checkpoints: tuple[SmokeCheckpoint, ...] = ()
     data: tuple[SmokeData, ...] = ()
+    soups: tuple[str, ...] = ()  # the soup parts made after the sweeps (`Part.wise_ft`)
 
 
 def prepare(recipe: Recipe, scale: str, output_dir: str | Path, data_dir: str | None = None,
@@ -105,8 +108,9 @@ def prepare(recipe: Recipe, scale: str, output_dir: str | Path, data_dir: str | 
             jobs.setdefault(part.name, []).extend(build_jobs(sweep))
     if scale == "smoke":
         jobs = _train_once(jobs)
+    soups = tuple(p.name for p, _, _ in todo if p.wise_ft is not None)
     return Plan(recipe, scale, str(output_dir), tuple(r.label for r in chosen), jobs, tuple(checkpoints),
-                tuple(data))
+                tuple(data), soups)
 
 
 def _train_once(jobs: dict[str, list[Job]]) -> dict[str, list[Job]]:
@@ -132,7 +136,7 @@ def write_manifest(plan: Plan) -> Path:
                          "launch into another --output-dir")
     rows = list(dict.fromkeys([*old.get("rows", []), *plan.rows]))
     write_json_atomic(path, {"recipe": plan.recipe.name, "scale": plan.scale, "rows": rows,
-                             "parts": sorted({*old.get("parts", []), *plan.jobs})})
+                             "parts": sorted({*old.get("parts", []), *plan.jobs, *plan.soups})})
     return path
 
 
@@ -177,7 +181,16 @@ def launch(plan: Plan, launcher: str, opts: LaunchConfig = LaunchConfig(), echo:
     if not opts.submitit_folder:
         opts = replace(opts, submitit_folder=str(Path(plan.output_dir) / ".submitit" / "%j"))
     jobs = [j for part_jobs in plan.jobs.values() for j in part_jobs]
-    return [launch_sweep(jobs, launcher, opts, echo=echo, relaunch_queued=relaunch_queued, seed=seed)]
+    reports = [launch_sweep(jobs, launcher, opts, echo=echo, relaunch_queued=relaunch_queued, seed=seed)]
+    for name in plan.soups:
+        soup_part = recipe.part(name)
+        assert soup_part.wise_ft is not None
+        if launcher == "dummy":
+            echo(f"{name}: would make WiSE-FT soups of {soup_part.wise_ft.fine_tuned} against "
+                 f"{soup_part.wise_ft.zero_shot} into {Path(plan.output_dir) / name}")
+        else:
+            make_wise_ft(soup_part, plan.output_dir, echo, device)
+    return reports
 
 
 def benchmark_config(recipe: Recipe, backbone: str, algorithms: tuple[str, ...], smoke: bool,

@@ -30,6 +30,11 @@ class ResultsConfig(Settings):
     baseline: str | None = setting(None, "With --single-source: the row improvements are measured against: a model "
                                          "(e.g. vit_tiny_patch16_224, also built with --model-kwargs), an algorithm, "
                                          "or a run --label.", metavar="MODEL_OR_ALGO")
+    test_split: str = setting("in", "The held-out domains' split DomainBed's tables report: in (80% of each domain, "
+                                    "DomainBed's model_selection.py) or out (20%, CLIPood's converter_domainbed.py); "
+                                    "every table says which. With out, test-domain validation (oracle) is left out "
+                                    "of `all` and refused by name (it selects on that split).",
+                              choices=("in", "out"))
     ood_split: str = setting("in", "With --single-source: split of the other domains reported as OOD accuracy.",
                              choices=("in", "out"))
     absolute: bool = setting(False, "With --single-source: improvements in points, not relative %.",

@@ -9,11 +9,13 @@ import pandas as pd
 
 from dgmoe.document import Block, Document, Heading, Text
 from dgmoe.report.tables import averages_table, dataset_table, preamble, user_labels
+from dgmoe.report.test_split import DESCRIBE, check_selection, with_test_split
 from dgmoe.report.text import count
 from dgmoe.selection import (
     IDWorstGroupSelection,
     LeaveOneOutSelection,
     MethodLike,
+    OracleSelection,
     WildsOfficialSelection,
     WorstGroupSelection,
     resolve_selections,
@@ -24,14 +26,16 @@ from dgmoe.selection import (
 def results_tables(
     records: pd.DataFrame, selection: MethodLike | Sequence[MethodLike] = "all", latex: bool = False,
     complete_trials: bool = False, hparams: bool = False, bootstrap_seed: int = 0, shift_fit: str | None = None,
+    test_split: str = "in",
 ) -> str:
     """The Markdown (or LaTeX) text of `results_document`."""
-    return results_document(records, selection, complete_trials, hparams, bootstrap_seed, shift_fit).text(latex)
+    return results_document(records, selection, complete_trials, hparams, bootstrap_seed, shift_fit,
+                            test_split).text(latex)
 
 
 def results_document(
     records: pd.DataFrame, selection: MethodLike | Sequence[MethodLike] = "all", complete_trials: bool = False,
-    hparams: bool = False, bootstrap_seed: int = 0, shift_fit: str | None = None,
+    hparams: bool = False, bootstrap_seed: int = 0, shift_fit: str | None = None, test_split: str = "in",
 ) -> Document:
     """The results tables: per selection method, one table per dataset and an Averages table.
 
@@ -42,7 +46,9 @@ def results_document(
     `hparams` adds, after each dataset's table, the runs its cells selected (`dgmoe.report.selected`);
     `bootstrap_seed` seeds the intervals of the worst-group tables (`dgmoe.report.wilds_groups`).
     Distribution-shift suites (ImageNetShifts) get their shift table (`dgmoe.report.shifts`), with effective
-    robustness against the baseline testbed `shift_fit` (a CSV) when given.
+    robustness against the baseline testbed `shift_fit` (a CSV) when given. `test_split`: the held-out domains'
+    split DomainBed's tables report (`dgmoe.report.test_split`: `in`, DomainBed's, or `out`, CLIPood's; with `out`,
+    `all` leaves test-domain validation out, as it selects on that split).
     """
     from dgmoe.report.protocol import protocol_block
     from dgmoe.report.selected import selected_table
@@ -52,14 +58,16 @@ def results_document(
     if records.empty:
         raise ValueError("no records to report")
     methods = resolve_selections(selection)
+    split_note = _test_split_methods(methods, selection, test_split)
+    test_records = with_test_split(records, test_split)
     wilds = wilds_datasets(records)
     if selection == "all" and wilds:
         methods.append(WorstGroupSelection)
     single = sorted(set(records.loc[records["test_envs"].map(len) == 1, "dataset"]))
     names = user_labels(records)
     cells = (
-        "Cells: test-domain accuracy (%), mean +/- standard error over trial seeds "
-        "(SE = population std / sqrt(n))."
+        "Cells: test-domain accuracy (%), mean +/- standard error over trial seeds (SE = population std / sqrt(n)). "
+        f"DomainBed's tables test on {DESCRIBE[test_split]}." + split_note
     )
     if wilds:
         cells += (" WILDS tables: accuracy, worst-group accuracy and macro-F1 (%) over each held-out split, "
@@ -77,7 +85,7 @@ def results_document(
         tables: list[Block] = [t for d in wilds if wg.val_env(wilds_runs(records, d)) is not None
                                for t in wilds_tables(records, d, names, wg, bootstrap_seed)] if worst else []
         if datasets:
-            sweep = sweep_accs(records, method)
+            sweep = sweep_accs(test_records, method)
             for d in datasets:  # Camelyon17: beside the accuracy, the held-out hospital's worst-slide accuracy
                 tables.append(dataset_table(records, sweep, d, names))
                 why = loo_note(records, d) if method is LeaveOneOutSelection else None
@@ -106,6 +114,18 @@ def results_document(
                          "(--test-envs t), WILDS tables runs that hold out the validation split"
                          + "".join(f"; {n[len('Left out: '):]}" for n in left))
     return Document(tuple(parts))
+
+
+def _test_split_methods(methods: list, selection: MethodLike | Sequence[MethodLike], test_split: str) -> str:
+    """With the `out` test split: test-domain validation left out of `all` (a sentence saying so), refused when
+    asked for by name (`dgmoe.report.test_split.check_selection`)."""
+    if test_split == "in" or OracleSelection not in methods:
+        return ""
+    if selection != "all":
+        check_selection(test_split, "oracle")
+    methods.remove(OracleSelection)
+    return (" Test-domain validation (oracle) is left out: it selects on the held-out domain's out split, which "
+            "these tables report.")
 
 
 def left_out(records: pd.DataFrame, wilds: Sequence[str]) -> list[str]:
