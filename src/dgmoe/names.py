@@ -264,6 +264,19 @@ def check_names(dataset: str, model: str, algorithm: str) -> None:
     _light("dataset", list(DATASET_DOMAINS)).get(dataset)
 
 
+def no_text_tower_message(model: str) -> str:
+    """The words for `--head zeroshot` on a model that is not a CLIP image tower."""
+    return (f"--model {model} is not a CLIP image tower, so it has no text tower for a text head; use one of "
+            f"{', '.join(sorted(TEXT_TOWER_MODELS))}")
+
+
+def check_text_head(model: str, head: str) -> None:
+    """Refuse `--head zeroshot` on a declared model that has no text tower (a model registered at run time is
+    left to the run, which knows its tower)."""
+    if head == "zeroshot" and model in MODEL_NAMES and model not in TEXT_TOWER_MODELS:
+        raise UsageError(no_text_tower_message(model))
+
+
 def test_envs_problem(name: str, domains: Sequence[str], eval_domains: Sequence[str],
                       test_envs: Sequence[int]) -> str | None:
     """What is wrong with `test_envs` for a dataset with these domains (None: nothing); the message lists the
@@ -281,8 +294,11 @@ def test_envs_problem(name: str, domains: Sequence[str], eval_domains: Sequence[
     required = [list(domains).index(d) for d in eval_domains]
     if not set(required) <= set(out):
         trained = ", ".join(f"{i}={domains[i]}" for i in required if i not in out)
-        return (f"{name}'s domains {trained} are evaluation splits, never trained on: hold them out with "
-                f"{' '.join(f'--test-envs {i}' for i in required)} (got {out}; {valid})")
+        add = [i for i in required if i not in out]
+        also = (f"; to hold out more domains than these, add {' '.join(f'--test-envs {i}' for i in add)}"
+                if set(out) - set(required) else "")
+        return (f"{name}'s domains {trained} are evaluation splits, never trained on: leave --test-envs out (by "
+                f"default a run on {name} holds out exactly its evaluation splits){also} (got {out}; {valid})")
     return None
 
 
