@@ -28,7 +28,8 @@ import torch
 #: maxima of the float64 derivatives on a grid of 2e6 points over [-30, 30].
 LIPSCHITZ, CURVATURE = 1.13, 0.86
 #: the roundings of one activation or derivative evaluation: erf / exp / sigmoid within 2 ulp (4 u) each, and
-#: at most 6 multiplications and additions around them (tests/moe/kernels: `_activation`, `_activation_grad`).
+#: at most 6 multiplications and additions around them (src/dgmoe/moe/kernels/gemm.py: `_activation`,
+#: `_activation_grad`; torch's GELU and QuickGELU alike).
 ACTIVATION_ROUNDINGS = 12
 
 

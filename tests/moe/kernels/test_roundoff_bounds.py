@@ -3,7 +3,7 @@ can do on any CPU, yet still fail a result off by 10 times the bound or computed
 import pytest
 import torch
 from expert_bounds import expert_roundings
-from roundoff import assert_within_gamma, gamma, unit_roundoff
+from roundoff import CURVATURE, LIPSCHITZ, assert_within_gamma, gamma, unit_roundoff
 
 pytest.importorskip("triton", reason="triton is not installed (pip install 'dgmoe[triton]'): no kernels to test")
 import test_kernels_experts as experts_checks  # noqa: E402
@@ -20,6 +20,19 @@ def test_gamma_is_highams_and_refuses_what_has_no_bound():
     assert unit_roundoff(torch.bfloat16) == 2.0 ** -8
     with pytest.raises(AssertionError, match="no bound|does not exist"):
         gamma(256, torch.bfloat16)
+
+
+@pytest.mark.parametrize("name", ["gelu", "quick_gelu"])
+def test_the_activation_majorant_bounds_the_activations(name):
+    """|act(z)| <= |z|, |act'| <= LIPSCHITZ, |act''| <= CURVATURE (roundoff.py), in float64 over [-30, 30]."""
+    from dgmoe.moe.experts import activation_fn
+
+    z = torch.linspace(-30, 30, 200_001, dtype=torch.float64, requires_grad=True)
+    y = activation_fn(name)(z)
+    (d1,) = torch.autograd.grad(y.sum(), z, create_graph=True)
+    (d2,) = torch.autograd.grad(d1.sum(), z)
+    assert (y.abs() <= z.abs() + 1e-15).all()
+    assert d1.abs().max().item() <= LIPSCHITZ and d2.abs().max().item() <= CURVATURE
 
 
 def test_a_cancelling_sum_is_within_gamma_though_far_outside_the_old_estimate():
