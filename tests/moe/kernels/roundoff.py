@@ -27,10 +27,12 @@ import torch
 #: |act'| <= LIPSCHITZ (max 1.1289 GELU, 1.0998 QuickGELU), |act''| <= CURVATURE (max 0.7979 GELU, 0.851 QuickGELU),
 #: maxima of the float64 derivatives on a grid of 2e6 points over [-30, 30].
 LIPSCHITZ, CURVATURE = 1.13, 0.86
-#: the roundings of one activation or derivative evaluation: erf / exp / sigmoid within 2 ulp (4 u) each, and
-#: at most 6 multiplications and additions around them (src/dgmoe/moe/kernels/gemm.py: `_activation`,
-#: `_activation_grad`; torch's GELU and QuickGELU alike).
-ACTIVATION_ROUNDINGS = 12
+#: the roundings of one activation or derivative evaluation, in units of u times |z| (or its derivative's size):
+#: ATen's vectorised exp may be its `exp_u20` (within 20 ulp, 40 u) and its erf a polynomial (Abramowitz & Stegun
+#: 7.1.26, within 1.5e-7 = 2.5 u absolute, and about 10 u more in its own evaluation); at most 6 multiplications
+#: and additions around them (src/dgmoe/moe/kernels/gemm.py: `_activation`, `_activation_grad`; torch's GELU and
+#: QuickGELU alike): 48.
+ACTIVATION_ROUNDINGS = 48
 
 
 def unit_roundoff(dtype: torch.dtype) -> float:
