@@ -13,7 +13,7 @@ fine-tune both CLIP towers with CLIP's own contrastive loss against class-name c
   of the current text tower (the class names in every template, `dgmoe.models.zeroshot.init_text_head`), which
   is how FLYP evaluates; saved weights therefore hold the image tower and that head.
 - **Needs** `--head zeroshot` on a CLIP tower: the run hands the algorithm its text tower
-  (`dgmoe.engine.setup.run_text_tower`) and the prompts (`attach_text`). WiSE-FT (`dgmoe soup --method
+  (`dgmoe.engine.text_head.run_text_tower`) and the prompts (`attach_text`). WiSE-FT (`dgmoe soup --method
   wise-ft`) of FLYP runs interpolates the image towers and the heads, not the text towers (FLYP's WiSE-FT
   interpolates both towers).
 

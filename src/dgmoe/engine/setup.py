@@ -10,7 +10,7 @@ import math
 import re
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -21,18 +21,19 @@ from dgmoe.algorithms.base import Algorithm
 from dgmoe.data import check_test_envs, domain_splits, get_dataset, get_spec, get_transforms, uda_splits
 from dgmoe.data.base import MultiDomainDataset
 from dgmoe.data.loaders import EvalBatches, TrainBatches
-from dgmoe.data.prompts import TEMPLATE_SETS, match_class_names, prompt_class_names, templates
+from dgmoe.data.prompts import match_class_names, templates
 from dgmoe.devices import check_compile_mode, check_precision, describe, fp32_arithmetic, resolve_device
 from dgmoe.engine.build import ModelBuild, data_img_size, model_build
 from dgmoe.engine.combinations import check_combination
 from dgmoe.engine.config import RunConfig
 from dgmoe.engine.hparams import run_hparams
 from dgmoe.engine.precheck import no_cuda_message
-from dgmoe.engine.provenance import initialisation, pretrained_identity
+from dgmoe.engine.provenance import initialisation
+from dgmoe.engine.text_head import head_identity, run_text_tower, text_head_source
 from dgmoe.errors import UsageError
 from dgmoe.models import MODELS
 from dgmoe.models.compiled import compile_blocks
-from dgmoe.models.info import ModelInfo, model_info, set_info
+from dgmoe.models.info import model_info
 from dgmoe.seeding import seed_everything, seed_hash
 from dgmoe.settings import ConfigError
 
@@ -193,73 +194,6 @@ def check_device(device: str) -> None:
         raise UsageError(f"--device {device}: MPS is not available on this machine; use --device cpu")
 
 
-def run_text_tower(cfg: RunConfig, info: ModelInfo) -> Any:
-    """The run's CLIP text tower (a `dgmoe.models.text_tower.TextTransformer`): the one that goes with the image
-    tower `info`, read from --text-pretrained or --pretrained; a stand-in image tower without weights gets its
-    text tower's seeded random initialisation (tests, smoke runs). One-line errors for a tower that is not CLIP's,
-    a missing file, a file without a text tower."""
-    from dgmoe.models.text_formats import NoTextTowerError, load_text_tower
-    from dgmoe.models.text_tower import STAND_INS, TextTransformer, text_config
-    from dgmoe.names import weights_help
-
-    model = cfg.model
-    base = text_config(info.tower, model.name)
-    source = model.text_pretrained or model.pretrained
-    if source is not None:
-        try:
-            return load_text_tower(base, source)
-        except NoTextTowerError as e:  # an image tower's file (timm's): say where the full CLIP file comes from
-            raise NoTextTowerError(f"{e}. {weights_help(model.name)}") from None
-    if info.tower is None or info.tower[0] not in STAND_INS:
-        raise UsageError(f"--head zeroshot needs CLIP's text tower: give --pretrained (a full CLIP file) or "
-                         f"--text-pretrained for --model {model.name}. {weights_help(model.name)}")
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed_hash(cfg.seeds.seed, "text tower"))
-        return TextTransformer(base)
-
-
-def head_identity(cfg: RunConfig, dataset: str, classes: Sequence[str]) -> dict[str, Any]:
-    """The classifier head a run starts from, beside its `initialisation` (recorded in config.json as "head" when
-    the run starts): its kind and, for CLIP's zero-shot head, the prompt templates (a set's name, or the file's name
-    and content hash: `pretrained_identity`), the class names the prompts give (`prompt_class_names`) and the text
-    tower that encoded them (its file's name and content hash, or the stand-in's seed). Weights averaged or
-    interpolated (WiSE-FT's zero-shot theta_0 and the run fine-tuned from it) must share it."""
-    model = cfg.model
-    if model.head != "zeroshot":
-        return {"kind": model.head}
-    given = model.prompt_templates
-    source = model.text_pretrained or model.pretrained
-    return {"kind": model.head,
-            "templates": given if given in TEMPLATE_SETS else pretrained_identity(given),
-            "class_names": list(prompt_class_names(dataset, tuple(classes))),
-            "text_tower": pretrained_identity(source) or f"seeded random text tower, seed {cfg.seeds.seed}"}
-
-
-def text_head_source(cfg: RunConfig, info: ModelInfo, dataset: MultiDomainDataset) -> Callable[[nn.Module], None]:
-    """For `--head zeroshot`: everything checked (a CLIP tower, the text tower's file, the templates, the class
-    names) before the network is built; returns what writes CLIP's zero-shot classifier into it."""
-    from dgmoe.models.zeroshot import init_text_head
-
-    matched = match_class_names(dataset.name, dataset.classes)  # each label's own name, in the loader's order
-    if matched.renamed:
-        log.info(f"{dataset.name}: class folders matched to the catalogue's class names by case and _/-/space, "
-                 f"the prompts name them so: {matched.mapping()}")
-    names = matched.names
-    prompts = templates(cfg.model.prompt_templates)
-    tower = run_text_tower(cfg, info)
-
-    report = getattr(tower, "load_report", None)
-    said = report.summary() if report is not None else "the stand-in's seeded random text tower (no weights exist)"
-
-    def write(network: nn.Module) -> None:  # the prompts encoded on the run's device; the tower is not kept
-        init_text_head(network, tower.to(cfg.execution.device).eval(), names, prompts)
-        set_info(network, text_load=f"{said}; {len(names)} class names x {len(prompts)} templates"
-                 + (f" (class folders matched by name: {matched.mapping()})" if matched.renamed else ""))
-    return write
-
-
-
-
 def checkpoint_family_mismatch(path: str, model: str, info: Any) -> str | None:
     """'holds a ResNet's weights, and --model X is a ViT' (or a sparse ViT's weights for a dense model, or the
     other way round) when a checkpoint that failed to load is of another family than the model; None when the
@@ -396,7 +330,7 @@ def _prepare_run(cfg: RunConfig) -> RunSetup:
         given = f"--hparams {json.dumps(alg.hparams, sort_keys=True)}" if alg.hparams else "its default hyperparameters"
         raise UsageError(f"--algorithm {alg.name} rejects {given}: {e}") from e
     if algorithm_cls.NEEDS_TEXT_TOWER:  # FLYP: the text tower trains too (the algorithm checked the text head)
-        names = prompt_class_names(dataset.name, dataset.classes)
+        names = match_class_names(dataset.name, dataset.classes).names  # each label's own name, as the head's
         algorithm.attach_text(run_text_tower(cfg, info), names, templates(model.prompt_templates))  # type: ignore[attr-defined]
     if algorithm_cls.NEEDS_TOTAL_STEPS:  # CLIPood: its Beta moving average spans the run's updates
         algorithm.set_total_steps(n_steps)

@@ -87,11 +87,11 @@ class Member:
     @functools.cached_property
     def head(self) -> dict[str, Any]:
         """The classifier head the run started from, as it recorded it when it started
-        (`dgmoe.engine.setup.head_identity`); for a run trained before dgmoe recorded it, as its config says."""
+        (`dgmoe.engine.text_head.head_identity`); for a run trained before dgmoe recorded it, as its config says."""
         recorded = self.config.get("head")
         if isinstance(recorded, dict):
             return recorded
-        from dgmoe.engine.setup import head_identity
+        from dgmoe.engine.text_head import head_identity
 
         dataset = self.config.get("dataset") or {}
         return head_identity(self.run, dataset.get("name") or self.dataset, dataset.get("classes") or ())
