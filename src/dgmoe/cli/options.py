@@ -194,6 +194,9 @@ def setting_param(config: type, f: dataclasses.Field, hint: Any, click_required:
     parser = meta.get("parser")
     if meta.get("argument"):
         kind = Parsed(parser, key) if parser else str
+        if base is tuple:  # NAME...: any number of values
+            return click.argument(key, type=kind, nargs=-1, metavar=meta.get("metavar") or f"{key.upper()}...",
+                                  required=bool(meta.get("required")) and click_required, **common)
         if not meta.get("required"):
             common["default"] = default
         return click.argument(key, type=kind, metavar=meta.get("metavar") or key.upper(),
