@@ -83,3 +83,14 @@ class DataPrepareConfig(Settings):
     cache_dir: str | None = setting(None, _CACHE_DIR)
     workers: int = setting(min(8, os.cpu_count() or 1), "Decoding processes (0 = in this process).", minimum=0)
     force: bool = setting(False, "Rebuild even when a valid cache exists.", flags=("--force",))
+
+
+@dataclass(frozen=True)
+class WeightsGetConfig(Settings):
+    """`dgmoe weights get NAME --to DIR`."""
+
+    name: str | None = setting(None, "A checkpoint (or a --model it fits; see --list).", argument=True)
+    to: str | None = setting(None, "Folder to write <NAME>.safetensors and <NAME>.json into (required unless "
+                                   "--list).")
+    list_weights: bool = setting(False, "Print every checkpoint dgmoe can fetch and the models it fits.",
+                                 flags=("--list",))

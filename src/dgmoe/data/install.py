@@ -82,17 +82,20 @@ def verify(path: Path, part: Part) -> str:
 
 
 def _fetch(source: Source, part: Part, dest: Path, progress: bool) -> None:
-    from dgmoe.data import fetch
+    if source.kind == "http":  # a finished file of an earlier run is checked and kept, a `.part` one resumed
+        from dgmoe.data import fetch
 
+        fetch.download(part.location, dest, size=part.size, md5=part.md5, sha256=part.sha256, progress=progress)
+        return
     if dest.exists():  # a finished file of an earlier run: verified again below
         return
-    if source.kind == "http":
-        fetch.download(part.location, dest, size=part.size, progress=progress)
-    elif source.kind == "gdrive":
-        fetch.download_drive(part.location, dest)
+    from dgmoe.data import fetch_hubs
+
+    if source.kind == "gdrive":
+        fetch_hubs.download_drive(part.location, dest)
     elif source.kind == "hub":
-        fetch.download_hub(part.location, part.filename, source.revision, dest, repo_type=source.repo_type,
-                           sha256=part.sha256)
+        fetch_hubs.download_hub(part.location, part.filename, source.revision, dest, repo_type=source.repo_type,
+                                sha256=part.sha256)
     else:
         raise DownloadError(f"a licence is accepted by hand here: fetch {part.filename} from {part.location}, "
                             "then pass it with --archive FILE")

@@ -234,4 +234,4 @@ def source_table():
                          f"{i + 1}. {where}", s.kind, _size(s), _checksum(s), s.licence,
                          "yes" if s.layout_verified else "not verified"])
     return Table.make("Dataset sources", ("dataset", "folder", "for", "source (tried in order)", "kind", "size",
-                                          "checksum", "licence", "layout"), rows)
+                                          "checksum", "licence", "layout"), rows, left=9)
