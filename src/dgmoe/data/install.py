@@ -87,18 +87,18 @@ def _fetch(source: Source, part: Part, dest: Path, progress: bool) -> None:
 
         fetch.download(part.location, dest, size=part.size, md5=part.md5, sha256=part.sha256, progress=progress)
         return
+    if source.kind == "manual":
+        raise DownloadError(f"a licence is accepted by hand here: fetch {part.filename} from {part.location}, "
+                            "then pass it with --archive FILE")
     if dest.exists():  # a finished file of an earlier run: verified again below
         return
     from dgmoe.data import fetch_hubs
 
     if source.kind == "gdrive":
         fetch_hubs.download_drive(part.location, dest)
-    elif source.kind == "hub":
+    else:
         fetch_hubs.download_hub(part.location, part.filename, source.revision, dest, repo_type=source.repo_type,
                                 sha256=part.sha256)
-    else:
-        raise DownloadError(f"a licence is accepted by hand here: fetch {part.filename} from {part.location}, "
-                            "then pass it with --archive FILE")
 
 
 def _merge(src: Path, dst: Path) -> None:
