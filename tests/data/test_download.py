@@ -19,8 +19,6 @@ from dgmoe.data import install as install_mod
 from dgmoe.data.content import SOURCE_RECORD, fingerprint
 from dgmoe.data.sources import Download, Part, Source
 
-pytest.importorskip("dgmoe.data.unpack")
-
 PACS_FILES = {f"kfold/{d}/{c}/{i}.jpg": f"{d}-{c}-{i}".encode() * 50
               for d in ("art_painting", "cartoon", "photo", "sketch") for c in ("dog", "horse") for i in range(2)}
 

@@ -48,7 +48,7 @@ class DataCheckConfig(Settings):
 class DataDownloadConfig(Settings):
     """`dgmoe data download NAME... --data-dir DATA`."""
 
-    names: tuple[str, ...] = setting((), "Datasets to download (see --list).", argument=True, metavar="NAME...")
+    names: tuple[str, ...] = setting((), "Datasets to download (see --list).", argument=True)
     data_dir: str | None = setting(None, "Folder to install into, as <data-dir>/<DatasetDir> (required unless "
                                          "--list).")
     mirror: str | None = setting(None, "Fetch from this URL instead of the declared sources (a folder URL when "

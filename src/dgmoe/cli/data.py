@@ -123,7 +123,7 @@ def _check_content(root: Any, spec: Any) -> None:
 @config_options(DataDownloadConfig)
 @click.pass_context
 def download_cmd(ctx: click.Context, **kw: Any) -> None:
-    """Download NAME... into --data-dir (as <data-dir>/<DatasetDir>) from the sources dgmoe declares, tried in
+    """Download NAMES... into --data-dir (as <data-dir>/<DatasetDir>) from the sources dgmoe declares, tried in
     order; every published checksum is checked, the folder is unpacked beside its place and swapped in whole, its
     content fingerprint compared with the versions dgmoe knows and recorded in <DatasetDir>/.dgmoe-source.json.
     --list prints the sources (or why a dataset has none)."""

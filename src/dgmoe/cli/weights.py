@@ -1,4 +1,4 @@
-"""`dgmoe weights`: fetch the pretrained checkpoints the recipes and README name (`dgmoe.weights`)."""
+"""`dgmoe.models.hub_weights`: fetch the pretrained checkpoints the recipes and README name (`dgmoe.weights`)."""
 from __future__ import annotations
 
 from typing import Any
@@ -22,7 +22,7 @@ def get_cmd(ctx: click.Context, **kw: Any) -> None:
     """Fetch checkpoint NAME into --to DIR as NAME.safetensors (with NAME.json: source, revision, sha256) and
     print the --pretrained argument to pass. Needs the 'hub' extra (huggingface_hub); HF_ENDPOINT is honoured."""
     cfg = build_config(WeightsGetConfig, ctx, kw)
-    from dgmoe.weights import WEIGHTS, find, get
+    from dgmoe.models.hub_weights import WEIGHTS, find, get
 
     if cfg.list_weights:
         for w in WEIGHTS:
