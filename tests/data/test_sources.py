@@ -11,7 +11,8 @@ from dgmoe.data.catalogue import DATASETS
 from dgmoe.data.sources import DOWNLOADS, Part, Source, downloads, source_table
 
 README = Path(__file__).resolve().parents[2] / "README.md"
-BEGIN, END = "<!-- BEGIN dgmoe data download --list --markdown -->", "<!-- END dgmoe data download --list --markdown -->"
+MARK = "dgmoe data download --list --markdown -->"
+BEGIN, END = f"<!-- BEGIN {MARK}", f"<!-- END {MARK}"
 
 
 def test_every_catalogue_dataset_has_a_source_or_a_reason():
