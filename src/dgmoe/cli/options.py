@@ -227,8 +227,8 @@ def setting_param(config: type, f: dataclasses.Field, hint: Any, click_required:
         return option(default="", **{"show_default": False, **common})
     choices = choices_of(f, hint)
     if choices:
-        kind = RetiringChoice(choices, f) if meta.get("deprecated") else click.Choice(choices)
-        return option(type=kind, default=default, **{"show_default": True, **common})
+        choice = RetiringChoice(choices, f) if meta.get("deprecated") else click.Choice(choices)
+        return option(type=choice, default=default, **{"show_default": True, **common})
     scalar: type = {int: int, float: float}.get(base, str)
     return option(type=scalar, default=default, **{"show_default": default not in (None, ""), **common})
 
