@@ -71,3 +71,13 @@ def test_one_changed_byte_in_one_image_exits_1_naming_the_file(cli, tmp_path):
     assert result.exit_code == 1, result.output
     assert "unknown fingerprint" in result.output and "official PACS" not in result.output
     assert f"1 file(s) changed: photo/horse/{victim.name}" in result.output
+
+
+@needs_pacs
+def test_download_calls_the_real_pacs_official_and_a_changed_copy_unknown(tmp_path):
+    from dgmoe.data.install import find, identify
+
+    pacs = find("PACS")
+    assert identify(pacs, SHARED / "PACS", fingerprint(SHARED / "PACS")).startswith("official PACS (")
+    few = _tree(tmp_path / "PACS", {"photo/dog/1.jpg": b"x"})
+    assert identify(pacs, few, fingerprint(few)).startswith("unknown fingerprint ")
