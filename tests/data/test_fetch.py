@@ -5,6 +5,7 @@ half-written ever sits at the destination. No test leaves 127.0.0.1."""
 from __future__ import annotations
 
 import errno
+import fcntl
 import hashlib
 import os
 import signal
@@ -18,7 +19,7 @@ from loopback import Fault, Loopback
 
 from dgmoe.data import fetch
 from dgmoe.data.fetch import ChecksumError, SourceError, download, md5_file, sha256_file
-from dgmoe.errors import DiskFullError
+from dgmoe.errors import DiskFullError, UsageError
 
 BODY = bytes(range(256)) * 4096  # 1 MiB
 SHA = hashlib.sha256(BODY).hexdigest()
@@ -139,7 +140,7 @@ def test_short_disk_space_is_refused_before_anything_is_written(server, tmp_path
     monkeypatch.setattr(fetch.shutil, "disk_usage", lambda p: type("Usage", (), {"free": 1000})())
     with pytest.raises(DiskFullError, match="not enough free space .* 1.0 MiB needed, 1000 bytes free"):
         _get(server, url, tmp_path / "pacs.zip", size=len(BODY))
-    assert server.requests("pacs.zip") == [] and not (tmp_path / "pacs.zip").exists()
+    assert server.requests("pacs.zip") == [] and _siblings(tmp_path) == []
 
 
 def test_a_full_disk_during_the_write_is_one_line_and_the_part_continues(server, tmp_path, monkeypatch):
@@ -246,3 +247,22 @@ def test_a_bar_with_bytes_rate_and_eta_on_request_and_none_without_a_terminal(se
     assert "a.zip" in err and "/1.00M [" in err and "B/s]" in err  # name, bytes of the total, elapsed<ETA, rate
     _get(server, url, tmp_path / "b.zip")  # progress=None and stderr is not a terminal under pytest
     assert capsys.readouterr().err == ""
+
+
+def test_two_processes_never_write_one_part(server, tmp_path):
+    url = server.serve("pacs.zip", BODY)
+    with open(tmp_path / "pacs.zip.part", "ab") as other:
+        fcntl.flock(other.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(UsageError, match="being written by another process"):
+            _get(server, url, tmp_path / "pacs.zip")
+    assert server.requests("pacs.zip") == []
+
+
+def test_the_module_imports_neither_torch_nor_an_optional_package():
+    code = ("import importlib.util, sys\n"
+            f"spec = importlib.util.spec_from_file_location('fetch', {str(SRC / 'dgmoe' / 'data' / 'fetch.py')!r})\n"
+            "spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
+            "print(sorted(m for m in ('torch', 'requests', 'gdown', 'huggingface_hub', 'tqdm') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(SRC)}, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr
