@@ -5,6 +5,7 @@ half-written ever sits at the destination. No test leaves 127.0.0.1."""
 from __future__ import annotations
 
 import errno
+import fcntl
 import hashlib
 import os
 import signal
@@ -18,7 +19,7 @@ from loopback import Fault, Loopback
 
 from dgmoe.data import fetch
 from dgmoe.data.fetch import ChecksumError, SourceError, download, md5_file, sha256_file
-from dgmoe.errors import DiskFullError
+from dgmoe.errors import DiskFullError, UsageError
 
 BODY = bytes(range(256)) * 4096  # 1 MiB
 SHA = hashlib.sha256(BODY).hexdigest()
@@ -139,7 +140,7 @@ def test_short_disk_space_is_refused_before_anything_is_written(server, tmp_path
     monkeypatch.setattr(fetch.shutil, "disk_usage", lambda p: type("Usage", (), {"free": 1000})())
     with pytest.raises(DiskFullError, match="not enough free space .* 1.0 MiB needed, 1000 bytes free"):
         _get(server, url, tmp_path / "pacs.zip", size=len(BODY))
-    assert server.requests("pacs.zip") == [] and not (tmp_path / "pacs.zip").exists()
+    assert server.requests("pacs.zip") == [] and _siblings(tmp_path) == []
 
 
 def test_a_full_disk_during_the_write_is_one_line_and_the_part_continues(server, tmp_path, monkeypatch):
@@ -190,7 +191,11 @@ def test_an_exception_at_a_write_point_leaves_a_part_that_the_rerun_continues(se
 def test_sigkill_mid_download_then_the_same_call_continues(server, tmp_path):
     url = server.serve("pacs.zip", BODY, Fault(stall_at=500_000, stall=5.0))
     dest = tmp_path / "pacs.zip"
-    code = f"from pathlib import Path; from dgmoe.data.fetch import download; download({url!r}, Path({str(dest)!r}))"
+    # the module alone (torch-free), not the dgmoe.data package, whose import takes seconds
+    code = ("import importlib.util, pathlib\n"
+            f"spec = importlib.util.spec_from_file_location('fetch', {str(SRC / 'dgmoe' / 'data' / 'fetch.py')!r})\n"
+            "fetch = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(fetch)\n"
+            f"fetch.download({url!r}, pathlib.Path({str(dest)!r}))\n")
     child = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(SRC)})
     part = tmp_path / "pacs.zip.part"
     deadline = time.monotonic() + 4.5
@@ -213,3 +218,51 @@ def test_an_existing_destination_that_differs_is_kept_aside_and_fetched_again(se
 def test_only_http_addresses(tmp_path):
     with pytest.raises(Exception, match="only http:// and https://"):
         download("file:///etc/passwd", tmp_path / "x")
+
+
+@pytest.mark.parametrize("declared", [True, False], ids=["size-declared", "size-unknown"])
+def test_a_kill_just_before_the_rename_is_finished_by_the_rerun_without_fetching_again(server, tmp_path, monkeypatch,
+                                                                                       declared):
+    url = server.serve("pacs.zip", BODY)
+    real = fetch.os.replace
+
+    def dies(*args):
+        raise Killed
+
+    monkeypatch.setattr(fetch.os, "replace", dies)
+    size = len(BODY) if declared else None
+    with pytest.raises(Killed):
+        _get(server, url, tmp_path / "pacs.zip", size=size, sha256=SHA)
+    assert _siblings(tmp_path) == ["pacs.zip.part"] and (tmp_path / "pacs.zip.part").stat().st_size == len(BODY)
+    monkeypatch.setattr(fetch.os, "replace", real)
+    assert _get(server, url, tmp_path / "pacs.zip", size=size, sha256=SHA)[0].read_bytes() == BODY
+    # declared size: the whole .part is checked without a request; unknown: the server answers 416, nothing more
+    assert [r for _, _, r in server.requests("pacs.zip")] == [None] + ([] if declared else [f"bytes={len(BODY)}-"])
+
+
+def test_a_bar_with_bytes_rate_and_eta_on_request_and_none_without_a_terminal(server, tmp_path, capsys):
+    url = server.serve("pacs.zip", BODY)
+    _get(server, url, tmp_path / "a.zip", progress=True)
+    err = capsys.readouterr().err
+    assert "a.zip" in err and "/1.00M [" in err and "B/s]" in err  # name, bytes of the total, elapsed<ETA, rate
+    _get(server, url, tmp_path / "b.zip")  # progress=None and stderr is not a terminal under pytest
+    assert capsys.readouterr().err == ""
+
+
+def test_two_processes_never_write_one_part(server, tmp_path):
+    url = server.serve("pacs.zip", BODY)
+    with open(tmp_path / "pacs.zip.part", "ab") as other:
+        fcntl.flock(other.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(UsageError, match="being written by another process"):
+            _get(server, url, tmp_path / "pacs.zip")
+    assert server.requests("pacs.zip") == []
+
+
+def test_the_module_imports_neither_torch_nor_an_optional_package():
+    code = ("import importlib.util, sys\n"
+            f"spec = importlib.util.spec_from_file_location('fetch', {str(SRC / 'dgmoe' / 'data' / 'fetch.py')!r})\n"
+            "spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
+            "print(sorted(m for m in ('torch', 'requests', 'gdown', 'huggingface_hub', 'tqdm') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(SRC)}, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr

@@ -213,3 +213,26 @@ def test_tar_members_are_streamed_once(tmp_path):
     (tmp_path / "a.tgz").write_bytes(payload.getvalue())
     unpack(tmp_path / "a.tgz", tmp_path / "out", members_root="kfold/")
     assert set(_tree(tmp_path / "out")) == {"photo/dog/1.jpg", "art/cat/2.jpg"}
+
+
+def test_zip_absolute_paths_and_devices_are_refused(tmp_path):
+    archive = tmp_path / "abs.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr(zipfile.ZipInfo("/etc/evil.txt"), b"x")
+    _refused(tmp_path, archive, "/etc/evil.txt", "absolute")
+    archive = tmp_path / "dev.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        info = zipfile.ZipInfo("PACS/fifo")
+        info.external_attr = (stat.S_IFIFO | 0o644) << 16
+        z.writestr(info, b"")
+    _refused(tmp_path, archive, "PACS/fifo", "device file, FIFO")
+
+
+def test_a_tar_gz_bomb_is_refused_by_the_default_ratio(tmp_path):
+    bomb = tmp_path / "bomb.tar.gz"
+    with tarfile.open(bomb, "w:gz", compresslevel=9) as t:
+        info = tarfile.TarInfo("PACS/zeros.bin")
+        info.size = 32 << 20
+        t.addfile(info, io.BytesIO(bytes(info.size)))
+    assert bomb.stat().st_size * unpack_module.DEFAULT_RATIO < 32 << 20
+    _refused(tmp_path, bomb, "PACS/zeros.bin", "zip bomb")

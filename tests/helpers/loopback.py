@@ -93,11 +93,14 @@ class Loopback:
         return [entry for entry in self.log if entry[1] == path]
 
     def serve_hub(self, repo_id: str, filename: str, revision: str, body: bytes, repo_type: str = "dataset",
-                  commit: str = "0" * 40, lfs: bool = True, fault: Fault | None = None) -> str:
-        """Answer the Hub's resolve endpoint for one file of one repo at `revision` (the LFS object's sha256 as its
-        ETag and X-Linked-Etag, as the Hub gives); return the resolve URL."""
+                  commit: str = "0" * 40, lfs: bool = True, fault: Fault | None = None,
+                  claimed: bytes | None = None) -> str:
+        """Answer the Hub's resolve endpoint for one file of one repo at `revision`, with the ETag the Hub gives:
+        the LFS object's sha256 (also as X-Linked-Etag), or for a file kept in git its git object id; `claimed`:
+        compute them from these bytes instead of `body` (a corrupt mirror). Return the resolve URL."""
         prefix = "" if repo_type == "model" else f"{repo_type}s/"
-        sha = hashlib.sha256(body).hexdigest() if lfs else hashlib.sha1(body).hexdigest()
+        of = body if claimed is None else claimed
+        sha = hashlib.sha256(of).hexdigest() if lfs else hashlib.sha1(b"blob %d\0" % len(of) + of).hexdigest()
         headers = {"X-Repo-Commit": commit, "ETag": f'"{sha}"'}
         if lfs:
             headers.update({"X-Linked-Etag": f'"{sha}"', "X-Linked-Size": str(len(body))})

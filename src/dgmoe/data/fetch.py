@@ -280,7 +280,10 @@ def download(url: str, dest: Path, *, size: int | None = None, md5: str | None =
     """Download `url` to `dest` (see the module docstring) and return `dest`; a `dest` already there that matches
     the published size and checksums is returned at once. `size`, `md5`, `sha256`: the published values (those
     known); `progress`: a bar (None: on a terminal only); `timeout`: (connect, read) seconds; `retries`: failed
-    attempts tolerated in a row; `sleep`: how to wait between them (tests pass a recorder)."""
+    attempts tolerated in a row; `sleep`: how to wait between them (tests pass a recorder); `headers`: sent with
+    every request. A `.part` left by an earlier call is continued whichever URL this call names (a mirror of the
+    same file): the checksum is what proves the result, so give one whenever the source publishes one. Proxies
+    are taken from the environment (http_proxy, https_proxy, no_proxy), as urllib does."""
     dest = Path(dest)
     if urlsplit(url).scheme not in ("http", "https"):
         raise UsageError(f"{url}: only http:// and https:// addresses can be downloaded (a file you have: --archive)")
@@ -293,17 +296,16 @@ def download(url: str, dest: Path, *, size: int | None = None, md5: str | None =
         print(f"dgmoe: warning: {dest} is not the published file (its {wrong[0]} is {wrong[2]}, expected "
               f"{wrong[1]}); kept aside as {bad}, downloading it again", file=sys.stderr)
     part = dest.with_name(dest.name + ".part")
+    if size is not None:  # before anything is written, the .part included
+        have = part.stat().st_size if part.is_file() else 0
+        check_space(dest.parent, size - have if have <= size else size, dest.name)
     with open(part, "ab", buffering=0) as f:
         try:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise UsageError(f"{part} is being written by another process; wait for it to finish") from None
-        have = os.fstat(f.fileno()).st_size
-        if size is not None and have > size:
+        if size is not None and os.fstat(f.fileno()).st_size > size:
             f.truncate(0)
-            have = 0
-        if size is not None:
-            check_space(dest.parent, size - have, dest.name)
         failures = 0
         while size is None or os.fstat(f.fileno()).st_size != size:
             before = os.fstat(f.fileno()).st_size
