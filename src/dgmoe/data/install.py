@@ -92,13 +92,14 @@ def _fetch(source: Source, part: Part, dest: Path, progress: bool) -> None:
                             "then pass it with --archive FILE")
     if dest.exists():  # a finished file of an earlier run: verified again below
         return
-    from dgmoe.data import fetch_hubs
+    from dgmoe.data.fetch_hubs import download_drive, download_hub
 
     if source.kind == "gdrive":
-        fetch_hubs.download_drive(part.location, dest)
+        download_drive(part.location, dest, size=part.size, md5=part.md5, sha256=part.sha256, progress=progress)
     else:
-        fetch_hubs.download_hub(part.location, part.filename, source.revision, dest, repo_type=source.repo_type,
-                                sha256=part.sha256)
+        assert source.revision is not None  # every hub source declares one (`Source`)
+        download_hub(part.location, part.filename, source.revision, dest, repo_type=source.repo_type,
+                     sha256=part.sha256)
 
 
 def _merge(src: Path, dst: Path) -> None:

@@ -58,6 +58,8 @@ class Source:
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"source kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+        if self.kind == "hub" and not self.revision:
+            raise ValueError(f"{self.name}: a hub source needs its revision")
         if self.convert is not None and self.convert not in CONVERSION_NAMES:
             raise ValueError(f"unknown conversion {self.convert!r} (known: {', '.join(CONVERSION_NAMES)})")
 

@@ -97,7 +97,8 @@ class Got:
 def get(name: str, to: str | Path, progress: bool = True) -> Got:
     """Fetch checkpoint `name` into the folder `to` as `<name>.safetensors` + `<name>.json` (see the module)."""
     from dgmoe import __version__
-    from dgmoe.data import fetch, fetch_hubs
+    from dgmoe.data.fetch import sha256_file
+    from dgmoe.data.fetch_hubs import download_hub
 
     w = find(name)
     if not w.filename.endswith(".safetensors"):
@@ -106,8 +107,8 @@ def get(name: str, to: str | Path, progress: bool = True) -> Got:
     folder.mkdir(parents=True, exist_ok=True)
     path, record_path = folder / f"{w.name}.safetensors", folder / f"{w.name}.json"
     partial = folder / f".{w.name}.download"
-    fetch_hubs.download_hub(w.repo_id, w.filename, w.revision, partial, repo_type="model", sha256=w.sha256)
-    sha = fetch.sha256_file(partial)
+    download_hub(w.repo_id, w.filename, w.revision, partial, repo_type="model", sha256=w.sha256)
+    sha = sha256_file(partial)
     if w.sha256 is not None and sha != w.sha256:
         raise DataMismatchError(f"{w.repo_id}/{w.filename}: sha256 {sha}, expected {w.sha256} (kept at {partial})")
     with open(partial, "rb") as f:
