@@ -159,9 +159,14 @@ def download_cmd(ctx: click.Context, **kw: Any) -> None:
 
 
 def _text_table(table: Any) -> str:
-    cells = [list(table.columns), *table.cells()]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(table.columns))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells)
+    """The source table as a terminal reads it: each dataset, then its sources one per line."""
+    lines = []
+    for name, folder, serves, source, kind, size, checksum, licence, layout in table.cells():
+        if name:
+            lines.append(f"{name} -> <data-dir>/{folder}/ (for {serves})" if folder != "-" else f"{name} ({serves})")
+        lines.append(f"  {source}" if kind == "-" else
+                     f"  {source} [{kind}]: size {size}; checksum {checksum}; {licence}; layout {layout}")
+    return "\n".join(lines)
 
 
 def _domain_mismatch(counts: dict[str, int], spec: Any, specs: list[Any]) -> str | None:

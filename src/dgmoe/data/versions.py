@@ -162,8 +162,9 @@ PACS_CLASS_COUNTS = {
 PACS = (DataVersion("official (9,991 images)", 9991, {d: sum(c.values()) for d, c in PACS_CLASS_COUNTS.items()},
                     PACS_CLASS_COUNTS, "ac73610e0797b3130c284061d0b5d1e9119b998a2af08c205b224e3de9acf2b1",
                     "Li et al., ICCV 2017; DomainBed's download",
-                    # computed on 2026-12-07 from /work/shared/data/PACS (DomainBed's download) with
-                    # `dgmoe data check --content PACS`; per-file digests written by `dgmoe.data.content.write_per_file`
+                    # computed on 2026-12-07 from the shared data folder's PACS (DomainBed's download) by
+                    # `dgmoe data check --content ../shared/data/PACS`; its per-file digests by
+                    # `dgmoe.data.content.write_per_file(path, fingerprint(folder))`
                     content_sha256="1d834dbac374da965c582663bf83ab5a0e9eee6fc2c8b76da6aa8afc88fa6e1b",
                     content_files="pacs_files.json.gz"),)
 TERRA_INCOGNITA = (
