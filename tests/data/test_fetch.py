@@ -266,3 +266,17 @@ def test_the_module_imports_neither_torch_nor_an_optional_package():
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(SRC)}, capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr
+
+
+def test_an_untrusted_certificate_is_not_retried(tmp_path, monkeypatch):
+    import ssl
+    import urllib.error
+
+    def untrusted(request, timeout):
+        raise urllib.error.URLError(ssl.SSLCertVerificationError(1, "certificate verify failed"))
+
+    monkeypatch.setattr(fetch._OPENER, "open", untrusted)
+    waits: list[float] = []
+    with pytest.raises(SourceError, match="TLS certificate is not trusted"):
+        download("https://127.0.0.1:9/a.zip", tmp_path / "a.zip", sleep=waits.append)
+    assert waits == []

@@ -44,8 +44,9 @@ def test_a_hub_file_is_fetched_through_hf_endpoint_and_checked(hub, tmp_path):
     assert dest.read_bytes() == BODY and _visible(tmp_path) == ["train-0.parquet"]
     assert all(path.startswith("/datasets/dgmoe/pacs/resolve/") for _, path, _ in hub.log)
     hub.log.clear()
+    (tmp_path / ".train-0.parquet.hub" / ".cache").mkdir(parents=True)  # as a kill just after the rename leaves
     assert download_hub("dgmoe/pacs", "data/train-0.parquet", "3f2a" * 10, dest, sha256=SHA) == dest
-    assert hub.log == []  # there and matching: no request
+    assert hub.log == [] and _visible(tmp_path) == ["train-0.parquet"]  # there and matching: no request
 
 
 def test_a_model_repo_uses_the_model_path(hub, tmp_path):
@@ -184,3 +185,24 @@ def test_the_installed_gdown_takes_the_arguments_used():
     gdown = pytest.importorskip("gdown", reason="the gdrive extra (gdown) is not installed")
     assert {"id", "output", "quiet", "resume"} <= set(inspect.signature(gdown.download).parameters)
     assert hasattr(gdown, "exceptions") and hasattr(gdown.exceptions, "FileURLRetrievalError")
+
+
+def test_a_kill_before_the_rename_leaves_no_destination_and_the_rerun_fetches_nothing_again(hub, tmp_path,
+                                                                                          monkeypatch):
+    from dgmoe.data import fetch_hubs
+
+    class Killed(BaseException):
+        pass
+
+    def dies(*args, **kw):
+        raise Killed
+
+    hub.serve_hub("dgmoe/pacs", "a.zip", "r1", BODY)
+    real = fetch_hubs.finish
+    monkeypatch.setattr(fetch_hubs, "finish", dies)  # killed with the file downloaded, before its check and rename
+    with pytest.raises(Killed):
+        download_hub("dgmoe/pacs", "a.zip", "r1", tmp_path / "a.zip", sha256=SHA)
+    assert _visible(tmp_path) == [".a.zip.hub"]  # hidden: no data command takes it for data
+    monkeypatch.setattr(fetch_hubs, "finish", real)
+    assert download_hub("dgmoe/pacs", "a.zip", "r1", tmp_path / "a.zip", sha256=SHA).read_bytes() == BODY
+    assert _visible(tmp_path) == ["a.zip"] and [m for m, _, _ in hub.log].count("GET") == 1

@@ -23,6 +23,7 @@ import http.client
 import os
 import re
 import shutil
+import ssl
 import sys
 import time
 import urllib.error
@@ -215,7 +216,10 @@ def _open(url: str, have: int, timeout: float, headers: dict[str, str]):
             raise SourceError(f"{url}: HTTP {status} {reason}{hint}", url=url, status=status) from None
         raise _Retry(f"HTTP {status} {reason}", status, _retry_after(e.headers)) from None
     except (urllib.error.URLError, http.client.HTTPException, OSError) as e:
-        raise _Retry(f"{getattr(e, 'reason', None) or e}") from None
+        cause = getattr(e, "reason", None) or e
+        if isinstance(cause, ssl.SSLCertVerificationError):  # another try gets the same certificate
+            raise SourceError(f"{url}: the server's TLS certificate is not trusted ({cause})", url=url) from None
+        raise _Retry(f"{cause}") from None
 
 
 def _body_range(response, have: int) -> tuple[int, int | None]:

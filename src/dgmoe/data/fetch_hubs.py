@@ -47,9 +47,13 @@ def _staging(dest: Path, kind: str) -> Path:
     return folder
 
 
-def _already(dest: Path, size: int | None, md5: str | None, sha256: str | None) -> bool:
-    """True when `dest` is there and matches what is published (with nothing published: when it is there)."""
-    return dest.is_file() and mismatch(dest, size=size, md5=md5, sha256=sha256) is None
+def _already(dest: Path, kind: str, size: int | None, md5: str | None, sha256: str | None) -> bool:
+    """True when `dest` is there and matches what is published (with nothing published: when it is there); its
+    staging folder, which a kill just after the rename leaves, is then removed."""
+    if dest.is_file() and mismatch(dest, size=size, md5=md5, sha256=sha256) is None:
+        shutil.rmtree(dest.parent / f".{dest.name}.{kind}", ignore_errors=True)
+        return True
+    return False
 
 
 def _status(error: BaseException) -> int | None:
@@ -73,7 +77,7 @@ def download_drive(file_id: str, dest: Path, *, size: int | None = None, md5: st
     and return `dest`. A refusal by Drive (403, a quota or permission page) raises `SourceError` (status 403)
     saying to retry later or use --archive; a missing gdown is one line naming the `gdrive` extra."""
     dest = Path(dest)
-    if _already(dest, size, md5, sha256):
+    if _already(dest, "gdrive", size, md5, sha256):
         return dest
     try:
         import gdown
@@ -129,7 +133,7 @@ def download_hub(repo_id: str, filename: str, revision: str, dest: Path, repo_ty
     dest = Path(dest)
     if repo_type not in ("dataset", "model"):
         raise UsageError(f"repo_type {repo_type!r}: expected 'dataset' or 'model'")
-    if _already(dest, size, None, sha256):
+    if _already(dest, "hub", size, None, sha256):
         return dest
     try:
         import huggingface_hub as hub
@@ -155,12 +159,16 @@ def download_hub(repo_id: str, filename: str, revision: str, dest: Path, repo_ty
         _disk_full(e, dest)
         status = _status(e)
         raise SourceError(f"{where}: {type(e).__name__}: {_first_line(e)}", url=url, status=status) from None
+    staging = dest.parent / f".{dest.name}.hub"
     try:
         if not sha256 and not lfs and _GIT_SHA1.fullmatch(etag) and git_blob_sha1(path) != etag:
             got, bad = git_blob_sha1(path), keep_aside(path, dest)
             raise ChecksumError(f"{where}: the file's git object id is {got}, expected {etag} (the Hub's ETag); the "
                                 f"bytes are kept aside as {bad} and not used", url=url, expected=etag, got=got,
                                 kept=bad)
-        return finish(path, dest, url=url, size=size, sha256=(sha256 or lfs))
-    finally:  # the file is in place or kept aside: huggingface_hub's bookkeeping goes
-        shutil.rmtree(dest.parent / f".{dest.name}.hub", ignore_errors=True)
+        finish(path, dest, url=url, size=size, sha256=(sha256 or lfs))
+    except ChecksumError:  # the bytes are kept aside: huggingface_hub's bookkeeping of them goes
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    shutil.rmtree(staging, ignore_errors=True)
+    return dest

@@ -82,10 +82,14 @@ def _check_link(archive: Path, name: str, rel: str, link: str, hard: bool) -> No
 
 
 class _Budget:
-    """The bytes an archive may still write (`max_bytes`)."""
+    """The bytes an archive may still write (`max_bytes`), and the top folders of the members it skipped."""
 
     def __init__(self, archive: Path, cap: int):
         self.archive, self.cap, self.used = archive, cap, 0
+        self.skipped: set[str] = set()
+
+    def skip(self, name: str) -> None:
+        self.skipped.add(name.strip("/").split("/")[0])
 
     def take(self, name: str, size: int) -> None:
         self.used += size
@@ -98,6 +102,7 @@ def _zip_members(archive: Path, z: zipfile.ZipFile, root: str | None, budget: _B
     for info in z.infolist():
         rel = _relative(archive, info.filename, root)
         if rel is None:
+            budget.skip(info.filename)
             continue
         mode = info.external_attr >> 16
         if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
@@ -136,6 +141,7 @@ def _untar(archive: Path, into: Path, root: str | None, budget: _Budget) -> int:
         for member in t:
             rel = _relative(archive, member.name, root)
             if rel is None:
+                budget.skip(member.name)
                 continue
             if member.isdev() or member.isfifo() or not (member.isreg() or member.isdir() or member.issym()
                                                          or member.islnk()):
@@ -202,5 +208,7 @@ def unpack(archive: Path, target: Path, *, max_bytes: int | None = None, members
                                                   "kept: free some space and re-run") from None
             raise
         if root and count == 0:
-            raise UsageError(f"{archive} has nothing under {root}/ (members_root); its layout is not the declared one")
+            tops = ", ".join(sorted(budget.skipped)[:8]) or "none"
+            raise UsageError(f"{archive} has nothing under {root}/ (members_root); its layout is not the declared one "
+                             f"(its top-level names: {tops})")
     return target
