@@ -193,3 +193,24 @@ def test_a_kill_at_any_write_point_leaves_no_data_and_the_same_command_finishes(
     points = kill_everywhere(monkeypatch, out, tmp_path / "scratch", begin, command, whole,
                              ignore=(SOURCE_RECORD,), hidden=(".dgmoe-downloads", SOURCE_RECORD), same=same)
     assert points >= 3  # the download's rename, the extraction's swap, the dataset's swap (and the record)
+
+
+def test_plain_files_with_a_published_md5_each_and_a_wrong_archive_of_ones_own_is_left_in_place(cli, server,
+                                                                                               tmp_path, monkeypatch):
+    files = {"train.gz": b"t" * 100, "test.gz": b"s" * 50}
+    for name, body in files.items():
+        server.serve(f"m/{name}", body)
+    parts = tuple(Part(f"{server.base}/m/{n}", n, len(b), hashlib.md5(b).hexdigest(), unpack=False, into="raw")
+                  for n, b in files.items())
+    _declare(monkeypatch, Download("Digits", "digits", (), (Source("original", "http", parts, "l"),)),
+             Download("One", "one", (), (Source("original", "http", (Part("http://127.0.0.1:9/one.zip", "one.zip",
+                                                                          md5="0" * 32, root="one"),), "l"),)))
+    result = cli("data", "download", "Digits", "--data-dir", tmp_path)
+    assert result.exit_code == 0, result.output
+    assert {p.name: p.read_bytes() for p in (tmp_path / "digits" / "raw").iterdir()} == files
+    mine = tmp_path / "mine.zip"
+    mine.write_bytes(_zip({"one/a/b/1.jpg": b"1"}))
+    wrong = cli("data", "download", "One", "--data-dir", tmp_path, "--archive", mine)
+    assert wrong.exit_code == 1 and "0" * 32 in wrong.output and hashlib.md5(mine.read_bytes()).hexdigest() in \
+        wrong.output
+    assert mine.is_file() and not (tmp_path / "one").exists()

@@ -63,9 +63,10 @@ def _digest(path: Path, algorithm: str) -> str:
     return h.hexdigest()
 
 
-def verify(path: Path, part: Part) -> str:
+def verify(path: Path, part: Part, keep_aside: bool = True) -> str:
     """Check `path` against `part`'s published size and checksums; returns its sha256. A mismatch renames the
-    file `<name>.rejected` (kept for inspection, never used) and raises naming expected and got."""
+    file `<name>.rejected` (kept for inspection, never used; a user's own `--archive` is left where it is,
+    `keep_aside=False`) and raises naming expected and got."""
     got_sha = _digest(path, "sha256")
     problems = []
     if part.size is not None and path.stat().st_size != part.size:
@@ -75,6 +76,9 @@ def verify(path: Path, part: Part) -> str:
     if part.sha256 is not None and got_sha != part.sha256:
         problems.append(f"sha256 {got_sha}, expected {part.sha256}")
     if problems:
+        if not keep_aside:
+            raise DownloadError(f"{path}: checksum mismatch with the published {part.filename}: "
+                                f"{'; '.join(problems)}")
         aside = path.with_name(path.name + ".rejected")
         os.replace(path, aside)
         raise DownloadError(f"{part.filename}: checksum mismatch: {'; '.join(problems)} (kept aside as {aside})")
@@ -213,7 +217,7 @@ def install(name: str, data_dir: str | Path, *, mirror: str | None = None, archi
                 dest = Path(part.location) if archive is not None else cache / Path(part.filename).name
                 if archive is None:
                     _fetch(source, part, dest, progress)
-                files.append((part, dest, verify(dest, part)))
+                files.append((part, dest, verify(dest, part, keep_aside=archive is None)))
         except Exception as e:  # noqa: BLE001 -- every source's failure is reported, the next one tried
             errors.append(f"{source.name} ({source.kind}): {' '.join(str(e).split()) or type(e).__name__}")
             continue
