@@ -148,6 +148,8 @@ def test_flag_mistakes_and_unknown_names_are_one_line_each(cli, tmp_path):
     none = cli("data", "download", "TerraIncognita-24788", "--data-dir", tmp_path)
     assert none.exit_code == 1 and "no public source" in none.output
     assert cli("data", "download", "Debug", "--data-dir", tmp_path).exit_code == 2
+    oop = cli("data", "download", "PACS-OOP", "--data-dir", tmp_path)
+    assert oop.exit_code == 2 and "name them (PACS DomainBed-OOP)" in oop.output
     assert list(tmp_path.iterdir()) == []
 
 

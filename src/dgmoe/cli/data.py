@@ -161,11 +161,12 @@ def download_cmd(ctx: click.Context, **kw: Any) -> None:
 def _text_table(table: Any) -> str:
     """The source table as a terminal reads it: each dataset, then its sources one per line."""
     lines = []
-    for name, folder, serves, source, kind, size, checksum, licence, layout in table.cells():
+    for name, folder, serves, source, kind, size, checksum, licence, layout, note in table.cells():
         if name:
             lines.append(f"{name} -> <data-dir>/{folder}/ (for {serves})" if folder != "-" else f"{name} ({serves})")
         lines.append(f"  {source}" if kind == "-" else
                      f"  {source} [{kind}]: size {size}; checksum {checksum}; {licence}; layout {layout}")
+        lines += [f"     note: {note}"] if note else []
     return "\n".join(lines)
 
 

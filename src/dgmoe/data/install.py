@@ -48,8 +48,14 @@ def find(name: str) -> Download:
     """The `Download` named `name` (case-insensitive; a catalogue dataset name finds the download serving it)."""
     table = downloads()
     for d in table.values():
-        if name.lower() == d.name.lower() or name in d.datasets:
+        if name.lower() == d.name.lower():
             return d
+    serving = [d for d in table.values() if name in d.datasets]
+    if len(serving) == 1:
+        return serving[0]
+    if serving:
+        raise UsageError(f"NAME {name} reads the folders of {len(serving)} downloads: name them "
+                         f"({' '.join(d.name for d in serving)})")
     close = difflib.get_close_matches(name, [*table, *(n for d in table.values() for n in d.datasets)], n=1)
     hint = f"; did you mean {close[0]}?" if close else ""
     raise UsageError(f"NAME {name!r} is no dataset dgmoe can download{hint} (see `dgmoe data download --list`)")

@@ -229,11 +229,11 @@ def source_table():
         serves = ", ".join(d.datasets)
         folder = d.dir_name or "-"
         if not d.sources:
-            rows.append([d.name, folder, serves, f"none: {d.reason}", "-", "-", "-", "-", "-"])
+            rows.append([d.name, folder, serves, f"none: {d.reason}", "-", "-", "-", "-", "-", ""])
         for i, s in enumerate(d.sources):
             where = s.name + (f" @ {s.revision}" if s.revision else "")
             rows.append([d.name if i == 0 else "", folder if i == 0 else "", serves if i == 0 else "",
                          f"{i + 1}. {where}", s.kind, _size(s), _checksum(s), s.licence,
-                         "yes" if s.layout_verified else "not verified"])
+                         "yes" if s.layout_verified else "not verified", s.note])
     return Table.make("Dataset sources", ("dataset", "folder", "for", "source (tried in order)", "kind", "size",
-                                          "checksum", "licence", "layout"), rows, left=9)
+                                          "checksum", "licence", "layout", "note"), rows, left=10)
