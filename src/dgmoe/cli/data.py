@@ -103,7 +103,7 @@ def _check_content(root: Any, spec: Any) -> None:
     from a version whose per-file digests are shipped)."""
     from dgmoe.data.content import file_differences, fingerprint, read_per_file
 
-    found = fingerprint(root, progress=True)
+    found = fingerprint(root, progress=None)
     known = [v for v in spec.versions if v.content_sha256]
     for version in known:
         if version.content_sha256 == found.sha256:

@@ -60,19 +60,19 @@ def _blocks(path: Path) -> Iterator[bytes]:
             yield block
 
 
-def fingerprint(root: str | Path, progress: bool = False,
+def fingerprint(root: str | Path, progress: bool | None = False,
                 on_bytes: Callable[[int], None] | None = None) -> Fingerprint:
-    """The content fingerprint of the folder `root` (see the module docstring); `progress` shows a tqdm bar
-    of bytes read (quiet without a terminal)."""
+    """The content fingerprint of the folder `root` (see the module docstring); `progress`: a tqdm bar of bytes
+    read (None: on a terminal only)."""
     root = Path(root)
     paths = list_files(root)
     sizes = [os.path.getsize(root / p) for p in paths]
     bar = None
-    if progress:
+    if progress is not False:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=sum(sizes), unit="B", unit_scale=True, unit_divisor=1024, desc=f"hashing {root.name}",
-                   disable=None, leave=False)
+                   disable=None if progress is None else False, leave=False)
     total = hashlib.sha256()
     files: dict[str, str] = {}
     try:

@@ -91,7 +91,7 @@ def verify(path: Path, part: Part, keep_aside: bool = True) -> str:
     return got_sha
 
 
-def _fetch(source: Source, part: Part, dest: Path, progress: bool) -> None:
+def _fetch(source: Source, part: Part, dest: Path, progress: bool | None) -> None:
     if source.kind == "http":  # a finished file of an earlier run is checked and kept, a `.part` one resumed
         from dgmoe.data import fetch
 
@@ -109,7 +109,7 @@ def _fetch(source: Source, part: Part, dest: Path, progress: bool) -> None:
     else:
         assert source.revision is not None  # every hub source declares one (`Source`)
         download_hub(part.location, part.filename, source.revision, dest, repo_type=source.repo_type,
-                     sha256=part.sha256)
+                     sha256=part.sha256, progress=progress)
 
 
 def _merge(src: Path, dst: Path) -> None:
@@ -165,7 +165,7 @@ def _existing(target: Path) -> str | None:
     if not record_path.is_file():
         return f"{target} exists and was not installed by dgmoe (no {content.SOURCE_RECORD})"
     record = json.loads(record_path.read_text())
-    now = content.fingerprint(target, progress=True).sha256
+    now = content.fingerprint(target, progress=None).sha256
     if now != record.get("content_sha256"):
         return f"{target} differs from what its {content.SOURCE_RECORD} records (content fingerprint {now})"
     return None
@@ -192,8 +192,9 @@ def _sources(download: Download, mirror: str | None, archive: Path | None) -> li
 
 
 def install(name: str, data_dir: str | Path, *, mirror: str | None = None, archive: str | Path | None = None,
-            force: bool = False, progress: bool = True, echo: Callable[[str], None] = print) -> Installed:
-    """Download (or take `archive`), verify, unpack and install dataset `name` under `data_dir`."""
+            force: bool = False, progress: bool | None = None, echo: Callable[[str], None] = print) -> Installed:
+    """Download (or take `archive`), verify, unpack and install dataset `name` under `data_dir`; `progress`:
+    bars of bytes fetched and hashed (None: on a terminal only)."""
     from dgmoe import __version__
 
     download = find(name)
@@ -233,7 +234,7 @@ def install(name: str, data_dir: str | Path, *, mirror: str | None = None, archi
 
 
 def _unpack_and_swap(download: Download, source: Source, files: list[tuple[Part, Path, str]], target: Path,
-                     echo: Callable[[str], None], progress: bool, version: str) -> Installed:
+                     echo: Callable[[str], None], progress: bool | None, version: str) -> Installed:
     if not source.layout_verified:
         echo(f"note: the layout of {source.name} was not verified by dgmoe's authors; checking the result")
     with atomic_folder(target) as tree:
