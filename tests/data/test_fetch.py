@@ -280,3 +280,11 @@ def test_an_untrusted_certificate_is_not_retried(tmp_path, monkeypatch):
     with pytest.raises(SourceError, match="TLS certificate is not trusted"):
         download("https://127.0.0.1:9/a.zip", tmp_path / "a.zip", sleep=waits.append)
     assert waits == []
+
+
+def test_the_server_serves_a_dict_and_stops_by_itself(tmp_path):
+    with Loopback({"a/b.bin": b"abc"}, lifetime=0.5) as server:
+        assert _get(server, server.url("a/b.bin"), tmp_path / "b.bin")[0].read_bytes() == b"abc"
+        time.sleep(0.8)
+        with pytest.raises(SourceError, match="gave up"):  # nobody listens any more
+            _get(server, server.url("a/b.bin"), tmp_path / "c.bin", retries=0, timeout=(0.5, 0.5))

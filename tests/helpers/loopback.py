@@ -45,8 +45,8 @@ class Fault:
 class Loopback:
     """A threaded HTTP server on 127.0.0.1 serving `files` (path -> bytes) with per-path `faults`."""
 
-    def __init__(self, lifetime: float = 60.0, max_requests: int = 200):
-        self.files: dict[str, bytes] = {}
+    def __init__(self, files: dict[str, bytes] | None = None, lifetime: float = 60.0, max_requests: int = 200):
+        self.files: dict[str, bytes] = {"/" + k.lstrip("/"): v for k, v in (files or {}).items()}
         self.headers: dict[str, dict[str, str]] = {}
         self.faults: dict[str, Fault] = {}
         self.log: list[tuple[str, str, str | None]] = []
@@ -87,6 +87,9 @@ class Loopback:
         if fault is not None:
             self.faults[path] = fault
         return self.base + path
+
+    def url(self, path: str) -> str:
+        return self.base + "/" + path.lstrip("/")
 
     def requests(self, path: str) -> list[tuple[str, str, str | None]]:
         path = "/" + path.lstrip("/")
