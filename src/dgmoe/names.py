@@ -17,10 +17,10 @@ from dgmoe.errors import UsageError
 from dgmoe.registry import Registry, UnknownNameError
 
 HUB_PREFIXES = ("hf-hub:", "hf_hub:")
-OFFLINE_HELP = ("dgmoe loads pretrained weights from local files only and downloads nothing. On a machine with "
-                "internet: `m = timm.create_model('deit_small_patch16_224', pretrained=True)`, then "
-                "`safetensors.torch.save_file(m.state_dict(), 'deit_small.safetensors')`; copy the file here and pass "
-                "its path (hf-hub:<repo> also works online with the 'hub' extra)")
+OFFLINE_HELP = ("dgmoe loads pretrained weights from local files only and downloads nothing at run time. Fetch "
+                "them once with `dgmoe weights get NAME --to DIR` (e.g. deit_small_patch16_224; `dgmoe weights get "
+                "--list` names them), which prints the --pretrained argument to pass (hf-hub:<repo> also works "
+                "online with the 'hub' extra)")
 
 
 # --- derived from the registries by tests/test_names.py (DGMOE_UPDATE_NAMES=1); do not edit by hand ---

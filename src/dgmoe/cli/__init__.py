@@ -21,7 +21,7 @@ from dgmoe.cli.options import ListFlagsGroup
 from dgmoe.errors import DgmoeError
 
 SUBCOMMANDS = ("models", "train", "data", "results", "quickstart", "sweep", "bench", "analyze", "synthetic", "report",
-               "algorithms", "geo", "recipe", "soup", "leaderboard", "export")
+               "algorithms", "geo", "recipe", "soup", "leaderboard", "export", "weights")
 
 
 class _LazyGroup(ListFlagsGroup):

@@ -41,6 +41,28 @@ class DataCheckConfig(Settings):
                               "names.", argument=True, required=True)
     dataset: str | None = setting(None, "Catalogue name [default: the dataset whose folder name, or else whose "
                                         "domains, the folder has].", flags=("--dataset", "-d"))
+    content: bool = setting(False, "Also hash every file's path and bytes (streamed) and compare the content "
+                                   "fingerprint with the versions dgmoe ships; exits 1 naming the files that "
+                                   "differ.", flags=("--content",))
+
+
+@dataclass(frozen=True)
+class DataDownloadConfig(Settings):
+    """`dgmoe data download NAME... --data-dir DATA`."""
+
+    names: tuple[str, ...] = setting((), "Datasets to download (see --list).", argument=True)
+    data_dir: str | None = setting(None, "Folder to install into, as <data-dir>/<DatasetDir> (required unless "
+                                         "--list).")
+    mirror: str | None = setting(None, "Fetch from this URL instead of the declared sources (a folder URL when "
+                                       "the dataset comes as several files); verified the same way.")
+    archive: str | None = setting(None, "Take this archive, fetched another way (a licence accepted by hand, a "
+                                        "Drive copy); verified the same way.")
+    force: bool = setting(False, "Replace an existing folder that differs (atomically, once the new one is "
+                                 "verified).", flags=("--force",))
+    list_sources: bool = setting(False, "Print every dataset's sources (or why it has none) and exit.",
+                                 flags=("--list",))
+    markdown: bool = setting(False, "With --list: print the table in Markdown (as README.md shows it).",
+                             flags=("--markdown",))
 
 
 @dataclass(frozen=True)
@@ -63,3 +85,14 @@ class DataPrepareConfig(Settings):
     cache_dir: str | None = setting(None, _CACHE_DIR)
     workers: int = setting(min(8, os.cpu_count() or 1), "Decoding processes (0 = in this process).", minimum=0)
     force: bool = setting(False, "Rebuild even when a valid cache exists.", flags=("--force",))
+
+
+@dataclass(frozen=True)
+class WeightsGetConfig(Settings):
+    """`dgmoe weights get NAME --to DIR`."""
+
+    name: str | None = setting(None, "A checkpoint (or a --model it fits; see --list).", argument=True)
+    to: str | None = setting(None, "Folder to write <NAME>.safetensors and <NAME>.json into (required unless "
+                                   "--list).")
+    list_weights: bool = setting(False, "Print every checkpoint dgmoe can fetch and the models it fits.",
+                                 flags=("--list",))

@@ -1,4 +1,4 @@
-"""`dgmoe data`: list the catalogue, describe a dataset, prepare its uint8 cache."""
+"""`dgmoe data`: list the catalogue, download and check a dataset, describe it, prepare its uint8 cache."""
 from __future__ import annotations
 
 import time
@@ -6,7 +6,7 @@ from typing import Any, cast
 
 import click
 
-from dgmoe.cli.config import DataCheckConfig, DataInfoConfig, DataPrepareConfig
+from dgmoe.cli.config import DataCheckConfig, DataDownloadConfig, DataInfoConfig, DataPrepareConfig
 from dgmoe.cli.options import ListFlagsGroup, build_config, config_options
 from dgmoe.errors import DataMismatchError, UsageError
 
@@ -88,9 +88,12 @@ def check_cmd(ctx: click.Context, **kw: Any) -> None:
                + ", ".join(f"{d} {n:,}" for d, n in found.counts.items()) + ")")
     match = identify(found, spec.versions)
     click.echo(match.describe(spec.name))
+    _print_record(root)
     mismatch = _domain_mismatch(found.counts, spec, [DATASETS.get(n) for n in DATASETS.names()])
     if mismatch:
         raise DataMismatchError(f"FOLDER {root} is not {spec.name} as the catalogue knows it: {mismatch}")
+    if cfg.content:
+        _check_content(root, spec)
     if spec.versions and match.version == UNKNOWN:
         raise DataMismatchError(f"FOLDER {root} matches no known version of {spec.name} (closest {match.closest}: "
                                 + "; ".join(match.differences) + ")")
@@ -143,6 +146,93 @@ def _check_files(spec: Any, root: Any) -> None:
     if empty:
         raise DataMismatchError(f"{doubtful}: domain{'s' if len(empty) > 1 else ''} {', '.join(empty)} without "
                                 "images")
+
+
+def _print_record(root: Any) -> None:
+    """Print the `.dgmoe-source.json` that `dgmoe data download` wrote into the folder, if any."""
+    import json
+
+    from dgmoe.data.content import SOURCE_RECORD
+
+    path = root / SOURCE_RECORD
+    if path.is_file():
+        r = json.loads(path.read_text())
+        click.echo(f"downloaded {r.get('date', '?')} from {r.get('source', '?')} ({', '.join(r.get('urls', []))}) "
+                   f"by dgmoe {r.get('dgmoe_version', '?')}: archive sha256 "
+                   + ", ".join(f"{k} {v}" for k, v in r.get("archives", {}).items())
+                   + f"; content fingerprint {r.get('content_sha256', '?')}")
+
+
+def _check_content(root: Any, spec: Any) -> None:
+    """`--content`: the folder's content fingerprint against the versions' (exit 1 naming the files that differ
+    from a version whose per-file digests are shipped)."""
+    from dgmoe.data.content import file_differences, fingerprint, read_per_file
+
+    found = fingerprint(root, progress=None)
+    known = [v for v in spec.versions if v.content_sha256]
+    for version in known:
+        if version.content_sha256 == found.sha256:
+            click.echo(f"official {spec.name} ({version.name}): content fingerprint {found.sha256}")
+            return
+    click.echo(f"content fingerprint {found.sha256} ({len(found.files):,} files, {found.nbytes:,} bytes): "
+               f"unknown fingerprint, no version of {spec.name} that dgmoe knows has it")
+    if not known:
+        return
+    diffs = [f"{v.name}: " + "; ".join(file_differences(found.files, read_per_file(v.content_files)))
+             for v in known if v.content_files]
+    raise DataMismatchError(f"FOLDER {root} is not the content of any known {spec.name} version ("
+                            + ("; ".join(diffs) if diffs else "no per-file list shipped") + ")")
+
+
+@command.command("download")
+@config_options(DataDownloadConfig)
+@click.pass_context
+def download_cmd(ctx: click.Context, **kw: Any) -> None:
+    """Download NAMES... into --data-dir (as <data-dir>/<DatasetDir>) from the sources dgmoe declares, tried in
+    order; every published checksum is checked, the folder is unpacked beside its place and swapped in whole, its
+    content fingerprint compared with the versions dgmoe knows and recorded in <DatasetDir>/.dgmoe-source.json.
+    --list prints the sources (or why a dataset has none)."""
+    cfg = build_config(DataDownloadConfig, ctx, kw)
+    from dgmoe.data.sources import source_table
+
+    if cfg.markdown and not cfg.list_sources:
+        raise UsageError("--markdown goes with --list (it prints the source table in Markdown)")
+    if cfg.list_sources:
+        table = source_table()
+        click.echo(table.markdown(title=False) if cfg.markdown else _text_table(table))
+        if not cfg.markdown:
+            click.echo("'not verified': the archive's layout was not checked by dgmoe's authors; what it gives is "
+                       "checked on arrival (content fingerprint or image counts)")
+        return
+    if not cfg.names:
+        raise UsageError("name at least one dataset to download (NAME...; see `dgmoe data download --list`)")
+    if cfg.data_dir is None:
+        raise UsageError("--data-dir is required: the folder to install into, as <data-dir>/<DatasetDir>")
+    if (cfg.mirror or cfg.archive) and len(cfg.names) > 1:
+        raise UsageError(f"--{'mirror' if cfg.mirror else 'archive'} stands for one dataset's files; "
+                         f"name one dataset, not {len(cfg.names)}")
+    if cfg.mirror and cfg.archive:
+        raise UsageError("--mirror and --archive both name where the files come from: give one")
+    from dgmoe.data.install import find, install
+
+    for name in cfg.names:  # every name checked before anything is fetched
+        find(name)
+    for name in cfg.names:
+        done = install(name, cfg.data_dir, mirror=cfg.mirror, archive=cfg.archive, force=cfg.force,
+                       echo=lambda line: click.echo(line, err=True))
+        click.echo(f"{done.folder}: {done.verdict}")
+
+
+def _text_table(table: Any) -> str:
+    """The source table as a terminal reads it: each dataset, then its sources one per line."""
+    lines = []
+    for name, folder, serves, source, kind, size, checksum, licence, layout, note in table.cells():
+        if name:
+            lines.append(f"{name} -> <data-dir>/{folder}/ (for {serves})" if folder != "-" else f"{name} ({serves})")
+        lines.append(f"  {source}" if kind == "-" else
+                     f"  {source} [{kind}]: size {size}; checksum {checksum}; {licence}; layout {layout}")
+        lines += [f"     note: {note}"] if note else []
+    return "\n".join(lines)
 
 
 def _domain_mismatch(counts: dict[str, int], spec: Any, specs: list[Any]) -> str | None:

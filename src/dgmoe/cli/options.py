@@ -192,6 +192,9 @@ def setting_param(config: type, f: dataclasses.Field, hint: Any, click_required:
     common: dict[str, Any] = {"cls": SettingArgument if meta.get("argument") else SettingOption, "config": config,
                               "setting": f}
     parser = meta.get("parser")
+    if meta.get("argument") and base is tuple:  # NAMES...: any number of values
+        return click.argument(key, type=str, nargs=-1, metavar=meta.get("metavar") or f"{key.upper()}...",
+                              required=bool(meta.get("required")) and click_required, **common)
     if meta.get("argument"):
         kind = Parsed(parser, key) if parser else str
         if not meta.get("required"):

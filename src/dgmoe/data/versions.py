@@ -9,7 +9,8 @@ print it).
 
 Known versions:
 - PACS (Li et al., ICCV 2017): the official release, 9,991 images (art_painting 2,048, cartoon 2,344, photo
-  1,670, sketch 3,929), counted per class and hashed from the copy in the shared data folder.
+  1,670, sketch 3,929), counted per class and hashed from the copy in the shared data folder (file list and
+  content fingerprint, with per-file digests to name a file that differs).
 - TerraIncognita (Beery et al., ECCV 2018, as DomainBed filters it): 24,788 images, the version DomainBed's,
   SWAD's and MIRO's papers used (per domain from MIRO's authors, khanrc/miro#9: location_100 4,879,
   location_38 9,767, location_43 4,020, location_46 6,122); 24,330 images, what DomainBed's download script
@@ -40,6 +41,10 @@ class DataVersion:
     class_counts: Mapping[str, Mapping[str, int]] | None = None
     files_sha256: str | None = None
     source: str = ""
+    #: the content fingerprint (`dgmoe.data.content.fingerprint`) where the data was at hand, and the package
+    #: resource holding its per-file digests (named on a mismatch)
+    content_sha256: str | None = None
+    content_files: str | None = None
 
 
 @dataclass(frozen=True)
@@ -156,7 +161,12 @@ PACS_CLASS_COUNTS = {
 }
 PACS = (DataVersion("official (9,991 images)", 9991, {d: sum(c.values()) for d, c in PACS_CLASS_COUNTS.items()},
                     PACS_CLASS_COUNTS, "ac73610e0797b3130c284061d0b5d1e9119b998a2af08c205b224e3de9acf2b1",
-                    "Li et al., ICCV 2017; DomainBed's download"),)
+                    "Li et al., ICCV 2017; DomainBed's download",
+                    # computed on 2026-12-07 from the shared data folder's PACS (DomainBed's download) by
+                    # `dgmoe data check --content ../shared/data/PACS`; its per-file digests by
+                    # `dgmoe.data.content.write_per_file(path, fingerprint(folder))`
+                    content_sha256="1d834dbac374da965c582663bf83ab5a0e9eee6fc2c8b76da6aa8afc88fa6e1b",
+                    content_files="pacs_files.json.gz"),)
 TERRA_INCOGNITA = (
     DataVersion("24,788 images (DomainBed, SWAD, MIRO papers)", 24788,
                 {"location_100": 4879, "location_38": 9767, "location_43": 4020, "location_46": 6122},
