@@ -94,7 +94,7 @@ for precision in tf32 fp32; do
 done
 want layer && stage layer_profile 60 python benchmarks/profile_layer.py
 #    MoA's layer (KAdaptation experts on a d -> 3d qkv, top-1) at ViT-B/16's width in fp32: MoA's dense-then-mask,
-#    dgmoe's sorted loop (reads counts back) and its fixed-shape adapter path (the CUDA default); `moa-lora` rows too
+#    dgmoe's sorted loop (reads counts back) and its fixed-shape adapter path (the CUDA default)
 want layer && stage layer_moa_fp32 90 $DGMOE bench layer --device cuda --precision fp32 --tokens 18912 --dim 768 \
   --rounds 10 --repeats 1 --paths "moa dense-then-mask (MoA's code),moa sorted per-expert (dgmoe),moa fixed-shape (dgmoe)"
 # 3. whole models, batch 96 at 224 px, bf16: eager, then compiled block by block; then peak memory
