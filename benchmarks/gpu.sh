@@ -93,6 +93,10 @@ for precision in tf32 fp32; do
     --rounds 10 --repeats 1 --paths "moe grouped (default),moe Triton kernels,moe fixed-shape padded,moe sorted per-expert,router alone"
 done
 want layer && stage layer_profile 60 python benchmarks/profile_layer.py
+#    MoA's layer (KAdaptation experts on a d -> 3d qkv, top-1) at ViT-B/16's width in fp32: MoA's dense-then-mask,
+#    dgmoe's sorted loop (reads counts back) and its fixed-shape adapter path (the CUDA default)
+want layer && stage layer_moa_fp32 90 $DGMOE bench layer --device cuda --precision fp32 --tokens 18912 --dim 768 \
+  --rounds 10 --repeats 1 --paths "moa dense-then-mask (MoA's code),moa sorted per-expert (dgmoe),moa fixed-shape (dgmoe)"
 # 3. whole models, batch 96 at 224 px, bf16: eager, then compiled block by block; then peak memory
 want models && stage models_bf16 120 $DGMOE bench models --device cuda --precision bf16 --batch-size 96 --rounds 10 --models "$MODELS"
 want memory && stage memory_bf16 80 $DGMOE bench memory --device cuda --precision bf16 --batch-sizes 96 --models "${MEMORY_MODELS:-$MODELS}"

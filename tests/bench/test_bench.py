@@ -240,12 +240,14 @@ def test_bench_data_prints_the_loader_beside_the_model_step():
 
 
 @pytest.mark.parametrize("kind", ["kadaptation", "lora"])
-def test_moas_dense_then_mask_layer_and_dgmoes_sparse_dispatch_compute_the_same(kind):
-    """The two MoA rows of `bench layer` time one function: equal outputs, balance losses and gradients."""
-    dense_name, sparse_name = (n for n, (k, _) in MOA_CANDIDATES.items() if k == kind)
+def test_moas_dense_then_mask_layer_and_dgmoes_dispatches_compute_the_same(kind):
+    """The MoA rows of `bench layer` (MoA's dense-then-mask, dgmoe's sorted and fixed-shape dispatches) time
+    one function: equal outputs, balance losses and gradients."""
+    dense_name, *dgmoe_names = (n for n, (k, _) in MOA_CANDIDATES.items() if k == kind)
+    assert len(dgmoe_names) == 2
     x = torch.randn(40, 64)
     results = []
-    for name in (dense_name, sparse_name):
+    for name in (dense_name, *dgmoe_names):
         torch.manual_seed(0)
         layer = moa_layer(name, 64).train()
         if kind == "kadaptation":
@@ -258,10 +260,12 @@ def test_moas_dense_then_mask_layer_and_dgmoes_sparse_dispatch_compute_the_same(
         aux = layer.adapter.aux_losses()["balance"]
         (y.square().sum() + aux).backward()
         results.append((y, aux, {n: p.grad for n, p in layer.named_parameters() if p.requires_grad}))
-    (y0, a0, g0), (y1, a1, g1) = results
-    torch.testing.assert_close(y0, y1, rtol=0, atol=1e-5)
-    torch.testing.assert_close(a0, a1)
+    (y0, a0, g0) = results[0]
     assert moa_layer(dense_name, 64).adapter.dispatch_override is dense_then_mask_dispatch
-    for n in g0:
-        torch.testing.assert_close(g0[n] if g0[n] is not None else torch.zeros(()), g1[n] if g1[n] is not None
-                                   else torch.zeros(()), rtol=1e-4, atol=1e-4, msg=lambda m: f"{n}: {m}")
+    for y1, a1, g1 in results[1:]:
+        torch.testing.assert_close(y0, y1, rtol=0, atol=1e-5)
+        torch.testing.assert_close(a0, a1)
+        for n in g0:  # fp32 sums in another order (the fixed-shape path): within 1e-5 of the tensor's largest entry
+            ref = g0[n] if g0[n] is not None else torch.zeros(())
+            torch.testing.assert_close(ref, g1[n] if g1[n] is not None else torch.zeros(()), rtol=1e-4,
+                                       atol=1e-4 + 1e-5 * ref.abs().max().item(), msg=lambda m: f"{n}: {m}")

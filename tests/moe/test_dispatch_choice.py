@@ -79,9 +79,13 @@ def test_no_cuda_call_of_ffn_experts_takes_a_path_that_reads_counts_back():
 
 
 @pytest.mark.parametrize("device, dtype, compiling", CASES)
-def test_adapter_banks_always_take_the_autograd_loop(device, dtype, compiling):
-    needs = _needs(device, dtype, ffn_experts=False)
-    assert choose_path(device, dtype, compiling, needs) == "sorted_autograd"
+def test_adapter_banks_take_the_fixed_shape_combine_on_cuda_and_the_autograd_loop_elsewhere(device, dtype, compiling):
+    """LoRA / KAdaptation banks: no CUDA call reads counts back (whatever else it needs); the CPU keeps the
+    sorted loop, which computes k of the N experts per token."""
+    for extra in ({}, *AUTOGRAD_NEEDS.values(), dict(triton=True), dict(grouped_mm=False)):
+        needs = _needs(device, dtype, ffn_experts=False, **extra)
+        assert choose_path(device, dtype, compiling, needs) == \
+            ("adapter_fixed_shape" if device == "cuda" else "sorted_autograd")
 
 
 @pytest.mark.parametrize("ffn", [True, False])

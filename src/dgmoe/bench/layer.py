@@ -11,8 +11,9 @@ the router alone, and the default layer compiled (`torch.compile`, as `dgmoe tra
 Without the router, on a fixed routing: the sync-free dispatch and the peers' experts
 (`dgmoe.bench.peers`: transformers' grouped-GEMM experts when installed, a transformers-style eager loop).
 MoA's layer (`--peft moa`, KAdaptation or LoRA experts on a d -> 3d qkv, top-1; `dgmoe.bench.moa`) as MoA's
-code computes it (every expert on every token, then masked) and through dgmoe's sparse dispatch, on the same
-tokens: compare those two rows with each other (the limit stays the FFN layer's).
+code computes it (every expert on every token, then masked), through dgmoe's sorted per-expert dispatch (the
+CPU's path) and through its fixed-shape adapter dispatch (the CUDA path, no host reads), each forced, on the
+same tokens: compare those rows with each other (the limit stays the FFN layer's).
 
 A round is several back-to-back calls and one device synchronisation on a GPU (`interleaved_times`), so
 paths that never synchronise are credited as they run in training.

@@ -17,9 +17,11 @@ with experts of heterogeneous rank r_e (1, 2, 4, 8) of two kinds:
   dropout 0.5 on H_e in training (MoA's `kdropout`); b_A [d_out] (zero at start) is added to every token,
   outside the gate.
 
-A bank is what the dispatch needs of `dgmoe.moe.experts.Experts`: `num_experts`, `out_features`,
-`expert(e, x)` and `forward_grouped(x, counts)` (dgmoe's sparse dispatch runs each expert on its own tokens
-only; MoA's code runs every expert on every token and masks, `dgmoe bench layer`'s `moa-dense`).
+A bank (`AdapterBank`) is what the dispatch needs of `dgmoe.moe.experts.Experts`: `num_experts`,
+`out_features`, `expert(e, x)` and `forward_grouped(x, counts)` (the sorted dispatch: each expert on its own
+tokens only, with the counts read back to the host), and `forward_combined(x, weights)`, the sum over every
+expert weighted per token, in shapes fixed by (T, N) (`dgmoe.moe.adapter_fixed_shape`, CUDA's path: no host
+reads). MoA's code runs every expert on every token and masks (`dgmoe bench layer`'s `moa dense-then-mask`).
 """
 from __future__ import annotations
 
@@ -34,11 +36,18 @@ PHM_DIM = 64
 KRONECKER_DROPOUT = 0.5
 
 
-class _Bank(nn.Module):
+class AdapterBank(nn.Module):
+    """N adapter experts on a d_in -> d_out projection, each of its own rank (no stacked weights)."""
+
     num_experts: int
     out_features: int
 
     def expert(self, e: int, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward_combined(self, x: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """sum_e weights[:, e] f_e(x) for every row of x [T, d_in], weights [T, N] (0 for an expert a token
+        does not use): every expert on every token, shapes fixed by (T, N), nothing read back to the host."""
         raise NotImplementedError
 
     def forward_grouped(self, x: torch.Tensor, counts: list[int]) -> torch.Tensor:
@@ -48,7 +57,7 @@ class _Bank(nn.Module):
         return torch.cat(outs) if outs else x.new_zeros((0, self.out_features))
 
 
-class LoRAExperts(_Bank):
+class LoRAExperts(AdapterBank):
     """N LoRA experts of ranks `ranks` on a d_in -> d_out projection: f_e(x) = B_e A_e x."""
 
     def __init__(self, in_features: int, out_features: int, ranks: tuple[int, ...]):
@@ -62,6 +71,14 @@ class LoRAExperts(_Bank):
 
     def expert(self, e: int, x: torch.Tensor) -> torch.Tensor:
         return F.linear(F.linear(x, self.lora_A[e]), self.lora_B[e])
+
+    def forward_combined(self, x: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """sum_e w_e B_e A_e x = B_cat (w_cols * (A_cat x)): every A stacked [R, d_in] (R the sum of the ranks),
+        each expert's r_e columns of A_cat x scaled by its weight, then every B [d_out, R]: two products of
+        R columns, the same numbers as the experts one by one."""
+        h = F.linear(x, torch.cat(tuple(self.lora_A)))  # [T, R]
+        scale = torch.cat([weights[:, e:e + 1].expand(-1, r) for e, r in enumerate(self.ranks)], dim=1)
+        return F.linear(h * scale.to(h.dtype), torch.cat(tuple(self.lora_B), dim=1))
 
     def extra_repr(self) -> str:
         return f"{self.in_features} -> {self.out_features}, ranks={list(self.ranks)}"
@@ -83,7 +100,7 @@ class PHMRule(nn.Module):
         return torch.bmm(self.rule_left, self.rule_right)  # [n, n, n]
 
 
-class KroneckerExperts(_Bank):
+class KroneckerExperts(AdapterBank):
     """N KAdaptation experts of ranks `ranks`: f_e(x) = x H_e, H_e = drop(sum_i R_i (x) L_{e,i} R'_{e,i}).
 
     `rule` is the model's shared `PHMRule`, held outside this module's parameters (it is registered once, where
@@ -121,6 +138,14 @@ class KroneckerExperts(_Bank):
 
     def expert(self, e: int, x: torch.Tensor) -> torch.Tensor:
         return x @ self.weight(e).to(x.dtype)
+
+    def forward_combined(self, x: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """sum_e w_e x H_e = [w_1 x, ..., w_N x] @ [H_1; ...; H_N]: one product of N d_in columns (N times a
+        dense projection's FLOPs). Each H_e is formed once, in expert order, so in training every expert draws
+        its dropout mask as the sorted dispatch draws it when every expert has tokens."""
+        stacked = torch.stack([self.weight(e) for e in range(self.num_experts)]).to(x.dtype)  # [N, d_in, d_out]
+        scaled = (weights.to(x.dtype).unsqueeze(-1) * x.unsqueeze(1)).reshape(x.shape[0], -1)  # [T, N * d_in]
+        return scaled @ stacked.reshape(-1, self.out_features)
 
     def extra_repr(self) -> str:
         return (f"{self.in_features} -> {self.out_features}, ranks={list(self.ranks)}, "

@@ -7,8 +7,8 @@ The paths (`DispatchPath`), all computing the same sum; `choose_path` alone says
   of a dense FFN over the T*k assignments, no concatenations), the gate multiply and one scatter-add; no
   [T, E] one-hot, no boolean mask per expert. Fastest on a quiet 2-core CPU (docs/benchmarks.md, section 4).
 - "sorted_autograd": the same through plain autograd; supports double backward (`twice_differentiable()`,
-  algorithms that differentiate gradients, e.g. IGA), expert dropout, any activation and the adapter banks
-  of `dgmoe.moe.adapter_experts` (experts of their own shapes, d_in -> d_out), and keeps no [T*k, hidden]
+  algorithms that differentiate gradients, e.g. IGA), expert dropout, any activation and, off CUDA, the adapter
+  banks of `dgmoe.moe.adapter_experts` (experts of their own shapes, d_in -> d_out), and keeps no [T*k, hidden]
   buffer alive across experts without gradients (inference).
 - "sync_free": `dgmoe.moe.sync_free.sync_free_dispatch`, fixed shapes and no host synchronisation
   (grouped GEMMs with device-side offsets), where torch's grouped GEMM is one fused kernel (CUDA SM90+,
@@ -20,10 +20,14 @@ The paths (`DispatchPath`), all computing the same sum; `choose_path` alone says
 - "fixed_shape": `dgmoe.moe.fixed_shape.fixed_shape_dispatch`, a padded batched GEMM whose shapes depend only
   on (T, k, N): every other CUDA call (no host synchronisation in fp32, TF32 or on GPUs without a fused
   grouped GEMM; captured whole by torch.compile), at N/k times the experts' FLOPs.
+- "adapter_fixed_shape": `dgmoe.moe.adapter_fixed_shape.adapter_fixed_shape_dispatch`, the adapter banks'
+  path on CUDA: every expert on every token weighted by the [T, N] combine weights (shapes fixed by (T, k, N),
+  no host reads, captured by torch.compile), at N/k times the experts' FLOPs.
 - "mask" (the `MoEConfig.dispatch='mask'` option): the straightforward reference the others are tested
   against.
 `MoEConfig.dispatch='grouped'` (the default) is every path but the reference. Under torch.compile the paths
-other than "sync_free" and "fixed_shape" have shapes that depend on the routing and run eagerly between graphs.
+other than "sync_free", "fixed_shape" and "adapter_fixed_shape" have shapes that depend on the routing and
+run eagerly between graphs.
 `capacity_keep_mask` reproduces the official code's capacity with token dropping and batch-prioritised
 routing (Riquelme et al. 2021).
 """
@@ -39,15 +43,17 @@ import torch
 
 from dgmoe.devices import tf32_matmuls
 from dgmoe.moe import kernels
+from dgmoe.moe.adapter_fixed_shape import adapter_fixed_shape_dispatch
 from dgmoe.moe.experts import ExpertBank, Experts
 from dgmoe.moe.fixed_shape import fixed_shape_dispatch
 from dgmoe.moe.fused import GroupedExpertFFN
 from dgmoe.moe.sync_free import GROUPED_MM, fast_grouped_gemm, sync_free_dispatch
 from dgmoe.scope import SCOPE, scoped
 
-DispatchPath = Literal["sync_free", "triton", "fixed_shape", "sorted_fused", "sorted_autograd", "mask"]
+DispatchPath = Literal["sync_free", "triton", "fixed_shape", "sorted_fused", "sorted_autograd", "mask",
+                       "adapter_fixed_shape"]
 #: the paths with fixed shapes, which torch.compile captures in its graph (the others run eagerly between graphs)
-CAPTURED: frozenset[DispatchPath] = frozenset({"sync_free", "fixed_shape"})
+CAPTURED: frozenset[DispatchPath] = frozenset({"sync_free", "fixed_shape", "adapter_fixed_shape"})
 #: a dispatch: (x [T, d], expert_idx [T, k], gates [T, k], experts, keep [T, k] or None) -> [T, d_out]
 Dispatch = Callable[..., torch.Tensor]
 
@@ -91,7 +97,11 @@ def _reference(device_type: str, dtype: torch.dtype, compiling: bool, needs: Dis
 
 
 def _adapter_bank(device_type: str, dtype: torch.dtype, compiling: bool, needs: DispatchNeeds) -> DispatchPath | None:
-    return None if needs.ffn_experts else "sorted_autograd"  # experts of their own shapes: no grouped GEMM
+    """Adapter banks (experts of their own shapes: no grouped GEMM): on CUDA the fixed-shape combine (no host
+    reads; the sorted loop reads its counts back), elsewhere the sorted autograd loop (k of N experts' FLOPs)."""
+    if needs.ffn_experts:
+        return None
+    return "adapter_fixed_shape" if device_type == "cuda" else "sorted_autograd"
 
 
 def _compiled_bf16(device_type: str, dtype: torch.dtype, compiling: bool, needs: DispatchNeeds) -> DispatchPath | None:
@@ -245,7 +255,8 @@ def triton_dispatch(x: torch.Tensor, expert_idx: torch.Tensor, gates: torch.Tens
 
 PATHS: dict[DispatchPath, Dispatch] = {"sync_free": sync_free_dispatch, "triton": triton_dispatch,
                                        "fixed_shape": fixed_shape_dispatch, "sorted_fused": sorted_dispatch,
-                                       "sorted_autograd": sorted_autograd_dispatch, "mask": masked_dispatch}
+                                       "sorted_autograd": sorted_autograd_dispatch, "mask": masked_dispatch,
+                                       "adapter_fixed_shape": adapter_fixed_shape_dispatch}
 #: `PATHS` hidden from torch.compile (made by `prepare_uncompiled` at a layer's construction, so that importing
 #: dgmoe does not import torch._dynamo): the paths whose shapes depend on the routing run eagerly between graphs.
 _UNCOMPILED: dict[DispatchPath, Dispatch] = {}
