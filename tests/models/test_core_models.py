@@ -177,8 +177,18 @@ def test_forward_equals_timm_with_same_weights():
     torch.testing.assert_close(ours(x), ref(x), atol=1e-5, rtol=1e-5)
 
 
-def test_hf_hub_source_without_the_extra_or_network_is_a_clear_error():
+def test_hf_hub_source_without_the_extra_or_network_is_a_clear_error(monkeypatch):
     from dgmoe.models.pretrained import resolve_checkpoint
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # no test reaches the network: with the hub extra, offline mode
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # (and a loopback endpoint nothing listens on)
+    try:
+        import huggingface_hub.constants as hub_constants
+
+        monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", True)
+        monkeypatch.setattr(hub_constants, "ENDPOINT", "http://127.0.0.1:9")
+    except ImportError:
+        pass
 
     with pytest.raises(CheckpointError, match="hf-hub:timm/deit_small_patch16_224"):
         resolve_checkpoint("hf-hub:timm/deit_small_patch16_224.fb_in1k")
