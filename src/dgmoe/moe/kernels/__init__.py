@@ -12,22 +12,31 @@ tests/moe/kernels checks them against the mask oracle and `MoEMlp.route`.
 """
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 #: the expert activations the kernels fuse into the first GEMM's epilogue (`dgmoe.moe.experts.ACTIVATIONS`)
 FUSED_ACTIVATIONS: tuple[str, ...] = ("gelu", "quick_gelu")
 
 
-@functools.cache
-def available() -> bool:
-    """True when triton (>= 3.2) imports."""
+#: the answer of `available`, once asked (a plain list, not functools.cache: torch.compile reads it as a constant
+#: under a guard, where it would warn about a cache wrapper)
+_AVAILABLE: list[bool] = []
+
+
+def _triton_imports() -> bool:
     try:
         import triton
     except Exception:  # noqa: BLE001 - a broken install is as unavailable as a missing one
         return False
     major, minor = (int(p) for p in triton.__version__.split(".")[:2])
     return (major, minor) >= (3, 2)
+
+
+def available() -> bool:
+    """True when triton (>= 3.2) imports (asked once per process)."""
+    if not _AVAILABLE:
+        _AVAILABLE.append(_triton_imports())
+    return _AVAILABLE[0]
 
 
 def require() -> None:
