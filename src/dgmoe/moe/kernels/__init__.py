@@ -6,6 +6,9 @@
 - `fused_route` (`dgmoe.moe.kernels.router`): noise, softmax, top-k, renormalisation and the balance terms'
   importance and load sums in one kernel per direction, after the router's projection.
 
+Both are custom operators (`torch.library.custom_op`) that torch.compile captures in its graph; the experts'
+tiles are autotuned per shape on a GPU (`dgmoe.moe.kernels.tiles`).
+
 `available()` says whether triton imports here; a machine without it keeps the torch paths. On the CPU the
 kernels run under Triton's interpreter (`TRITON_INTERPRET=1`, set before triton is imported): that is how
 tests/moe/kernels checks them against the mask oracle and `MoEMlp.route`.

@@ -159,11 +159,14 @@ def _setup_context(ctx, inputs, output) -> None:
     _out, z1, y = output
     ctx.save_for_backward(x, weights, w1, w2, z1, y, expert_sorted, token_sorted, order, inverse, offsets)
     ctx.config = (act, precision, tiles)
+    ctx.set_materialize_grads(False)  # z1 and y are outputs for the backward only: no zero gradients made for them
 
 
 def _backward(ctx, grad, _grad_z1, _grad_y):
     """The kernels' backward for x and the weights; the gate gradient, the dot of the output gradient with each
     assignment's y, in torch (what torch.compile traces around the operator)."""
+    if grad is None:  # the output was not used
+        return (None,) * 14
     x, weights, w1, w2, z1, y, expert_sorted, token_sorted, order, inverse, offsets = ctx.saved_tensors
     act, precision, tiles = ctx.config
     need_x, need_gate, need_w1, need_b1, need_w2, need_b2 = ctx.needs_input_grad[:6]

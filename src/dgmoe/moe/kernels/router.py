@@ -99,6 +99,7 @@ def _setup_context(ctx, inputs, output) -> None:
     noisy, probs, gates, idx, _importance, _load, kth = output
     ctx.save_for_backward(logits, noisy, probs, gates, idx, kth)
     ctx.config = (sigma, top_k, renormalize, noise is not None)
+    ctx.set_materialize_grads(False)  # `dense` makes the zeros the kernel reads
 
 
 def _backward(ctx, d_noisy, d_probs, d_gates, _d_idx, d_imp, d_load, _d_kth):

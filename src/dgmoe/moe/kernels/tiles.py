@@ -8,7 +8,7 @@
   BLOCK_N 128, BLOCK_K 32, 4 stages, 4 warps), its halves, the earlier fixed 64x64x32 tile and a 32x32x32 tile
   for small T, where the large tiles leave most programs idle.
 - "fixed": the plain kernels launched with `FIXED_TILE` (64x64x32), the tile before autotuning, kept as the
-  benchmark's baseline (`dgmoe bench layer`: "moe Triton kernels, fixed tiles").
+  benchmark's baseline (`dgmoe bench layer`: "moe Triton kernels fixed tiles").
 Under Triton's interpreter (`TRITON_INTERPRET=1` when this module is imported, as triton itself reads it), the
 config set is `INTERPRETER_TILE` alone, and both modes run it: one config, nothing timed, small tiles that only
 cost time there.
