@@ -84,13 +84,15 @@ done
 fi
 # 2. the MoE layer at ViT-S dims, T = 96 x 197, bf16: the layer as a model runs it (eager and compiled), the
 #    dispatch alone, the router alone, the peers; then where each one's time goes (kernels, host or device bound)
-want layer && stage layer_bf16 100 $DGMOE bench layer --device cuda --precision bf16 --tokens 18912 --rounds 10 --repeats 1 \
-  --paths "moe grouped (default),moe grouped (default) compiled,dispatch sync-free grouped_mm,transformers-style eager loop,transformers grouped_mm experts,router alone"
+want layer && stage layer_bf16 130 $DGMOE bench layer --device cuda --precision bf16 --tokens 18912 --rounds 10 --repeats 1 \
+  --paths "moe grouped (default),moe grouped (default) compiled,moe Triton kernels,dispatch sync-free grouped_mm,transformers-style eager loop,transformers grouped_mm experts,router alone"
 #    the same layer in the GPU user's fp32 and TF32: the path the chooser takes (Triton kernels with triton, else
-#    the fixed-shape dispatch), each forced, and the sorted per-expert loop that reads counts back
+#    the fixed-shape dispatch), each forced, the Triton kernels with autotuned and with fixed 64x64x32 tiles, the
+#    compiled layer (the chooser's compiled fp32/TF32 path: the Triton kernels' custom operators in the graph)
+#    beside the compiled Triton and padded paths forced, and the sorted per-expert loop that reads counts back
 for precision in tf32 fp32; do
-  want layer && stage "layer_$precision" 100 $DGMOE bench layer --device cuda --precision "$precision" --tokens 18912 \
-    --rounds 10 --repeats 1 --paths "moe grouped (default),moe Triton kernels,moe fixed-shape padded,moe sorted per-expert,router alone"
+  want layer && stage "layer_$precision" 200 $DGMOE bench layer --device cuda --precision "$precision" --tokens 18912 \
+    --rounds 10 --repeats 1 --paths "moe grouped (default),moe Triton kernels,moe Triton kernels fixed tiles,moe fixed-shape padded,moe sorted per-expert,moe grouped (default) compiled,moe Triton kernels compiled,moe fixed-shape padded compiled,router alone"
 done
 want layer && stage layer_profile 60 python benchmarks/profile_layer.py
 #    MoA's layer (KAdaptation experts on a d -> 3d qkv, top-1) at ViT-B/16's width in fp32: MoA's dense-then-mask,

@@ -26,9 +26,10 @@ DEFAULT = {
     ("cuda", FP32, False): "fixed_shape", ("cuda", BF16, False): "sync_free",
     ("cuda", FP32, True): "fixed_shape", ("cuda", BF16, True): "sync_free",
 }
-#: the same with triton installed: the fused Triton experts run every eager CUDA call that the measured bf16
-#: grouped GEMM does not
-DEFAULT_TRITON = {**DEFAULT, ("cuda", FP32, False): "triton"}
+#: the same with triton installed: the fused Triton experts run every CUDA call that the bf16 grouped GEMM does
+#: not, compiled fp32 included (torch.compile captures their custom operators; before, it fell to the padded
+#: path at N/k times the FLOPs)
+DEFAULT_TRITON = {**DEFAULT, ("cuda", FP32, False): "triton", ("cuda", FP32, True): "triton"}
 #: paths with no host reads (fixed shapes): every CUDA call of the FFN experts takes one
 SYNC_FREE_PATHS = {"sync_free", "fixed_shape", "triton"}
 #: what only the autograd path implements, and inference
@@ -56,10 +57,14 @@ def test_what_the_fused_function_lacks_takes_autograd_unless_the_grouped_gemm_ru
 def test_with_triton_eager_cuda_calls_take_the_fused_kernels(device, dtype, compiling):
     assert choose_path(device, dtype, compiling, _needs(device, dtype, triton=True)) == \
         DEFAULT_TRITON[device, dtype, compiling]
-    # bf16 on a GPU without a fused grouped GEMM (before SM90) takes the kernels too, and fp16
+    # bf16 on a GPU without a fused grouped GEMM (before SM90) takes the kernels too, and fp16, eager or compiled
+    # (compiled bf16 takes torch's grouped GEMM, which the graph captures)
     needs = DispatchNeeds(fused_grouped_gemm=False, triton=True)
     assert choose_path("cuda", BF16, False, needs) == "triton"
     assert choose_path("cuda", torch.float16, False, needs) == "triton"
+    assert choose_path("cuda", torch.float16, True, needs) == "triton"
+    assert choose_path("cuda", BF16, True, needs) == "sync_free"
+    assert choose_path("cuda", BF16, True, DispatchNeeds(grouped_mm=False, triton=True)) == "triton"
 
 
 @pytest.mark.parametrize("need, path", [("no gradients", "triton"), ("quick_gelu", "triton"),
@@ -68,8 +73,10 @@ def test_what_the_kernels_lack_takes_the_fixed_shape_path_on_cuda(need, path):
     """The kernels fuse GELU and QuickGELU and one backward; expert dropout and double backward leave them for
     the fixed-shape dispatch (plain autograd, still no host reads), never for a sorted path."""
     needs = _needs("cuda", FP32, triton=True, **AUTOGRAD_NEEDS[need])
-    assert choose_path("cuda", FP32, False, needs) == path
-    assert choose_path("cuda", FP32, False, _needs("cuda", FP32, triton=True, activation="relu")) == "fixed_shape"
+    for compiling in (False, True):
+        assert choose_path("cuda", FP32, compiling, needs) == path
+        relu = _needs("cuda", FP32, triton=True, activation="relu")
+        assert choose_path("cuda", FP32, compiling, relu) == "fixed_shape"
 
 
 def test_no_cuda_call_of_ffn_experts_takes_a_path_that_reads_counts_back():

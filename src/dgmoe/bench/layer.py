@@ -7,7 +7,9 @@ paths of `MoEConfig.dispatch` ("grouped" as the layer chooses it for the device,
 implementations forced: the sync-free grouped GEMM and the sorted per-expert loop), the grouped path with
 the official code's capacity 1.5 (token dropping), a Tutel-style capacity dispatch (capacity 1.5, tokens
 placed in a fixed [N, C, d] buffer, one batched matmul pair: how Tutel and V-MoE lay out the work), and
-the router alone, and the default layer compiled (`torch.compile`, as `dgmoe train --compile` runs it).
+the router alone, and the default layer compiled (`torch.compile`, as `dgmoe train --compile` runs it). On CUDA
+with triton: the Triton kernels with autotuned tiles and with the fixed 64x64x32 tiles, and compiled (their
+custom operators in the graph) beside the compiled fixed-shape padded path.
 Without the router, on a fixed routing: the sync-free dispatch and the peers' experts
 (`dgmoe.bench.peers`: transformers' grouped-GEMM experts when installed, a transformers-style eager loop).
 MoA's layer (`--peft moa`, KAdaptation or LoRA experts on a d -> 3d qkv, top-1; `dgmoe.bench.moa`) as MoA's
@@ -76,17 +78,30 @@ ROUTER = "router alone"
 MOE_PATHS: dict[str, dict[str, Any] | None] = {
     "moe grouped (default)": {}, "moe mask": {"dispatch": "mask"},
     "moe grouped + capacity 1.5": {"capacity_factor": 1.5}, "moe Tutel-style capacity 1.5": None}
-#: the layer (router, noise, balance loss) with one implementation of "grouped" forced, whatever the device
+def fixed_tile_triton_dispatch(x: torch.Tensor, expert_idx: torch.Tensor, gates: torch.Tensor, experts: Experts,
+                               keep: torch.Tensor | None = None) -> torch.Tensor:
+    """The "triton" path with the fixed 64x64x32 tiles of before autotuning (`dgmoe.moe.kernels.tiles`)."""
+    return kernels.expert_dispatch(x, expert_idx, gates, experts, keep, allow_tf32=None, tiles="fixed")
+
+
+#: the layer (router, noise, balance loss) with one implementation of "grouped" forced, whatever the device;
+#: "moe Triton kernels" autotunes its tiles, "... fixed tiles" is the same kernels at 64x64x32
 FORCED = {"moe sync-free grouped_mm": sync_free_dispatch, "moe sorted per-expert": sorted_dispatch,
-          "moe fixed-shape padded": fixed_shape_dispatch, "moe Triton kernels": triton_dispatch}
-#: the candidates that need triton and a CUDA device (the interpreter would time Python, not kernels)
-TRITON_CANDIDATES = ("moe Triton kernels",)
+          "moe fixed-shape padded": fixed_shape_dispatch, "moe Triton kernels": triton_dispatch,
+          "moe Triton kernels fixed tiles": fixed_tile_triton_dispatch}
 #: the default layer compiled with torch.compile (as `dgmoe train --compile` runs it): the router's small
 #: operations fuse, and the host launches a few kernels instead of about eighty
 COMPILED = "moe grouped (default) compiled"
+#: each compiled candidate -> the layer it compiles: the default, and the two paths the chooser weighs for
+#: compiled CUDA fp32/TF32 (the Triton kernels' custom operators, captured in the graph, and the padded path
+#: that compiled fp32 took before them)
+COMPILED_CANDIDATES = {COMPILED: "moe grouped (default)", "moe Triton kernels compiled": "moe Triton kernels",
+                       "moe fixed-shape padded compiled": "moe fixed-shape padded"}
+#: the candidates that need triton and a CUDA device (the interpreter would time Python, not kernels)
+TRITON_CANDIDATES = ("moe Triton kernels", "moe Triton kernels fixed tiles", "moe Triton kernels compiled")
 #: the dispatch alone (no router), on a fixed routing: dgmoe's sync-free path and the peers' experts
 DISPATCH_ONLY = ("dispatch sync-free grouped_mm", "transformers-style eager loop", "transformers grouped_mm experts")
-CANDIDATES = (*MOE_PATHS, COMPILED, *FORCED, *DISPATCH_ONLY, ROUTER, *MOA_CANDIDATES)
+CANDIDATES = (*MOE_PATHS, *COMPILED_CANDIDATES, *FORCED, *DISPATCH_ONLY, ROUTER, *MOA_CANDIDATES)
 
 
 def tutel_style_dispatch(config: MoEConfig) -> Callable[..., torch.Tensor]:
@@ -214,8 +229,8 @@ def bench_moe_layer(cfg: LayerBenchConfig, candidate: str) -> dict[str, dict]:
     torch.manual_seed(1)  # every candidate gets the same router and experts
     if candidate == ROUTER:
         run = _router_only(_moe_layer("moe grouped (default)", cfg).to(device).train(), x, amp)
-    elif candidate == COMPILED:
-        run = _fwd_bwd(_moe_layer("moe grouped (default)", cfg).to(device).train(), x, amp, compiled=True)
+    elif candidate in COMPILED_CANDIDATES:
+        run = _fwd_bwd(_moe_layer(COMPILED_CANDIDATES[candidate], cfg).to(device).train(), x, amp, compiled=True)
     elif candidate in DISPATCH_ONLY:
         run = _dispatch_only(candidate, cfg, x, amp)
     elif candidate in MOA_CANDIDATES:
@@ -223,7 +238,7 @@ def bench_moe_layer(cfg: LayerBenchConfig, candidate: str) -> dict[str, dict]:
     else:
         run = _fwd_bwd(_moe_layer(candidate, cfg).to(device).train(), x, amp)
     runs = {LIMIT: _fwd_bwd(dense, x_k, amp), candidate: run}
-    operations = {n: None if n == COMPILED else operations_per_call(r) for n, r in runs.items()}
+    operations = {n: None if n in COMPILED_CANDIDATES else operations_per_call(r) for n, r in runs.items()}
     times = interleaved_times(runs, rounds=cfg.rounds, calls=calls_per_round(cfg.device), sync=device_sync(cfg.device))
     ratios = round_ratios(times, LIMIT)
     return {n: {"seconds": statistics.median(t), "ratio": statistics.median(ratios[n]), "times": t,

@@ -14,8 +14,9 @@ The paths (`DispatchPath`), all computing the same sum; `choose_path` alone says
   (grouped GEMMs with device-side offsets), where torch's grouped GEMM is one fused kernel (CUDA SM90+,
   bf16) and under torch.compile in bf16, where the graph captures it.
 - "triton": `dgmoe.moe.kernels.expert_dispatch`, the experts as Triton gather-GEMM and GEMM-scatter kernels
-  (the gather, bias, activation, gate multiply and un-permute fused into the GEMMs; no host reads), on CUDA in
-  eager runs where triton is installed, for GELU and QuickGELU experts without expert dropout or double
+  (the gather, bias, activation, gate multiply and un-permute fused into the GEMMs; no host reads; tiles
+  autotuned per shape), on CUDA where triton is installed, eager or compiled (the kernels are custom operators
+  that torch.compile captures in its graph), for GELU and QuickGELU experts without expert dropout or double
   backward; fp32 products in TF32 where the user allowed it (`--precision tf32`).
 - "fixed_shape": `dgmoe.moe.fixed_shape.fixed_shape_dispatch`, a padded batched GEMM whose shapes depend only
   on (T, k, N): every other CUDA call (no host synchronisation in fp32, TF32 or on GPUs without a fused
@@ -26,7 +27,7 @@ The paths (`DispatchPath`), all computing the same sum; `choose_path` alone says
 - "mask" (the `MoEConfig.dispatch='mask'` option): the straightforward reference the others are tested
   against.
 `MoEConfig.dispatch='grouped'` (the default) is every path but the reference. Under torch.compile the paths
-other than "sync_free", "fixed_shape" and "adapter_fixed_shape" have shapes that depend on the routing and
+other than "sync_free", "fixed_shape", "adapter_fixed_shape" and "triton" have shapes that depend on the routing and
 run eagerly between graphs.
 `capacity_keep_mask` reproduces the official code's capacity with token dropping and batch-prioritised
 routing (Riquelme et al. 2021).
@@ -41,7 +42,6 @@ from typing import Callable, Iterator, Literal
 
 import torch
 
-from dgmoe.devices import tf32_matmuls
 from dgmoe.moe import kernels
 from dgmoe.moe.adapter_fixed_shape import adapter_fixed_shape_dispatch
 from dgmoe.moe.experts import ExpertBank, Experts
@@ -52,8 +52,9 @@ from dgmoe.scope import SCOPE, scoped
 
 DispatchPath = Literal["sync_free", "triton", "fixed_shape", "sorted_fused", "sorted_autograd", "mask",
                        "adapter_fixed_shape"]
-#: the paths with fixed shapes, which torch.compile captures in its graph (the others run eagerly between graphs)
-CAPTURED: frozenset[DispatchPath] = frozenset({"sync_free", "fixed_shape", "adapter_fixed_shape"})
+#: the paths with fixed shapes, which torch.compile captures in its graph (the others run eagerly between graphs);
+#: "triton" through its custom operators (`dgmoe.moe.kernels.experts`)
+CAPTURED: frozenset[DispatchPath] = frozenset({"sync_free", "fixed_shape", "adapter_fixed_shape", "triton"})
 #: a dispatch: (x [T, d], expert_idx [T, k], gates [T, k], experts, keep [T, k] or None) -> [T, d_out]
 Dispatch = Callable[..., torch.Tensor]
 
@@ -114,10 +115,14 @@ def _fused_gemm(device_type: str, dtype: torch.dtype, compiling: bool, needs: Di
 
 def _triton_kernels(device_type: str, dtype: torch.dtype, compiling: bool,
                     needs: DispatchNeeds) -> DispatchPath | None:
-    """The fused Triton experts, eager on CUDA, for what they implement (one backward, no expert dropout)."""
+    """The fused Triton experts on CUDA, for what they implement (one backward, no expert dropout), eager or
+    compiled: their custom operators are captured in the graph, so compiled fp32/TF32 (and fp16) calls run them
+    instead of the padded path's N/k times the FLOPs (compiled bf16 takes the grouped GEMM first, by
+    `_compiled_bf16`). Which of the kernels and the fixed-shape path is faster has not been measured on a GPU
+    (docs/benchmarks.md, section 12); the order follows the FLOPs."""
     fits = (needs.activation in kernels.FUSED_ACTIVATIONS and not needs.expert_dropout
             and not needs.twice_differentiable and dtype in (torch.float32, torch.bfloat16, torch.float16))
-    return "triton" if device_type == "cuda" and not compiling and needs.triton and fits else None
+    return "triton" if device_type == "cuda" and needs.triton and fits else None
 
 
 def _cuda_fixed_shape(device_type: str, dtype: torch.dtype, compiling: bool,
@@ -159,15 +164,15 @@ def fused_grouped_gemm(device: torch.device, dtype: torch.dtype) -> bool:
 def layer_needs(option: str, experts: ExpertBank, x: torch.Tensor, dtype: torch.dtype,
                 compiling: bool) -> DispatchNeeds:
     """The needs of a call of a layer configured with `option` on its `experts` with tokens `x`. The cached
-    questions to the device (`fused_grouped_gemm`, `kernels.available`) are asked only outside torch.compile,
-    whose rules do not read them."""
+    question to the device `fused_grouped_gemm` is asked only outside torch.compile, whose rules do not read it;
+    `kernels.available` (whether triton imports) is a constant torch.compile reads under a guard."""
     grad, twice = torch.is_grad_enabled(), SCOPE.twice_differentiable
     if not isinstance(experts, Experts):
         return DispatchNeeds(option, ffn_experts=False, grad=grad, twice_differentiable=twice)
     return DispatchNeeds(option, activation=experts.activation, grad=grad, twice_differentiable=twice,
                          expert_dropout=experts.training and experts.drop.p > 0,
                          fused_grouped_gemm=not compiling and fused_grouped_gemm(x.device, dtype),
-                         triton=not compiling and x.device.type == "cuda" and kernels.available())
+                         triton=x.device.type == "cuda" and kernels.available())
 
 
 def sorted_dispatch(x: torch.Tensor, expert_idx: torch.Tensor, gates: torch.Tensor, experts: ExpertBank,
@@ -249,8 +254,9 @@ def capacity_keep_mask(expert_idx: torch.Tensor, gates: torch.Tensor, num_expert
 def triton_dispatch(x: torch.Tensor, expert_idx: torch.Tensor, gates: torch.Tensor, experts: ExpertBank,
                     keep: torch.Tensor | None = None) -> torch.Tensor:
     """The "triton" path: `dgmoe.moe.kernels.expert_dispatch`, fp32 products in TF32 where torch's fp32 matmuls
-    may use it (`dgmoe.devices.tf32_matmuls`, switched on by `--precision tf32`)."""
-    return kernels.expert_dispatch(x, expert_idx, gates, experts, keep, allow_tf32=tf32_matmuls())
+    may use it (`dgmoe.devices.tf32_matmuls`, switched on by `--precision tf32`), read by the kernels' operators
+    when they run (torch.compile cannot trace the switch)."""
+    return kernels.expert_dispatch(x, expert_idx, gates, experts, keep, allow_tf32=None)
 
 
 PATHS: dict[DispatchPath, Dispatch] = {"sync_free": sync_free_dispatch, "triton": triton_dispatch,

@@ -46,7 +46,9 @@ def routing_context(r: torch.Tensor | None) -> Iterator[None]:
 def fused_router_applies(device_type: str, compiling: bool, config: MoEConfig) -> bool:
     """Whether the gate runs the fused Triton router (`dgmoe.moe.kernels.fused_route`): eager on CUDA with triton
     installed, for token routing with the paper's load loss and k <= 8 (the official code's 'tutel' and MoA's
-    variants, image routing and torch.compile keep the torch ops)."""
+    variants and image routing keep the torch ops). Compiled calls keep them too, which the compiler fuses into a
+    few kernels of its own: the fused router's custom operators are captured without a graph break, but no GPU
+    has timed the two against each other (docs/benchmarks.md, section 12)."""
     return (device_type == "cuda" and not compiling and config.routing == "token" and config.load_loss == "paper"
             and config.top_k <= min(config.num_experts, 8) and kernels.available())
 

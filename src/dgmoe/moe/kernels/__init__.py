@@ -6,28 +6,40 @@
 - `fused_route` (`dgmoe.moe.kernels.router`): noise, softmax, top-k, renormalisation and the balance terms'
   importance and load sums in one kernel per direction, after the router's projection.
 
+Both are custom operators (`torch.library.custom_op`) that torch.compile captures in its graph; the experts'
+tiles are autotuned per shape on a GPU (`dgmoe.moe.kernels.tiles`).
+
 `available()` says whether triton imports here; a machine without it keeps the torch paths. On the CPU the
 kernels run under Triton's interpreter (`TRITON_INTERPRET=1`, set before triton is imported): that is how
 tests/moe/kernels checks them against the mask oracle and `MoEMlp.route`.
 """
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 #: the expert activations the kernels fuse into the first GEMM's epilogue (`dgmoe.moe.experts.ACTIVATIONS`)
 FUSED_ACTIVATIONS: tuple[str, ...] = ("gelu", "quick_gelu")
 
 
-@functools.cache
-def available() -> bool:
-    """True when triton (>= 3.2) imports."""
+#: the answer of `available`, once asked (a plain list, not functools.cache: torch.compile reads it as a constant
+#: under a guard, where it would warn about a cache wrapper)
+_AVAILABLE: list[bool] = []
+
+
+def _triton_imports() -> bool:
     try:
         import triton
     except Exception:  # noqa: BLE001 - a broken install is as unavailable as a missing one
         return False
     major, minor = (int(p) for p in triton.__version__.split(".")[:2])
     return (major, minor) >= (3, 2)
+
+
+def available() -> bool:
+    """True when triton (>= 3.2) imports (asked once per process)."""
+    if not _AVAILABLE:
+        _AVAILABLE.append(_triton_imports())
+    return _AVAILABLE[0]
 
 
 def require() -> None:

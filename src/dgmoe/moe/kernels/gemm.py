@@ -13,7 +13,8 @@ output row (the un-permuted (token, choice) slot: the GEMM-scatter).
 `grouped_weight_grad` computes dW_e = L_e^T R_e and optionally db_e = sum of L_e's rows, over expert e's
 segment of sorted rows, with L and R optionally gathered by the token index, L scaled per row and R passed
 through the activation as it is loaded (so the backward needs the pre-activation only): one program
-per (expert, BP x BQ tile), the loop over the segment's rows bounded by the device offsets. Both accumulate in
+per (expert, BP x BQ tile), the loop over the segment's rows bounded by the device offsets (`num_rows`, the
+T*k assignments, is not read: it keys the autotuned launch of `tiles.py`). Both accumulate in
 fp32; fp32 inputs multiply in IEEE fp32 unless `PRECISION` is "tf32". `UPCAST` converts 16-bit operands to
 fp32 before `tl.dot`: Triton's interpreter multiplies bf16 tiles as their raw uint16 bits (triton 3.9), and
 the product of two bf16 (or fp16) numbers is exact in fp32, so the upcast dot is the tensor-core dot's value
@@ -98,7 +99,7 @@ def grouped_rows(X, src_index, expert_sorted, W, bias, scale, Z, pre_out, out, o
 
 
 @triton.jit
-def grouped_weight_grad(L, R, row_index, scale, offsets, dW, db, P, Q,
+def grouped_weight_grad(L, R, row_index, scale, offsets, dW, db, P, Q, num_rows,
                         GATHER_L: tl.constexpr, GATHER_R: tl.constexpr, HAS_SCALE: tl.constexpr,
                         HAS_DB: tl.constexpr, ACT_R: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
                         BP: tl.constexpr, BQ: tl.constexpr, BR: tl.constexpr):
