@@ -49,8 +49,8 @@ def test_evaluation_splits_must_be_held_out(tmp_path):
     write_fmow(tmp_path)
     ds = get_dataset("FMoW", tmp_path, 4)
     assert check_test_envs(ds, [8, 5, 6, 7]) == [5, 6, 7, 8]
-    with pytest.raises(TestEnvError, match=r"7=val, 8=test are evaluation splits.*--test-envs 5 --test-envs 6 "
-                                           r"--test-envs 7 --test-envs 8 \(got \[5, 6\]"):
+    with pytest.raises(TestEnvError, match=r"7=val, 8=test are evaluation splits.*leave --test-envs out \(by default "
+                                           r"a run on FMoW holds out exactly its evaluation splits\) \(got \[5, 6\]"):
         check_test_envs(ds, [5, 6])
 
 
