@@ -5,15 +5,12 @@ swap) that leaves nothing a reader would take for data and is continued by the s
 from __future__ import annotations
 
 import hashlib
-import io
 import json
-import tarfile
-import zipfile
 from pathlib import Path
 
 import pytest
 from kill_points import kill_everywhere
-from loopback import Fault, Loopback
+from loopback import Fault, Loopback, tar_bytes, zip_bytes
 
 from dgmoe.data import install as install_mod
 from dgmoe.data.content import SOURCE_RECORD, fingerprint
@@ -21,24 +18,6 @@ from dgmoe.data.sources import Download, Part, Source
 
 PACS_FILES = {f"kfold/{d}/{c}/{i}.jpg": f"{d}-{c}-{i}".encode() * 50
               for d in ("art_painting", "cartoon", "photo", "sketch") for c in ("dog", "horse") for i in range(2)}
-
-
-def _zip(files: dict[str, bytes]) -> bytes:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as z:
-        for name, body in files.items():
-            z.writestr(name, body)
-    return buf.getvalue()
-
-
-def _targz(files: dict[str, bytes]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as t:
-        for name, body in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(body)
-            t.addfile(info, io.BytesIO(body))
-    return buf.getvalue()
 
 
 @pytest.fixture
@@ -52,7 +31,7 @@ def _declare(monkeypatch, *downloads: Download) -> None:
 
 
 def test_pacs_layout_zip_from_a_mirror_is_installed_checked_and_recorded(cli, server, tmp_path):
-    body = _zip(PACS_FILES)
+    body = zip_bytes(PACS_FILES)
     url = server.serve("PACS.zip", body)
     result = cli("data", "download", "PACS", "--data-dir", tmp_path / "DATA", "--mirror", url)
     assert result.exit_code == 0, result.output
@@ -91,8 +70,8 @@ def test_every_source_failing_lists_each_source_and_its_error(cli, server, tmp_p
 
 def test_a_checksum_mismatch_is_refused_naming_both_values_and_the_next_source_is_tried(cli, server, tmp_path,
                                                                                          monkeypatch):
-    good = _zip({"toy/a/x/1.jpg": b"good"})
-    bad_url = server.serve("bad.zip", _zip({"toy/a/x/1.jpg": b"evil"}))
+    good = zip_bytes({"toy/a/x/1.jpg": b"good"})
+    bad_url = server.serve("bad.zip", zip_bytes({"toy/a/x/1.jpg": b"evil"}))
     good_url = server.serve("good.zip", good)
     md5 = hashlib.md5(good).hexdigest()
     _declare(monkeypatch, Download("Toy", "toy", (), (
@@ -106,14 +85,14 @@ def test_a_checksum_mismatch_is_refused_naming_both_values_and_the_next_source_i
         Source("the original", "http", (Part(bad_url, "toy.zip", md5=md5, root="toy"),), "l"),)))
     failed = cli("data", "download", "Toy2", "--data-dir", tmp_path)
     assert failed.exit_code == 1 and md5 in failed.output, failed.output
-    assert hashlib.md5(_zip({"toy/a/x/1.jpg": b"evil"})).hexdigest() in failed.output
+    assert hashlib.md5(zip_bytes({"toy/a/x/1.jpg": b"evil"})).hexdigest() in failed.output
     assert not (tmp_path / "toy2").exists()
     kept = [p for p in (tmp_path / ".dgmoe-downloads" / "Toy2").rglob("*") if p.is_file()]
     assert kept and all(p.suffix in (".bad", ".rejected") for p in kept)
 
 
 def test_an_existing_folder_that_differs_is_refused_unless_force(cli, server, tmp_path):
-    url = server.serve("PACS.zip", _zip(PACS_FILES))
+    url = server.serve("PACS.zip", zip_bytes(PACS_FILES))
     mine = tmp_path / "PACS" / "photo" / "dog"
     mine.mkdir(parents=True)
     (mine / "own.jpg").write_bytes(b"mine")
@@ -130,7 +109,7 @@ def test_an_existing_folder_that_differs_is_refused_unless_force(cli, server, tm
 
 def test_archive_fetched_another_way_goes_through_the_same_checks(cli, tmp_path):
     archive = tmp_path / "PACS.zip"
-    archive.write_bytes(_zip(PACS_FILES))
+    archive.write_bytes(zip_bytes(PACS_FILES))
     result = cli("data", "download", "PACS", "--data-dir", tmp_path / "DATA", "--archive", archive)
     assert result.exit_code == 0, result.output
     record = json.loads((tmp_path / "DATA" / "PACS" / SOURCE_RECORD).read_text())
@@ -162,8 +141,9 @@ def test_terra_incognita_is_converted_as_domainbed_does(cli, server, tmp_path):
               "categories": [{"id": 1, "name": "bobcat"}, {"id": 2, "name": "car"}],
               "annotations": [{"image_id": "a", "category_id": 1}, {"image_id": "b", "category_id": 1},
                               {"image_id": "c", "category_id": 1}, {"image_id": "d", "category_id": 2}]}
-    server.serve("t/eccv_18_all_images_sm.tar.gz", _targz(images))
-    server.serve("t/caltech_camera_traps.json.zip", _zip({"caltech_images_20210113.json": json.dumps(labels).encode()}))
+    server.serve("t/eccv_18_all_images_sm.tar.gz", tar_bytes(images))
+    annotations = zip_bytes({"caltech_images_20210113.json": json.dumps(labels).encode()})
+    server.serve("t/caltech_camera_traps.json.zip", annotations)
     result = cli("data", "download", "TerraIncognita", "--data-dir", tmp_path, "--mirror", server.base + "/t/")
     assert result.exit_code == 0, result.output
     root = tmp_path / "terra_incognita"
@@ -173,7 +153,7 @@ def test_terra_incognita_is_converted_as_domainbed_does(cli, server, tmp_path):
 
 
 def test_a_kill_at_any_write_point_leaves_no_data_and_the_same_command_finishes(server, tmp_path, monkeypatch):
-    url = server.serve("PACS.zip", _zip(PACS_FILES))
+    url = server.serve("PACS.zip", zip_bytes(PACS_FILES))
     out = tmp_path / "DATA"
 
     def begin():
@@ -211,7 +191,7 @@ def test_plain_files_with_a_published_md5_each_and_a_wrong_archive_of_ones_own_i
     assert result.exit_code == 0, result.output
     assert {p.name: p.read_bytes() for p in (tmp_path / "digits" / "raw").iterdir()} == files
     mine = tmp_path / "mine.zip"
-    mine.write_bytes(_zip({"one/a/b/1.jpg": b"1"}))
+    mine.write_bytes(zip_bytes({"one/a/b/1.jpg": b"1"}))
     wrong = cli("data", "download", "One", "--data-dir", tmp_path, "--archive", mine)
     assert wrong.exit_code == 1 and "0" * 32 in wrong.output and hashlib.md5(mine.read_bytes()).hexdigest() in \
         wrong.output

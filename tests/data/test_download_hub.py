@@ -3,13 +3,11 @@ in for the Hub through HF_ENDPOINT (no test leaves 127.0.0.1)."""
 from __future__ import annotations
 
 import hashlib
-import io
 import json
-import tarfile
 
 import pytest
 import torch
-from loopback import Loopback
+from loopback import Loopback, tar_bytes
 from safetensors.torch import load_file, save
 
 from dgmoe.data import install as install_mod
@@ -28,18 +26,8 @@ def hub(monkeypatch):
         yield s
 
 
-def _targz(files: dict[str, bytes]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as t:
-        for name, body in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(body)
-            t.addfile(info, io.BytesIO(body))
-    return buf.getvalue()
-
-
 def test_a_hub_dataset_source_is_fetched_at_its_revision_and_unpacked(cli, hub, tmp_path, monkeypatch):
-    parts = {name: _targz({f"{name}/d/c/1.jpg": name.encode()}) for name in ("PACS", "VLCS")}
+    parts = {name: tar_bytes({f"{name}/d/c/1.jpg": name.encode()}) for name in ("PACS", "VLCS")}
     for name, body in parts.items():
         hub.serve_hub("someone/oop", f"hard/{name}.tar.gz", "main", body)
     monkeypatch.setattr(install_mod, "downloads", lambda: {"OOP": Download("OOP", "DomainBed_OOP/hard", (), (

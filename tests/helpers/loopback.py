@@ -194,20 +194,34 @@ def _handler(server: Loopback):
 # -- archive builders ------------------------------------------------------------------------------------------
 
 
-def make_zip(path: Path, files: dict[str, bytes]) -> Path:
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+def zip_bytes(files: dict[str, bytes]) -> bytes:
+    """A zip archive of `files` (name -> body), as bytes to serve."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
         for name, data in files.items():
             z.writestr(name, data)
-    return path
+    return buf.getvalue()
 
 
-def make_tar(path: Path, files: dict[str, bytes], mode: str = "w:gz") -> Path:
-    with tarfile.open(path, mode) as t:
+def tar_bytes(files: dict[str, bytes], mode: str = "w:gz") -> bytes:
+    """A tar archive (gzipped by default) of `files` (name -> body), as bytes to serve."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode=mode) as t:
         for name, data in files.items():
             info = tarfile.TarInfo(name)
             info.size = len(data)
             info.mode = 0o644
             t.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def make_zip(path: Path, files: dict[str, bytes]) -> Path:
+    path.write_bytes(zip_bytes(files))
+    return path
+
+
+def make_tar(path: Path, files: dict[str, bytes], mode: str = "w:gz") -> Path:
+    path.write_bytes(tar_bytes(files, mode))
     return path
 
 
