@@ -12,6 +12,7 @@ Before each run trains, a line says which of the models it is, in what order, an
 """
 from __future__ import annotations
 
+import statistics
 import sys
 from pathlib import Path
 from typing import Callable, Sequence
@@ -55,6 +56,42 @@ def quickstart(output_dir: str | Path = _DEFAULT.output_dir, dataset: str = _DEF
         result = train(cfg)
         rows.append(summarize(result.records, held_out, model, run_seconds(result.records)))
     return rows
+
+
+def quickstart_seeds(output_dir: str | Path, seeds: Sequence[int], say: Callable[[str], None] = _stderr,
+                     **kw) -> list[dict]:
+    """`quickstart` once per seed, each into `<output_dir>/seed<S>` (its runs in `seed<S>/<model>`), announcing
+    each seed with `say`; the rows of every seed, each with its `seed`, in seed order. `kw`: `quickstart`'s
+    other settings."""
+    rows = []
+    for k, seed in enumerate(seeds, 1):
+        folder = Path(output_dir) / f"seed{seed}"
+        say(f"seed {seed} ({k} of {len(seeds)}): {folder}")
+        rows += [{"seed": seed, **row} for row in quickstart(folder, seed=seed, say=say, **kw)]
+    return rows
+
+
+def spread(rows: Sequence[dict]) -> list[dict]:
+    """Per model, in first-seen order: the seeds and each accuracy's mean and sample standard deviation over
+    them (`<key> sd`: 0 for one seed), and per seed the out-of-domain lead of each model over the first
+    (`ood lead`, in the first model's row 0)."""
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    first = {r["seed"]: r["out-of-domain acc"] for r in rows if r["model"] == models[0]}
+    out = []
+    for model in models:
+        mine = [r for r in rows if r["model"] == model]
+        row: dict = {"model": model, "seeds": [r["seed"] for r in mine]}
+        for key in ("in-domain acc", "out-of-domain acc"):
+            values = [r[key] for r in mine]
+            row[key], row[f"{key} sd"] = statistics.fmean(values), _sd(values)
+        leads = [r["out-of-domain acc"] - first[r["seed"]] for r in mine if r["seed"] in first]
+        row["ood lead"], row["ood lead sd"], row["ood leads"] = statistics.fmean(leads), _sd(leads), leads
+        out.append(row)
+    return out
+
+
+def _sd(values: Sequence[float]) -> float:
+    return statistics.stdev(values) if len(values) > 1 else 0.0
 
 
 def run_seconds(records: Sequence[dict]) -> float:
