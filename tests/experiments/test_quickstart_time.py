@@ -20,7 +20,6 @@ def test_run_seconds_of_a_zero_step_run_is_its_evaluation():
     assert qs.run_seconds([{"step": 0, "eval_time": 0.25}]) == 0.25
 
 
-@pytest.mark.slow  # trains one 2-step run (about 20 CPU-s)
 def test_a_finished_run_reports_the_time_it_took_not_zero(tmp_path):
     kw = dict(steps=2, checkpoint_freq=1, models=("vit_micro_patch7_28",), say=lambda line: None)
     start = time.perf_counter()
