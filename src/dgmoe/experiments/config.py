@@ -120,6 +120,9 @@ class QuickstartConfig(Settings):
     test_env: int | None = setting(None, "Old spelling of --test-envs.", hidden=True, minimum=0)
     steps: int = setting(300, "Training steps of each run.", minimum=1)
     seed: int = setting(0, "Seed of both runs.", minimum=0)
+    seeds: tuple[int, ...] = setting((), "Several seeds instead of --seed (e.g. --seeds 0,1,2): both models "
+                                         "trained once per seed into <output-dir>/seed<S>/<model>, and each "
+                                         "accuracy printed as mean ± sd over the seeds.", minimum=0)
     eval_sample: int = setting(500, "Images per split (in, out) of every domain that the intermediate checkpoints "
                                     "evaluate, a fixed seeded sample (`dgmoe train --eval-sample`); the last "
                                     "checkpoint evaluates every image.", minimum=1)

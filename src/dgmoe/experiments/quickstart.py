@@ -2,7 +2,8 @@
 
 Both runs leave a domain out, are normal run folders (results.jsonl, config.json, weights, done) and
 are reported side by side: in-domain accuracy (the held-out 20% of the training domains) and
-out-of-domain accuracy (the left-out domain), each at the checkpoint chosen by training-domain validation.
+out-of-domain accuracy (the left-out domain), each at the checkpoint chosen by training-domain validation,
+and the run's time as its records account for it (`run_seconds`: the same for a run finished earlier or resumed).
 The intermediate checkpoints evaluate a fixed, seeded sample of `eval_sample` images per split of every domain
 (`dgmoe train --eval-sample`: the same images at every checkpoint), the last one every image: DomainBed's full
 evaluation of all 30,000 RotatedMNIST images at each of the seven checkpoints took most of a run's time.
@@ -11,8 +12,8 @@ Before each run trains, a line says which of the models it is, in what order, an
 """
 from __future__ import annotations
 
+import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -52,10 +53,57 @@ def quickstart(output_dir: str | Path = _DEFAULT.output_dir, dataset: str = _DEF
         cfg = RunConfig.from_flat(dataset=dataset, test_envs=held_out, model=model, algorithm="ERM",
                           output_dir=str(Path(output_dir) / model), steps=steps, checkpoint_freq=checkpoint_freq,
                           seed=seed, num_threads=num_threads, progress="lines", eval_sample=eval_sample)
-        start = time.perf_counter()
         result = train(cfg)
-        rows.append(summarize(result.records, held_out, model, time.perf_counter() - start))
+        rows.append(summarize(result.records, held_out, model, run_seconds(result.records)))
     return rows
+
+
+def quickstart_seeds(output_dir: str | Path, seeds: Sequence[int], say: Callable[[str], None] = _stderr,
+                     **kw) -> list[dict]:
+    """`quickstart` once per seed, each into `<output_dir>/seed<S>` (its runs in `seed<S>/<model>`), announcing
+    each seed with `say`; the rows of every seed, each with its `seed`, in seed order. `kw`: `quickstart`'s
+    other settings."""
+    rows = []
+    for k, seed in enumerate(seeds, 1):
+        folder = Path(output_dir) / f"seed{seed}"
+        say(f"seed {seed} ({k} of {len(seeds)}): {folder}")
+        rows += [{"seed": seed, **row} for row in quickstart(folder, seed=seed, say=say, **kw)]
+    return rows
+
+
+def spread(rows: Sequence[dict]) -> list[dict]:
+    """Per model, in first-seen order: the seeds and each accuracy's mean and sample standard deviation over
+    them (`<key> sd`: 0 for one seed), and per seed the out-of-domain lead of each model over the first
+    (`ood lead`, in the first model's row 0)."""
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    first = {r["seed"]: r["out-of-domain acc"] for r in rows if r["model"] == models[0]}
+    out = []
+    for model in models:
+        mine = [r for r in rows if r["model"] == model]
+        row: dict = {"model": model, "seeds": [r["seed"] for r in mine]}
+        for key in ("in-domain acc", "out-of-domain acc"):
+            values = [r[key] for r in mine]
+            row[key], row[f"{key} sd"] = statistics.fmean(values), _sd(values)
+        leads = [r["out-of-domain acc"] - first[r["seed"]] for r in mine if r["seed"] in first]
+        row["ood lead"], row["ood lead sd"], row["ood leads"] = statistics.fmean(leads), _sd(leads), leads
+        out.append(row)
+    return out
+
+
+def _sd(values: Sequence[float]) -> float:
+    return statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def run_seconds(records: Sequence[dict]) -> float:
+    """The seconds a run's records account for: its training steps (each record's mean `step_time` times the
+    steps since the record before it) and its evaluations (`eval_time`), summed over every segment of a resumed
+    run, so a run finished earlier, or killed and resumed, reports the time it took, not the time of the call
+    that found it finished. Reading the data and building the model before the first step are not counted."""
+    seconds, previous = 0.0, -1
+    for record in records:
+        seconds += record.get("step_time", 0.0) * (record["step"] - previous) + record.get("eval_time", 0.0)
+        previous = record["step"]
+    return seconds
 
 
 def summarize(records: list[dict], test_envs: Sequence[int], model: str, seconds: float) -> dict:
