@@ -13,10 +13,11 @@ from safetensors.torch import load_file, save_file
 from dgmoe.atomic import SAFETENSORS_TEMP, remove_stale_temporaries, save_safetensors_atomic, stale_temporaries
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "dgmoe"
-#: the writes that are not whole files: logs that grow line by line, a job's claim created exclusively, and a
-#: download's `.part`, which grows as its bytes arrive (resumable) and is renamed into place once its checksum matched
+#: the writes that are not whole files: logs that grow line by line, a job's claim created exclusively, a
+#: download's `.part`, which grows as its bytes arrive (resumable) and is renamed into place once its checksum
+#: matched, and an install's renames (a rejected archive moved aside, a staged folder's entries moved into place)
 APPENDED = {("engine/runlog.py", "open"), ("sweep/runner.py", "open"), ("sweep/state.py", "fdopen"),
-            ("data/fetch.py", "open"), ("data/fetch.py", "replace")}
+            ("data/fetch.py", "open"), ("data/fetch.py", "replace"), ("data/install.py", "replace")}
 #: where a write may go: the temporary file of `atomic_path`, or bytes in memory that the atomic writer then writes
 TARGETS = {"tmp", "buffer", "buf"}
 TENSORS = {"w": torch.arange(50_000, dtype=torch.float32).reshape(100, 500), "b": torch.ones(7)}

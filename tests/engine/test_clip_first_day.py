@@ -172,7 +172,7 @@ OPEN_CLIP_B16 = "open_clip.create_model_and_transforms('ViT-B-16', pretrained='o
     (["--model", "gmoe_base_patch16_clip_224", "--pretrained", "/nonexistent/clip.pth"], "laion2b_s34b_b88k"),
     (["--model", "vit_small_patch14_dinov2.lvd142m"], "torch.hub.load('facebookresearch/dinov2', 'dinov2_vits14')"),
     (["--model", "vit_micro_patch7_clip_28", "--pretrained", "micro"], "none exist for this test-sized stand-in"),
-    (["--model", "deit_small_patch16_224.fb_in1k"], "timm.create_model('deit_small_patch16_224'"),  # a DeiT: timm's
+    (["--model", "deit_small_patch16_224.fb_in1k"], "`dgmoe weights get NAME --to DIR` (e.g. deit_small_patch16_224"),
 ])
 def test_a_refused_weights_source_gives_the_recipe_of_the_model_asked_for(argv, says, cli, tmp_path):
     result = cli("train", "--dataset", "Debug28", "--progress", "none", "--output-dir", str(tmp_path / "run"), *argv)

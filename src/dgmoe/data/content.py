@@ -19,6 +19,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Callable, Iterator, Mapping
 
+from dgmoe.atomic import write_bytes_atomic
+
 #: what `dgmoe data download` writes into the dataset folder it installs; never part of the fingerprint
 SOURCE_RECORD = ".dgmoe-source.json"
 BLOCK = 2**20
@@ -96,8 +98,7 @@ def fingerprint(root: str | Path, progress: bool | None = False,
 def write_per_file(path: str | Path, found: Fingerprint) -> None:
     """Write `found`'s per-file digests as the gzipped JSON a `PER_FILE` resource holds (mtime 0: reproducible)."""
     data = json.dumps(dict(found.files), sort_keys=True, separators=(",", ":")).encode()
-    with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as f:
-        f.write(data)
+    write_bytes_atomic(path, gzip.compress(data, mtime=0))
 
 
 def read_per_file(resource: str) -> dict[str, str]:
