@@ -15,6 +15,7 @@ import hashlib
 import os
 import re
 import shutil
+import time
 from pathlib import Path
 
 from dgmoe.data.fetch import (
@@ -105,17 +106,40 @@ def download_drive(file_id: str, dest: Path, *, size: int | None = None, md5: st
     return dest
 
 
+#: attempts at a Hub file whose transfer broke off (huggingface_hub resumes its `.incomplete` file each time)
+HUB_ATTEMPTS = 4
+#: the HTTP clients huggingface_hub versions use: their transport errors (a body cut short, a reset) are retried
+_CLIENTS = ("httpx", "httpcore", "h11", "requests", "urllib3")
+
+
+def _broke_off(error: BaseException) -> bool:
+    """A transfer that broke off (retried), not an answer of the Hub's (a status, a refusal: not retried)."""
+    if _status(error) is not None:
+        return False
+    return isinstance(error, (ConnectionError, TimeoutError)) or type(error).__module__.split(".")[0] in _CLIENTS
+
+
 def _hub_file(hub, repo_id: str, filename: str, revision: str, repo_type: str, staging: Path,
-              endpoint: str | None, token: str | bool | None, show: bool) -> Path:
-    """The file huggingface_hub downloaded into `staging` (a link into its cache, as old versions make, resolved)."""
+              endpoint: str | None, token: str | bool | None, show: bool, sleep=time.sleep) -> Path:
+    """The file huggingface_hub downloaded into `staging` (a link into its cache, as old versions make, resolved);
+    a transfer that broke off is resumed, up to `HUB_ATTEMPTS` times, whichever HTTP client the installed
+    huggingface_hub uses."""
     from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
 
     was_disabled = are_progress_bars_disabled()
     if not show:
         disable_progress_bars()
     try:
-        path = hub.hf_hub_download(repo_id, filename, repo_type=repo_type, revision=revision, local_dir=staging,
-                                   cache_dir=staging / ".cache", endpoint=endpoint, token=token)
+        for attempt in range(HUB_ATTEMPTS):
+            try:
+                path = hub.hf_hub_download(repo_id, filename, repo_type=repo_type, revision=revision,
+                                           local_dir=staging, cache_dir=staging / ".cache", endpoint=endpoint,
+                                           token=token)
+                break
+            except Exception as e:  # noqa: BLE001 -- sorted by `_broke_off`; anything else goes on as it was
+                if not _broke_off(e) or attempt == HUB_ATTEMPTS - 1:
+                    raise OSError(f"{type(e).__name__}: {_first_line(e)}") if _broke_off(e) else e
+                sleep(min(0.5 * 2**attempt, 4.0))
     finally:
         if not show and not was_disabled:
             enable_progress_bars()
