@@ -3,21 +3,13 @@ dgmoe's own selection and table code) and their difference, one table per datase
 import json
 
 from recipe_sweep import write_run
+from recipe_tables import comparison_row
 
 from dgmoe.data.catalogue import get_spec
 
 PACS = get_spec("PACS").domains
 DOMAINNET = get_spec("DomainNet").domains
 FMOW = get_spec("FMoW").domains
-
-
-def _row(output: str, table: str, label: str) -> dict[str, str]:
-    """The cells of `label`'s line in the table titled `table`, by column header."""
-    lines = output.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("### ") and line[4:].startswith(table))
-    header = next(line for line in lines[start:] if line.startswith("| Row"))
-    row = next(line for line in lines[start:] if line.startswith(f"| {label} "))
-    return dict(zip([c.strip() for c in header.split("|")], [c.strip() for c in row.split("|")]))
 
 
 def test_domainbed_table_paper_vs_obtained(cli, tmp_path):
@@ -29,13 +21,13 @@ def test_domainbed_table_paper_vs_obtained(cli, tmp_path):
     write_run(part / "vit_0_0", "PACS", PACS, "ERM", "vit_small_patch16_224", [0], {0: 0.80})
     result = cli("results", tmp_path / "t1", "--recipe", "gmoe-table1")
     assert result.exit_code == 0, result.output
-    gmoe = _row(result.output, "PACS", "GMoE-S/16")
+    gmoe = comparison_row(result.output, "PACS", "GMoE-S/16")
     # trial averages 87, 88, 89: mean 88.0, SE std/sqrt(3) = 0.47; GMoE Table 1 prints 88.1 +/- 0.1
     assert gmoe == {"": "", "Row": "GMoE-S/16", "paper": "88.1 +/- 0.1", "obtained": "88.0 +/- 0.5", "diff": "-0.1"}
-    vit = _row(result.output, "PACS", "ERM (ViT-S/16)")
+    vit = comparison_row(result.output, "PACS", "ERM (ViT-S/16)")
     assert (vit["paper"], vit["obtained"], vit["diff"]) == ("86.2 +/- 0.1", "80.0 +/- 0.0", "-6.2")
-    assert _row(result.output, "PACS", "MIRO *")["obtained"] == "X"  # not run yet
-    assert _row(result.output, "VLCS", "GMoE-S/16")["obtained"] == "X"
+    assert comparison_row(result.output, "PACS", "MIRO *")["obtained"] == "X"  # not run yet
+    assert comparison_row(result.output, "VLCS", "GMoE-S/16")["obtained"] == "X"
     assert "training-domain validation" in result.output
     assert (tmp_path / "t1" / "results_recipe.md").read_text() in result.output
 
@@ -51,11 +43,11 @@ def test_leave_one_domain_out_column(cli, tmp_path):
                       [env, other], {env: 0.48, other: 0.5})
     result = cli("results", tmp_path / "t9", "--recipe", "gmoe-table9", "--no-save")
     assert result.exit_code == 0, result.output
-    cells = _row(result.output, "DomainNet", "GMoE-S/16 (15K)")
+    cells = comparison_row(result.output, "DomainNet", "GMoE-S/16 (15K)")
     assert (cells["avg: paper"], cells["avg: obtained"], cells["avg: diff"]) == ("48.7 +/- 0.2", "48.0 +/- 0.0",
                                                                                 "-0.7")
     assert (cells["avg (lodo): paper"], cells["avg (lodo): obtained"]) == ("48.4 +/- 0.3", "48.0 +/- 0.0")
-    assert _row(result.output, "DomainNet", "GMoE-S/16 (5K)")["avg: obtained"] == "X"  # another part
+    assert comparison_row(result.output, "DomainNet", "GMoE-S/16 (5K)")["avg: obtained"] == "X"  # another part
     assert not (tmp_path / "t9" / "results_recipe.md").exists()
 
 
@@ -69,12 +61,12 @@ def test_single_source_table_with_improvements(cli, tmp_path):
               {**{e: 0.45 for e in held_out}, painting: 0.69})
     result = cli("results", tmp_path / "t3", "--recipe", "gmoe-table3", "--no-save")
     assert result.exit_code == 0, result.output
-    gmoe = _row(result.output, "DomainNet: trained on painting", "GMoE-S/16")
+    gmoe = comparison_row(result.output, "DomainNet: trained on painting", "GMoE-S/16")
     assert (gmoe["clipart: paper"], gmoe["clipart: obtained"], gmoe["clipart: diff"]) == ("43.5", "45.0", "+1.5")
     assert (gmoe["painting: paper"], gmoe["painting: obtained"]) == ("69.3", "69.0")  # IID: painting's out split
     assert (gmoe["IID Imp.: paper"], gmoe["IID Imp.: obtained"]) == ("10.5", "15.0")  # (69 - 60) / 60
     assert (gmoe["OOD Imp.: paper"], gmoe["OOD Imp.: obtained"]) == ("42.3", "50.0")  # (45 - 30) / 30
-    assert _row(result.output, "DomainNet: trained on painting", "ViT-S/16")["clipart: obtained"] == "X"
+    assert comparison_row(result.output, "DomainNet: trained on painting", "ViT-S/16")["clipart: obtained"] == "X"
 
 
 def test_wilds_table_worst_group_selection(cli, tmp_path):
@@ -84,11 +76,11 @@ def test_wilds_table_worst_group_selection(cli, tmp_path):
     assert test == 8
     result = cli("results", tmp_path / "t1a", "--recipe", "moge-table1a", "--no-save")
     assert result.exit_code == 0, result.output
-    moge = _row(result.output, "FMoW", "MoGE")
+    moge = comparison_row(result.output, "FMoW", "MoGE")
     assert (moge["test acc_worst_group: paper"], moge["test acc_worst_group: obtained"],
             moge["test acc_worst_group: diff"]) == ("40.56 +/- 2.35", "41.00 +/- 0.00", "+0.44")  # as printed
     assert (moge["test acc_avg: paper"], moge["test acc_avg: obtained"]) == ("54.98 +/- 0.38", "55.00 +/- 0.00")
-    se_row = _row(result.output, "FMoW", "MoGE-SE")
+    se_row = comparison_row(result.output, "FMoW", "MoGE-SE")
     assert se_row["test acc_worst_group: obtained"] == "not run"
     assert "Not run by dgmoe: Per Region Models:" in result.output
 
@@ -101,9 +93,9 @@ def test_cost_table_as_ratios(cli, tmp_path):
         "ERM": {"step_time_s": 0.5, "memory_gb": 10.0}, "Fish": {"step_time_s": 1.5, "memory_gb": 4.0}}}))
     result = cli("results", out, "--recipe", "sfmoe-table4", "--no-save")
     assert result.exit_code == 0, result.output
-    fish = _row(result.output, "Table 4", "Fish")
+    fish = comparison_row(result.output, "Table 4", "Fish")
     assert (fish["step time / ERM: paper"], fish["step time / ERM: obtained"]) == ("2.64", "3.00")  # 1.56 / 0.59
-    assert _row(result.output, "Table 4", "SWAD")["memory / ERM: obtained"] == "X"
+    assert comparison_row(result.output, "Table 4", "SWAD")["memory / ERM: obtained"] == "X"
 
 
 def test_recipe_results_refuse_other_options_and_other_recipes(cli, tmp_path):
@@ -120,10 +112,10 @@ def test_wilds_f1_printed_as_a_fraction(cli, tmp_path):
               wilds={"acc_avg": 0.7, "acc_worst_group": 0.1, "f1_macro": 0.47}, val_env=domains.index("val"))
     result = cli("results", tmp_path / "t1c", "--recipe", "moge-table1c", "--no-save")
     assert result.exit_code == 0, result.output
-    erm = _row(result.output, "iWildCam", "ERM")
+    erm = comparison_row(result.output, "iWildCam", "ERM")
     assert (erm["id_test f1_macro: paper"], erm["id_test f1_macro: obtained"], erm["id_test f1_macro: diff"]) == (
         "0.473", "0.470 +/- 0.000", "-0.003")
-    assert _row(result.output, "iWildCam", "GroupDRO")["test f1_macro: obtained"] == "not run"
+    assert comparison_row(result.output, "iWildCam", "GroupDRO")["test f1_macro: obtained"] == "not run"
 
 
 def test_foundation_table_beside_dgmoe_baselines_and_quoted_rows(cli, tmp_path):
@@ -135,11 +127,11 @@ def test_foundation_table_beside_dgmoe_baselines_and_quoted_rows(cli, tmp_path):
         write_run(tmp_path / "f" / "clip-linear" / f"l{env}", "PACS", PACS, "ERM", clip, [env], {env: 0.90})
     result = cli("results", tmp_path / "f", "--recipe", "foundation-domainbed", "--no-save")
     assert result.exit_code == 0, result.output
-    adapter = _row(result.output, "PACS", "CLIP-Adapter (ViT-B/16) *")
+    adapter = comparison_row(result.output, "PACS", "CLIP-Adapter (ViT-B/16) *")
     assert (adapter["paper"], adapter["obtained"], adapter["diff"]) == ("96.4", "95.0 +/- 0.0", "-1.4")
-    linear = _row(result.output, "PACS", "linear probe (CLIP ViT-B/16) +")
+    linear = comparison_row(result.output, "PACS", "linear probe (CLIP ViT-B/16) +")
     assert (linear["paper"], linear["obtained"], linear["diff"]) == ("-", "90.0 +/- 0.0", "")
-    assert _row(result.output, "PACS", "full fine-tune (DINOv2 ViT-B/14) +")["obtained"] == "X"
-    assert _row(result.output, "PACS", "zero-shot CLIP (ViT-B/16) *")["obtained"] == "not run"
-    assert _row(result.output, "VLCS", "MoA (OpenCLIP ViT-B/16) *")["paper"] == "83.1 +/- 0.3"
+    assert comparison_row(result.output, "PACS", "full fine-tune (DINOv2 ViT-B/14) +")["obtained"] == "X"
+    assert comparison_row(result.output, "PACS", "zero-shot CLIP (ViT-B/16) *")["obtained"] == "not run"
+    assert comparison_row(result.output, "VLCS", "MoA (OpenCLIP ViT-B/16) *")["paper"] == "83.1 +/- 0.3"
     assert "+: a row dgmoe adds" in result.output and "text tower" in result.output

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 from recipe_sweep import write_run
+from recipe_tables import comparison_row
 
 from dgmoe.data.catalogue import get_spec
 from dgmoe.recipes import get_recipe, sources
@@ -101,29 +102,21 @@ def _zero_shot_runs(part: Path, in_acc: float, out_acc: float) -> None:
             (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
 
 
-def _row(output: str, table: str, label: str) -> dict[str, str]:
-    lines = output.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("### ") and line[4:].startswith(table))
-    header = next(line for line in lines[start:] if line.startswith("| Row"))
-    row = next(line for line in lines[start:] if line.startswith(f"| {label} "))
-    return dict(zip([c.strip() for c in header.split("|")], [c.strip() for c in row.split("|")]))
-
-
 def test_clipood_rows_compare_on_out_and_dpl_s_on_in(cli, tmp_path):
     """One zero-shot sweep, two published rows: CLIPood's reads the held-out domains' out accuracy (80%), DPL's
     the in accuracy (90%), and each table row says which split and which source."""
     _zero_shot_runs(tmp_path / "zero-shot", in_acc=0.90, out_acc=0.80)
     result = cli("results", tmp_path, "--recipe", "clip-robust-domainbed", "--no-save")
     assert result.exit_code == 0, result.output
-    clipood = _row(result.output, "PACS", "zero-shot CLIP (ViT-B/16), CLIPood's")
+    clipood = comparison_row(result.output, "PACS", "zero-shot CLIP (ViT-B/16), CLIPood's")
     assert (clipood["test split"], clipood["paper"], clipood["obtained"], clipood["diff"]) == (
         "out", "96.2", "80.0 +/- 0.0", "-16.2")
     assert "quoted in SBGen Table 1" in clipood["source"]
-    dpl = _row(result.output, "PACS", "zero-shot CLIP (ViT-B/16), DPL's")
+    dpl = comparison_row(result.output, "PACS", "zero-shot CLIP (ViT-B/16), DPL's")
     assert (dpl["test split"], dpl["paper"], dpl["obtained"], dpl["diff"]) == ("in", "96.1", "90.0 +/- 0.0", "-6.1")
     assert "(primary)" in dpl["source"]
     # the mean over the datasets needs every dataset's average: X until the other four are run
-    assert _row(result.output, ACROSS, "zero-shot CLIP (ViT-B/16), CLIPood's")["obtained"] == "X"
+    assert comparison_row(result.output, ACROSS, "zero-shot CLIP (ViT-B/16), CLIPood's")["obtained"] == "X"
     assert "out = each held-out domain's 'out' split (20% of its images, CLIPood's test split)" in result.output
 
 
@@ -176,11 +169,11 @@ def test_wise_ft_rows_compare_the_soups_at_alpha_half_and_each_column_s_best_alp
         (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
     result = cli("results", tmp_path, "--recipe", "clip-robust-domainbed", "--no-save")
     assert result.exit_code == 0, result.output
-    half = _row(result.output, "ImageNetShifts", "WiSE-FT alpha=0.5, ImageNet -> shifts")
+    half = comparison_row(result.output, "ImageNetShifts", "WiSE-FT alpha=0.5, ImageNet -> shifts")
     assert (half["ImageNet-val: obtained"], half["ImageNet-R: obtained"], half["Avg shifts: obtained"]) == (
         "75.0 +/- 0.0", "55.0 +/- 0.0", "55.0 +/- 0.0")
     assert (half["ImageNet-val: paper"], half["Avg shifts: paper"], half["test split"]) == ("81.7", "63.0", "all")
-    best = _row(result.output, "ImageNetShifts", "WiSE-FT optimal alpha per column, ImageNet -> shifts")
+    best = comparison_row(result.output, "ImageNetShifts", "WiSE-FT optimal alpha per column, ImageNet -> shifts")
     assert (best["ImageNet-val: obtained"], best["ObjectNet: obtained"], best["Avg shifts: diff"]) == (
         "80.0 +/- 0.0", "55.0 +/- 0.0", "-8.5")
     assert "23.7k images" in result.output  # FLYP's ObjectNet copy, said beside its comparison
