@@ -122,10 +122,11 @@ def test_redirects_are_followed_and_bounded(server, tmp_path):
 
 def test_a_stalled_connection_times_out_and_resumes(server, tmp_path):
     url = server.serve("pacs.zip", BODY, Fault(stall_at=400_000, stall=3.0))
-    start = time.monotonic()
     path, waits = _get(server, url, tmp_path / "pacs.zip", sha256=SHA, timeout=(1, 0.5))
-    assert path.read_bytes() == BODY and len(waits) == 1 and time.monotonic() - start < 4
-    assert [r for _, _, r in server.requests("pacs.zip")] == [None, "bytes=400000-"]
+    ranges = [r for _, _, r in server.requests("pacs.zip")]
+    # (a loaded machine may time out more than once: every retry resumes, none starts again from byte 0)
+    assert path.read_bytes() == BODY and len(waits) >= 1 and ranges[0] is None
+    assert "bytes=400000-" in ranges and all(r is not None for r in ranges[1:])
 
 
 def test_a_size_the_server_contradicts_is_refused_before_writing(server, tmp_path):
@@ -198,7 +199,7 @@ def test_sigkill_mid_download_then_the_same_call_continues(server, tmp_path):
             f"fetch.download({url!r}, pathlib.Path({str(dest)!r}))\n")
     child = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(SRC)})
     part = tmp_path / "pacs.zip.part"
-    deadline = time.monotonic() + 4.5
+    deadline = time.monotonic() + 60  # (left as soon as the bytes before the stall are written)
     while time.monotonic() < deadline and not (part.exists() and part.stat().st_size >= 500_000):
         time.sleep(0.02)
     os.kill(child.pid, signal.SIGKILL)
@@ -283,8 +284,10 @@ def test_an_untrusted_certificate_is_not_retried(tmp_path, monkeypatch):
 
 
 def test_the_server_serves_a_dict_and_stops_by_itself(tmp_path):
-    with Loopback({"a/b.bin": b"abc"}, lifetime=0.5) as server:
+    with Loopback({"a/b.bin": b"abc"}, lifetime=3) as server:
         assert _get(server, server.url("a/b.bin"), tmp_path / "b.bin")[0].read_bytes() == b"abc"
-        time.sleep(0.8)
+        deadline = time.monotonic() + 60
+        while not server._stop.is_set() and time.monotonic() < deadline:  # (stopped by its own timer)
+            time.sleep(0.05)
         with pytest.raises(SourceError, match="gave up"):  # nobody listens any more
             _get(server, server.url("a/b.bin"), tmp_path / "c.bin", retries=0, timeout=(0.5, 0.5))
