@@ -4,6 +4,7 @@ models' fp32/TF32 training steps held to zero host syncs."""
 import pytest
 import torch
 from click.testing import CliRunner
+from cuda_syncs import step_makes_no_sync
 
 from dgmoe.bench import models as bench_models_module
 from dgmoe.bench.config import ModelBenchConfig, SyncBenchConfig
@@ -86,17 +87,4 @@ def test_a_compiled_default_mode_step_trains_on_the_cpu():
 def test_fp32_and_tf32_train_steps_make_no_host_sync(name, precision):
     """The GPU user's default arithmetic: a whole model's training step (after a first) under
     `set_sync_debug_mode("error")`, which raises at any host synchronisation."""
-    from dgmoe.devices import fp32_arithmetic
-
-    cfg = ModelBenchConfig((name,), img_size=224, batch_size=8, device="cuda", precision=precision)
-    torch.manual_seed(0)
-    train_step, _ = _steps(_build(name, cfg), cfg)
-    with fp32_arithmetic(precision, "cuda"):
-        train_step()
-        torch.cuda.synchronize()
-        torch.cuda.set_sync_debug_mode("error")
-        try:
-            train_step()
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
-        torch.cuda.synchronize()
+    step_makes_no_sync(name, precision)

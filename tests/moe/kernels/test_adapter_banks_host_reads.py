@@ -7,6 +7,7 @@ loop) is caught reading its counts, so the check can fail."""
 import pytest
 import torch
 import torch.nn.functional as F
+from cuda_syncs import step_makes_no_sync
 from host_reads import HostReads
 from test_kernels_host_reads import HostAten
 from test_kernels_train_step_host_reads import _as_on_cuda
@@ -90,21 +91,4 @@ def test_the_check_catches_the_cpu_path_of_the_same_update(name):
 def test_on_a_gpu_an_adapter_expert_training_step_makes_no_host_sync(name, precision):
     """ViT-S/16 at 224 px with each kind of adapter experts: a training step (after a first) under
     `set_sync_debug_mode("error")`, which raises at any host synchronisation."""
-    from dgmoe.bench.config import ModelBenchConfig
-    from dgmoe.bench.models import _build, _steps
-    from dgmoe.devices import fp32_arithmetic
-
-    model = "vit_small_patch16_224"
-    cfg = ModelBenchConfig((model,), img_size=224, batch_size=8, device="cuda", precision=precision,
-                           model_kwargs={model: {"peft": MODELS[name][0]}})
-    torch.manual_seed(0)
-    train_step, _ = _steps(_build(model, cfg), cfg)
-    with fp32_arithmetic(precision, "cuda"):
-        train_step()
-        torch.cuda.synchronize()
-        torch.cuda.set_sync_debug_mode("error")
-        try:
-            train_step()
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
-        torch.cuda.synchronize()
+    step_makes_no_sync("vit_small_patch16_224", precision, {"peft": MODELS[name][0]})
