@@ -1,17 +1,13 @@
 """D3G and D3G_WRAP: the WRAP encoding, relation weights (fixed/learned mix, own head left out in training,
 the test-time mix), the consistency loss, unseen domains, errors, 2 processes = 1, and `dgmoe train`."""
 import copy
-import datetime
 import json
 import math
-import os
-import socket
 
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn.functional as F
+from helpers.two_processes import run_on_two_processes
 
 from dgmoe.algorithms import get_algorithm
 from dgmoe.algorithms.d3g import relation_mix
@@ -269,24 +265,12 @@ def _steps(name, rank, world):
         return records, alg.predict(test.x, test.meta), alg.head_seen.clone()
 
 
-def _worker(rank, world, port, out):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=120))
-    try:
-        result = {name: _steps(name, rank, world) for name in ("D3G", "D3G_WRAP")}
-        if rank == 0:
-            torch.save(result, out)
-    finally:
-        dist.destroy_process_group()
+def _both_algorithms(rank, world):
+    return {name: _steps(name, rank, world) for name in ("D3G", "D3G_WRAP")}
 
 
 def test_two_processes_equal_one_with_heads_per_group(tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(_worker, args=(2, port, str(tmp_path / "two.pt")), nprocs=2, join=True)
-    two = torch.load(tmp_path / "two.pt", weights_only=True)
+    two = run_on_two_processes(_both_algorithms, tmp_path)
     for name in ("D3G", "D3G_WRAP"):
         records, logits, seen = _steps(name, 0, 1)
         assert seen.tolist() == two[name][2].tolist() == [True, True, True, False]

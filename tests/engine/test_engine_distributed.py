@@ -4,19 +4,16 @@ Two levels: (1) every algorithm on a tiny GMoE with stochastic depth 0.1 and gat
 spawned processes on shards of the same minibatches, against the same steps in this process; (2) the whole
 engine under torchrun (`dgmoe train`) for GMoE, records and weights against a one-process run.
 """
-import datetime
 import json
 import math
 import os
-import socket
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
+from helpers.two_processes import run_on_two_processes
 from safetensors.torch import load_file
 
 from dgmoe.algorithms import get_algorithm, list_algorithms
@@ -121,29 +118,13 @@ def run_steps(name, info):
     return records, logits
 
 
-def _worker(rank, world, port, out_path):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=120))
-    try:
-        results = {name: run_steps(name, DistInfo(rank, world)) for name in ALGORITHMS}
-        if rank == 0:
-            torch.save(results, out_path)
-    finally:
-        dist.destroy_process_group()
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _every_algorithm(rank, world):
+    return {name: run_steps(name, DistInfo(rank, world)) for name in ALGORITHMS}
 
 
 @pytest.mark.slow  # ~20 s: CI runs it with -m slow
 def test_every_algorithm_on_two_processes_equals_one_process(tmp_path):
-    out = tmp_path / "two.pt"
-    mp.spawn(_worker, args=(2, free_port(), str(out)), nprocs=2, join=True)
-    two = torch.load(out, weights_only=True)
+    two = run_on_two_processes(_every_algorithm, tmp_path)
     for name in ALGORITHMS:
         records, logits = run_steps(name, DistInfo())
         hp = hparams_of(name)

@@ -11,9 +11,10 @@ gloo on CPU, NCCL on CUDA. Only rank 0 evaluates and writes; the other ranks wai
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Iterator, Mapping
 
 import torch
 import torch.distributed as dist
@@ -36,14 +37,26 @@ class DistInfo:
         return self.rank == 0
 
 
-def init_from_env(device: str) -> DistInfo:
-    """Join the process group torchrun describes in the environment (no-op without torchrun)."""
+@contextlib.contextmanager
+def process_group(device: str) -> Iterator[DistInfo]:
+    """The process group torchrun describes in the environment, joined for the `with` block (`DistInfo()`
+    without torchrun; a group the caller joined already is used as it is and left to the caller).
+
+    A group joined here is left when the block ends: after a barrier, so that no rank tears its connections
+    down while a peer still talks to it (gloo aborts that peer: SIGABRT). When the block raises, it is left as
+    it is: the peers wait in a collective that will not come, and torchrun ends them once this rank exits."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
-        return DistInfo()
-    if not dist.is_initialized():
-        dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
-    return DistInfo(dist.get_rank(), dist.get_world_size())
+        yield DistInfo()
+        return
+    if dist.is_initialized():
+        yield DistInfo(dist.get_rank(), dist.get_world_size())
+        return
+    dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
+    info = DistInfo(dist.get_rank(), dist.get_world_size())
+    yield info
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 def shard(minibatches: list[Batch], info: DistInfo) -> list[Batch]:

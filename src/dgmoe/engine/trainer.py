@@ -32,7 +32,7 @@ from dgmoe.data.loaders import EvalBatches
 from dgmoe.devices import resolve_device
 from dgmoe.engine.closing import finished_line, selected_by_training_domains, test_summary
 from dgmoe.engine.config import RunConfig, identity_differences
-from dgmoe.engine.distributed import DistInfo, barrier, init_from_env, make_gradient_averager, shard
+from dgmoe.engine.distributed import DistInfo, barrier, make_gradient_averager, process_group, shard
 from dgmoe.engine.evaluate import evaluate_domains, online_val_loss, sampled_splits
 from dgmoe.engine.finite import FiniteWatch
 from dgmoe.engine.io import read_jsonl, stale_temporaries
@@ -87,7 +87,11 @@ def train(cfg: RunConfig | None = None, *, sinks: Sequence[Sink] = (), **setting
         raise UsageError("--output-dir is required (the run folder)")
     out = Path(cfg.execution.output_dir)
     cfg = cfg.replace(device=resolve_device(cfg.execution.device))  # `--device auto`: config.json records the used one
-    info = init_from_env(cfg.execution.device)
+    with process_group(cfg.execution.device) as info:  # torchrun's, joined and left here (no-op without it)
+        return _train_in_group(cfg, out, info, sinks)
+
+
+def _train_in_group(cfg: RunConfig, out: Path, info: DistInfo, sinks: Sequence[Sink]) -> RunResult:
     if info.enabled and cfg.execution.device.startswith("cuda"):
         local = int(os.environ.get("LOCAL_RANK", "0"))
         torch.cuda.set_device(local)
