@@ -19,7 +19,7 @@ END = "# --- end of the derived block ---\n"
 
 
 def derived() -> dict:
-    from dgmoe.models.text_tower import TEXT_CONFIGS
+    from dgmoe.models.clip.text_tower import TEXT_CONFIGS
 
     towers = {name: tower[0] for name in MODELS.names() if (tower := describe_model(name).tower) is not None}
     return {"MODEL_NAMES": tuple(MODELS.names()), "ALGORITHM_NAMES": tuple(ALGORITHMS.names()),

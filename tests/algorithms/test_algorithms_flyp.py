@@ -8,7 +8,7 @@ from dgmoe.cli import run
 from dgmoe.data.base import Batch
 from dgmoe.engine.config import RunConfig
 from dgmoe.engine.setup import prepare_run
-from dgmoe.models.zeroshot import class_embeddings
+from dgmoe.models.clip.zero_shot import class_embeddings
 
 ARGS = ["--dataset", "Debug28", "--model", "vit_micro_patch7_clip_28", "--algorithm", "FLYP", "--progress",
         "none", "--num-threads", "1", "--checkpoint-freq", "1", "--hparams", '{"batch_size": 4}']

@@ -12,12 +12,12 @@ from clip_fixtures import clip_fixture_file
 from safetensors.torch import load_file, save_file
 
 from dgmoe.cli import run
-from dgmoe.data.prompts import OPENAI_IMAGENET, templates
 from dgmoe.engine.checkpoint import build_network
 from dgmoe.engine.config import RunConfig
 from dgmoe.engine.setup import prepare_run
 from dgmoe.errors import UsageError
-from dgmoe.models.zeroshot import TextHead
+from dgmoe.models.clip.templates import OPENAI_IMAGENET, templates
+from dgmoe.models.clip.zero_shot import TextHead
 
 MICRO = ["--dataset", "Debug28", "--model", "vit_micro_patch7_clip_quickgelu_28", "--head", "zeroshot",
          "--progress", "none", "--num-threads", "1"]

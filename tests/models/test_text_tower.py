@@ -7,11 +7,11 @@ import torch
 from clip_fixtures import clip_fixture_file
 
 from dgmoe.data.catalogue import DATASETS
-from dgmoe.data.prompts import prompt_class_names
+from dgmoe.data.class_matching import prompt_class_names
 from dgmoe.errors import UsageError
-from dgmoe.models import text_tower as tt
+from dgmoe.models.clip import text_tower as tt
+from dgmoe.models.clip.text_formats import load_text_tower
 from dgmoe.models.info import describe_model
-from dgmoe.models.text_formats import load_text_tower
 
 
 @pytest.mark.parametrize("config,params", [(tt.OPENAI_B16_TEXT, 63.4e6), (tt.OPENAI_L14_TEXT, 123.6e6)])

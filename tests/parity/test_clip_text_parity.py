@@ -15,11 +15,11 @@ from clip_fixtures import clip_fixture_file
 from safetensors.torch import load_file
 
 import dgmoe
-from dgmoe.models import text_tower as tt
-from dgmoe.models.clip_tokenizer import clip_tokenizer
+from dgmoe.models.clip import text_tower as tt
+from dgmoe.models.clip.text_formats import load_text_tower
+from dgmoe.models.clip.tokenizer import clip_tokenizer
+from dgmoe.models.clip.zero_shot import class_embeddings, init_text_head
 from dgmoe.models.pretrained import CheckpointError
-from dgmoe.models.text_formats import load_text_tower
-from dgmoe.models.zeroshot import class_embeddings, init_text_head
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 META = json.loads((FIXTURES / "clip_text.json").read_text())

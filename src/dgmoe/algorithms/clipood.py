@@ -5,7 +5,7 @@
   embeddings (normalised), the logits are tau * (<f, t_c> - lambda <t_y, t_c>): every class is pulled towards the
   label's text embedding by its semantic similarity to it; cross-entropy on these. tau is CLIP's
   exp(logit_scale) (the authors' default temperature), lambda `clipood_lambda` (their default 0.3). The text
-  embeddings are the run's zero-shot head (`--head zeroshot`, `dgmoe.models.zeroshot.TextHead`: weight = tau
+  embeddings are the run's zero-shot head (`--head zeroshot`, `dgmoe.models.clip.zero_shot.TextHead`: weight = tau
   t_c), kept frozen: CLIPood trains the image tower alone.
 - **Beta moving average** (Sec. 4.2, Eq. 6): the evaluated weights are the average of theta_0 (the start), ...,
   theta_T weighted by w_i = Beta(alpha, alpha) density at (i + 0.5) / (T + 1) (`clipood_beta` alpha, their
@@ -79,7 +79,7 @@ class CLIPood(Algorithm):
     bma_weight_sum: torch.Tensor
 
     def __init__(self, network, num_classes, num_domains, hparams):
-        from dgmoe.models.zeroshot import TextHead
+        from dgmoe.models.clip.zero_shot import TextHead
 
         head = network.get_classifier()
         if not isinstance(head, TextHead):

@@ -10,7 +10,7 @@ fine-tune both CLIP towers with CLIP's own contrastive loss against class-name c
 - **Trained**: the image tower (or its `--peft` parameters) and the whole text tower, with the run's optimiser
   (dgmoe's Adam, `lr`, `weight_decay`; FLYP uses AdamW with a cosine schedule). The run's head is not trained:
   when the algorithm is switched to evaluation after updates, the head is rewritten as the zero-shot classifier
-  of the current text tower (the class names in every template, `dgmoe.models.zeroshot.init_text_head`), which
+  of the current text tower (the class names in every template, `dgmoe.models.clip.zero_shot.init_text_head`), which
   is how FLYP evaluates; saved weights therefore hold the image tower and that head.
 - **Needs** `--head zeroshot` on a CLIP tower: the run hands the algorithm its text tower
   (`dgmoe.engine.text_head.run_text_tower`) and the prompts (`attach_text`). WiSE-FT (`dgmoe soup --method
@@ -49,11 +49,11 @@ class FLYP(Algorithm):
     NEEDS_TEXT_HEAD = True
     NEEDS_TEXT_TOWER = True
 
-    text_tower: Any  # a `dgmoe.models.text_tower.TextTransformer`, set by `attach_text`
+    text_tower: Any  # a `dgmoe.models.clip.text_tower.TextTransformer`, set by `attach_text`
     class_tokens: torch.Tensor
 
     def __init__(self, network, num_classes, num_domains, hparams):
-        from dgmoe.models.zeroshot import TextHead
+        from dgmoe.models.clip.zero_shot import TextHead
 
         if not isinstance(network.get_classifier(), TextHead):
             raise UsageError("FLYP needs CLIP's text tower and the class names: train with --head zeroshot on a "
@@ -66,7 +66,7 @@ class FLYP(Algorithm):
 
     def attach_text(self, tower: nn.Module, names: Sequence[str], templates: Sequence[str]) -> None:
         """Take the text tower (trained from here on, in the shared optimiser) and the prompts of every class."""
-        from dgmoe.models.clip_tokenizer import clip_tokenizer
+        from dgmoe.models.clip.tokenizer import clip_tokenizer
 
         self.text_tower = tower.to(next(self.network.parameters()).device)
         self.names, self.templates = tuple(names), tuple(templates)
@@ -96,7 +96,7 @@ class FLYP(Algorithm):
     def train(self, mode: bool = True) -> "FLYP":
         super().train(mode)
         if not mode and getattr(self, "head_stale", False):  # evaluation after updates: the head is the current
-            from dgmoe.models.zeroshot import init_text_head  # text tower's classifier (loaded weights are kept)
+            from dgmoe.models.clip.zero_shot import init_text_head  # text tower's classifier (loaded weights are kept)
 
             init_text_head(self.network, self.text_tower, self.names, self.templates)
             self.head_stale = False

@@ -1,6 +1,6 @@
 """Class names per catalogue dataset, in label order (the sorted class folders, DomainBed's
 `MultipleEnvironmentImageFolder`), written as prompts name them: a folder's underscores as spaces. The zero-shot
-and text-initialised heads put them into prompt templates (`dgmoe.data.prompts`); a dataset whose names are not
+and text-initialised heads put them into prompt templates (`dgmoe.models.clip.templates`); a dataset whose names are not
 declared here is prompted with its own class names (`MultiDomainDataset.classes`, e.g. iWildCam's from its
 `categories.csv`), made readable the same way.
 

@@ -20,8 +20,8 @@ from dgmoe.algorithms import get_algorithm
 from dgmoe.algorithms.base import Algorithm
 from dgmoe.data import check_test_envs, domain_splits, get_dataset, get_spec, get_transforms, uda_splits
 from dgmoe.data.base import MultiDomainDataset
+from dgmoe.data.class_matching import match_class_names
 from dgmoe.data.loaders import EvalBatches, TrainBatches
-from dgmoe.data.prompts import match_class_names, templates
 from dgmoe.devices import check_compile_mode, check_precision, describe, fp32_arithmetic, resolve_device
 from dgmoe.engine.build import ModelBuild, data_img_size, model_build
 from dgmoe.engine.combinations import check_combination
@@ -32,6 +32,7 @@ from dgmoe.engine.provenance import initialisation
 from dgmoe.engine.text_head import head_identity, run_text_tower, text_head_source
 from dgmoe.errors import UsageError
 from dgmoe.models import MODELS
+from dgmoe.models.clip.templates import templates
 from dgmoe.models.compiled import compile_blocks
 from dgmoe.models.info import model_info
 from dgmoe.seeding import seed_everything, seed_hash

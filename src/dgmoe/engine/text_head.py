@@ -9,10 +9,11 @@ import torch
 import torch.nn as nn
 
 from dgmoe.data.base import MultiDomainDataset
-from dgmoe.data.prompts import TEMPLATE_SETS, match_class_names, prompt_class_names, templates
+from dgmoe.data.class_matching import match_class_names, prompt_class_names
 from dgmoe.engine.config import RunConfig
 from dgmoe.engine.provenance import pretrained_identity
 from dgmoe.errors import UsageError
+from dgmoe.models.clip.templates import TEMPLATE_SETS, templates
 from dgmoe.models.info import ModelInfo, set_info
 from dgmoe.seeding import seed_hash
 
@@ -20,12 +21,12 @@ log = logging.getLogger("dgmoe")
 
 
 def run_text_tower(cfg: RunConfig, info: ModelInfo) -> Any:
-    """The run's CLIP text tower (a `dgmoe.models.text_tower.TextTransformer`): the one that goes with the image
+    """The run's CLIP text tower (a `dgmoe.models.clip.text_tower.TextTransformer`): the one that goes with the image
     tower `info`, read from --text-pretrained or --pretrained; a stand-in image tower without weights gets its
     text tower's seeded random initialisation (tests, smoke runs). One-line errors for a tower that is not CLIP's,
     a missing file, a file without a text tower."""
-    from dgmoe.models.text_formats import NoTextTowerError, load_text_tower
-    from dgmoe.models.text_tower import STAND_INS, TextTransformer, text_config
+    from dgmoe.models.clip.text_formats import NoTextTowerError, load_text_tower
+    from dgmoe.models.clip.text_tower import STAND_INS, TextTransformer, text_config
     from dgmoe.names import weights_help
 
     model = cfg.model
@@ -64,7 +65,7 @@ def head_identity(cfg: RunConfig, dataset: str, classes: Sequence[str]) -> dict[
 def text_head_source(cfg: RunConfig, info: ModelInfo, dataset: MultiDomainDataset) -> Callable[[nn.Module], None]:
     """For `--head zeroshot`: everything checked (a CLIP tower, the text tower's file, the templates, the class
     names) before the network is built; returns what writes CLIP's zero-shot classifier into it."""
-    from dgmoe.models.zeroshot import init_text_head
+    from dgmoe.models.clip.zero_shot import init_text_head
 
     matched = match_class_names(dataset.name, dataset.classes)  # each label's own name, in the loader's order
     if matched.renamed:

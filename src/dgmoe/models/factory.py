@@ -55,7 +55,7 @@ def create_model(name: str, num_classes: int | None = None, img_size: int | None
     `info` carries `peft` and `base_weights` (the base weights a PEFT checkpoint needs: name, file and sha256).
     The model's `info` (`dgmoe.models.info.ModelInfo`) also carries the `load_report` of its checkpoint.
 
-    `text_head=True` replaces the linear classifier by a `dgmoe.models.zeroshot.TextHead` of the same shape, a
+    `text_head=True` replaces the linear classifier by a `dgmoe.models.clip.zero_shot.TextHead` of the same shape, a
     linear layer on the normalised feature (CLIP's zero-shot classifier once `init_text_head` fills it).
 
     `features_only=True` returns a feature extractor whose forward gives a list of `[B, C, H, W]` maps and
@@ -89,7 +89,7 @@ def create_model(name: str, num_classes: int | None = None, img_size: int | None
     kwargs = given(dict(overrides, num_classes=num_classes, img_size=img_size))
     model = MODELS.get(name)(**kwargs)
     if text_head:  # before the load, whose report then says the head is the text tower's, not initialised
-        from dgmoe.models.zeroshot import use_text_head
+        from dgmoe.models.clip.zero_shot import use_text_head
 
         use_text_head(model)
     if pretrained:

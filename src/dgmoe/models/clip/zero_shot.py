@@ -20,8 +20,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from dgmoe.errors import UsageError
-from dgmoe.models.clip_tokenizer import clip_tokenizer
-from dgmoe.models.text_tower import TextTransformer
+from dgmoe.models.clip.text_tower import TextTransformer
+from dgmoe.models.clip.tokenizer import clip_tokenizer
 
 Tokenize = Callable[[Sequence[str]], torch.Tensor]
 

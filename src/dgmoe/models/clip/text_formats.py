@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from dgmoe.models.checkpoint_formats import CheckpointFormat, _fold, _fuse_qkv, _rename, detect_format
+from dgmoe.models.clip.text_tower import TextConfig, TextTransformer
 from dgmoe.models.pretrained import (
     CheckpointError,
     CheckpointMismatchError,
@@ -29,7 +30,6 @@ from dgmoe.models.pretrained import (
     load_checkpoint_file,
     resolve_checkpoint,
 )
-from dgmoe.models.text_tower import TextConfig, TextTransformer
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """CLIP's tokenizer (Radford et al., ICML 2021, §2.4: "a lower-cased byte pair encoding (BPE) representation of
 the text with a 49,152 vocab size", sequences of 76 tokens plus the start token, bracketed by [SOS] and [EOS]),
-offline: the BPE merges ship with dgmoe (`clip_data/bpe_simple_vocab_16e6.txt.gz`, OpenAI's file, MIT licence
+offline: the BPE merges ship with dgmoe (`vocab/bpe_simple_vocab_16e6.txt.gz`, OpenAI's file, MIT licence
 beside it), and the ids equal open_clip's `SimpleTokenizer` (`tests/parity/fixtures/clip_tokens.json`).
 
 The steps, as open_clip's default `clean='lower'`:
@@ -31,7 +31,7 @@ from typing import Sequence
 
 import torch
 
-VOCAB_FILE = Path(__file__).with_name("clip_data") / "bpe_simple_vocab_16e6.txt.gz"
+VOCAB_FILE = Path(__file__).with_name("vocab") / "bpe_simple_vocab_16e6.txt.gz"
 CONTEXT_LENGTH = 77
 N_MERGES = 49152 - 256 - 2  # the merges CLIP uses: the vocabulary is 49,408 with the bytes and two specials
 SOT, EOT = "<start_of_text>", "<end_of_text>"

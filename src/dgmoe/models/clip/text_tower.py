@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 from dgmoe.errors import UsageError
 from dgmoe.models import foundation as fm
-from dgmoe.models.clip_tokenizer import CONTEXT_LENGTH
+from dgmoe.models.clip.tokenizer import CONTEXT_LENGTH
 from dgmoe.models.layers import Attention, Block
 
 VOCAB_SIZE = 49408
@@ -87,7 +87,7 @@ class TextTransformer(nn.Module):
     open_clip's `encode_text`. Names: `token_embedding`, `positional_embedding`, `blocks.N.*` (timm's), `norm`
     (CLIP's `ln_final`), `proj` (CLIP's `text_projection`, transposed), `logit_scale`."""
 
-    load_report: Any  # set when weights are loaded (`dgmoe.models.text_formats.load_text_tower`)
+    load_report: Any  # set when weights are loaded (`dgmoe.models.clip.text_formats.load_text_tower`)
 
     def __init__(self, config: TextConfig):
         super().__init__()
