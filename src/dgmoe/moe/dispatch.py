@@ -182,7 +182,7 @@ def sorted_dispatch(x: torch.Tensor, expert_idx: torch.Tensor, gates: torch.Tens
     if not isinstance(experts, Experts) or experts.activation != "gelu":
         raise ValueError("the fused sorted dispatch runs GMoE's FFN experts with GELU only; other banks and "
                          "activations take sorted_autograd_dispatch")
-    _, gate_sorted, token_sorted, counts = sort_assignments(expert_idx, gates, keep, experts.num_experts)
+    _, gate_sorted, token_sorted, counts = kept_assignments_by_expert(expert_idx, gates, keep, experts.num_experts)
     return GroupedExpertFFN.apply(x, token_sorted, gate_sorted, counts.tolist(), experts.fc1_weight,
                                   experts.fc1_bias, experts.fc2_weight, experts.fc2_bias)
 
@@ -190,15 +190,17 @@ def sorted_dispatch(x: torch.Tensor, expert_idx: torch.Tensor, gates: torch.Tens
 def sorted_autograd_dispatch(x: torch.Tensor, expert_idx: torch.Tensor, gates: torch.Tensor, experts: ExpertBank,
                              keep: torch.Tensor | None = None) -> torch.Tensor:
     """`sorted_dispatch` through plain autograd (supports double backward and expert dropout)."""
-    _, gate_sorted, token_sorted, counts = sort_assignments(expert_idx, gates, keep, experts.num_experts)
+    _, gate_sorted, token_sorted, counts = kept_assignments_by_expert(expert_idx, gates, keep, experts.num_experts)
     y = experts.forward_grouped(x.index_select(0, token_sorted), counts.tolist())
     y = y * gate_sorted.unsqueeze(1).to(y.dtype)
     return x.new_zeros(x.shape[0], experts.out_features).index_add_(0, token_sorted, y.to(x.dtype))
 
 
-def sort_assignments(expert_idx: torch.Tensor, gates: torch.Tensor, keep: torch.Tensor | None, num_experts: int):
-    """(expert, gate and token of each kept assignment, sorted by expert (stable: token order within an
-    expert), assignments per expert)."""
+def kept_assignments_by_expert(expert_idx: torch.Tensor, gates: torch.Tensor, keep: torch.Tensor | None,
+                               num_experts: int):
+    """Drops the assignments `keep` refuses and groups the rest by expert: (expert, gate and token of each
+    kept assignment, sorted by expert (stable: token order within an expert), assignments per expert). The
+    host-synced paths read the counts; the sync-free path groups with `sync_free.expert_permutation`."""
     k = expert_idx.shape[1]
     flat_expert = expert_idx.reshape(-1)
     flat_gate = gates.reshape(-1)

@@ -104,8 +104,9 @@ def expert_bias(rows: torch.Tensor, bias: torch.Tensor, expert_sorted: torch.Ten
     return _ExpertBias.apply(rows, bias, expert_sorted)
 
 
-def sorted_assignments(expert_idx: torch.Tensor, num_experts: int):
-    """(expert of each sorted assignment, the token of each, the sorting permutation and its inverse, int32
+def expert_permutation(expert_idx: torch.Tensor, num_experts: int):
+    """The permutation that groups every assignment (none dropped) by expert, on the device with no host sync:
+    (expert of each sorted assignment, the token of each, the sorting permutation and its inverse, int32
     offsets: the end row of each expert). Stable, so within an expert assignments keep token order."""
     num_tokens, k = expert_idx.shape
     flat = expert_idx.reshape(-1)
@@ -138,7 +139,7 @@ def sync_free_dispatch(x: torch.Tensor, expert_idx: torch.Tensor, gates: torch.T
                            f"torch {torch.__version__}: use dispatch='grouped' on CPU")
     num_tokens, k = expert_idx.shape
     dtype = compute_dtype(x)
-    expert_sorted, token_sorted, order, inverse, offsets = sorted_assignments(expert_idx, experts.num_experts)
+    expert_sorted, token_sorted, order, inverse, offsets = expert_permutation(expert_idx, experts.num_experts)
     with torch.autocast(x.device.type, enabled=False):
         args = (x, experts, dtype, token_sorted, inverse, expert_sorted, offsets, k)
         if torch.is_grad_enabled() and not (experts.training and experts.drop.p > 0):  # step 6: recomputed

@@ -3,7 +3,7 @@ the dispatch signature of `dgmoe.moe.dispatch.masked_dispatch` and no host reads
 
     out[t] = sum_{j < k} keep_{t,j} g_{t,j} (W2_e act(W1_e x_t + b1_e) + b2_e),  e = expert_idx[t, j]   (GMoE eq. 3)
 
-Forward, over the A = T*k assignments sorted by expert on the device (`sorted_assignments`):
+Forward, over the A = T*k assignments sorted by expert on the device (`expert_permutation`):
 1. gather-GEMM: z1 = x[token] @ W1_e^T + b1_e, a1 = act(z1) (rows gathered in the prologue; bias and
    activation in the epilogue; z1 kept for the backward, which recomputes a1 from it as it loads it);
 2. GEMM-scatter: y = a1 @ W2_e^T + b2_e (kept for the gate gradient), times the gate, written to the
@@ -33,7 +33,7 @@ from dgmoe.devices import tf32_matmuls
 from dgmoe.moe.experts import Experts, compute_dtype
 from dgmoe.moe.kernels.gemm import ACT_CODES, ACT_NONE, grouped_rows, grouped_weight_grad
 from dgmoe.moe.kernels.tiles import TILES, fixed_tile, grouped_rows_tuned, grouped_weight_grad_tuned
-from dgmoe.moe.sync_free import sorted_assignments
+from dgmoe.moe.sync_free import expert_permutation
 
 
 def _upcast(device: torch.device) -> bool:
@@ -97,7 +97,7 @@ def triton_experts(x: Tensor, weights: Tensor, w1: Tensor, b1: Tensor, w2: Tenso
                    expert_sorted: Tensor, token_sorted: Tensor, order: Tensor, inverse: Tensor, offsets: Tensor,
                    act: int, precision: str, tiles: str) -> tuple[Tensor, Tensor, Tensor]:
     """(x [T, d], weights [T*k] in (token, choice) order, w1 [N, H, d], b1 [N, H], w2 [N, d, H], b2 [N, d], the
-    sorted routing of `sorted_assignments`, whose inverse and offsets the backward reads) -> (out [T, d],
+    sorted routing of `expert_permutation`, whose inverse and offsets the backward reads) -> (out [T, d],
     z1 [T*k, H] the pre-activations, y [T*k, d] the ungated expert outputs), the last two kept for the
     backward."""
     num_tokens, dim = x.shape
@@ -204,7 +204,7 @@ def expert_dispatch(x: torch.Tensor, expert_idx: torch.Tensor, gates: torch.Tens
     precision = "ieee" if dtype != torch.float32 or allow_tf32 is False else "tf32" if allow_tf32 else FOLLOW
     if tiles not in TILES:
         raise ValueError(f"tiles must be one of {TILES}, not {tiles!r}")
-    routing = [r.contiguous() for r in sorted_assignments(expert_idx, experts.num_experts)]
+    routing = [r.contiguous() for r in expert_permutation(expert_idx, experts.num_experts)]
     weights = (gates if keep is None else gates * keep).reshape(-1)
     with torch.autocast(x.device.type, enabled=False):
         params = [p.to(dtype).contiguous() for p in

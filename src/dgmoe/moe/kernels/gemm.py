@@ -1,5 +1,5 @@
 """The two grouped-GEMM kernels every expert pass is made of, over the A = T*k assignments sorted by expert
-(`dgmoe.moe.sync_free.sorted_assignments`: stable, so each expert's rows are contiguous).
+(`dgmoe.moe.sync_free.expert_permutation`: stable, so each expert's rows are contiguous).
 
 `grouped_rows` computes out[r] = epilogue(X[src(r)] @ W_e(r) (+ b_e(r))) for every sorted row r: a program
 owns BM sorted rows and BN output columns and loops over the experts its rows belong to (one, except in the
