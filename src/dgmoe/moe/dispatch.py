@@ -26,7 +26,9 @@ The paths (`DispatchPath`), all computing the same sum; `choose_path` alone says
   no host reads, captured by torch.compile), at N/k times the experts' FLOPs.
 - "mask" (the `MoEConfig.dispatch='mask'` option): the straightforward reference the others are tested
   against.
-`MoEConfig.dispatch='grouped'` (the default) is every path but the reference. Under torch.compile the paths
+`MoEConfig.dispatch='grouped'` (the default) is every path but the reference. How the gate computes the
+decision the paths run on (the fused Triton router or torch ops) is the gate's own question
+(`dgmoe.moe.gate.fused_router_applies`), independent of the expert path. Under torch.compile the paths
 other than "sync_free", "fixed_shape", "adapter_fixed_shape" and "triton" have shapes that depend on the routing and
 run eagerly between graphs.
 `capacity_keep_mask` reproduces the official code's capacity with token dropping and batch-prioritised

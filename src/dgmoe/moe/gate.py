@@ -48,7 +48,9 @@ def fused_router_applies(device_type: str, compiling: bool, config: MoEConfig) -
     installed, for token routing with the paper's load loss and k <= 8 (the official code's 'tutel' and MoA's
     variants and image routing keep the torch ops). Compiled calls keep them too, which the compiler fuses into a
     few kernels of its own: the fused router's custom operators are captured without a graph break, but no GPU
-    has timed the two against each other (docs/benchmarks.md, section 12)."""
+    has timed the two against each other (docs/benchmarks.md, section 12). It stands apart from the rules of
+    `dgmoe.moe.dispatch.choose_path`: it decides how the gate computes a decision, from the gate's configuration,
+    not which expert path runs on it, and every router path combines with every expert path."""
     return (device_type == "cuda" and not compiling and config.routing == "token" and config.load_loss == "paper"
             and config.top_k <= min(config.num_experts, 8) and kernels.available())
 
