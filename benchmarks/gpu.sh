@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The GPU measurements of the "train at the speed of the GPU" issue (docs/benchmarks.md, section 12):
+# Every GPU measurement of docs/benchmarks.md, section 12, in one call:
 #   PYTHONPATH=src bash benchmarks/gpu.sh [OUT] [STAGES] [SECONDS]   (or with dgmoe installed: `pip install -e .`)
-# The device image lacks mlxtend and submitit: bring their wheels and `pip install --no-deps` them first.
+# A GPU machine without network access needs the mlxtend and submitit wheels: `pip install --no-deps` them first.
 # STAGES: any of "tests syncs default top1 layer models memory data profile compile graphs" (default: all, in
 # that order; the seven stages before syncs, default, top1 and graphs took about 8 minutes on an H100, the four
 # are not yet timed on a device: pass a budget that fits or fewer stages). MODELS, MEMORY_MODELS, DATA_MODELS,
@@ -18,7 +18,7 @@
 # whole run's budget, default 540), so one slow stage cannot eat the others and the run ends in time.
 set -uo pipefail
 export TRITON_INTERPRET=0  # the Triton kernels compiled for the GPU (the CPU test suite interprets them)
-DGMOE="python -m dgmoe"   # works without an installed `dgmoe` executable (PYTHONPATH=src on the device image)
+DGMOE="python -m dgmoe"   # works without an installed `dgmoe` executable (with PYTHONPATH=src)
 OUT=${1:-runs/gpu}
 STAGES=${2:-tests syncs default top1 layer models memory data profile compile graphs}
 MODELS=${MODELS:-vit_small_patch16_224,gmoe_small_patch16_224,sfmoe_small_patch16_224,moge_small_patch16_224}

@@ -1,4 +1,4 @@
-"""Behaviour guard: micro ViT and GMoE ERM runs give the records dgmoe gave before the redesign.
+"""Behaviour guard: micro ViT and GMoE ERM runs give the records dgmoe 0.1 gave (commit e8ae7bd).
 
 `tests/golden/erm_micro_records.json` was recorded by dgmoe 0.1 (before `RunConfig`, the step loop and the
 one sparse-layer family) on AVX-512 kernels; there the records are still bit-identical. Other CPUs round

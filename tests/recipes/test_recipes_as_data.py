@@ -1,4 +1,4 @@
-"""The recipes as data: every table of the brief has one, `show` prints the paper's numbers, every published
+"""The recipes as data: every paper table dgmoe reproduces has one, `show` prints the paper's numbers, every published
 cell names a real dataset column, and every recipe expands into valid sweeps at both scales."""
 import dataclasses
 import json
@@ -15,7 +15,7 @@ from dgmoe.recipes.plan import SMOKE, available_rows, part_sweeps, parts_for, te
 from dgmoe.recipes.run import prepare
 from dgmoe.sweep.jobs import build_jobs, check_sweep
 
-#: the tables of the task: GMoE Tables 1, 2, 3, 9, 10, 11, 12 and App. B.2; SF-MoE Tables 1-4 and Fig. 4;
+#: the papers' tables dgmoe reproduces: GMoE Tables 1, 2, 3, 9, 10, 11, 12 and App. B.2; SF-MoE Tables 1-4 and Fig. 4;
 #: MoGE Table 1 (a, b, c) and its App. A ablations; the foundation backbones' rows (DPL, MIRO, MoA tables) and
 #: dgmoe's robust fine-tuning baselines of CLIP
 EXPECTED = {
