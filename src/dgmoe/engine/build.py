@@ -140,12 +140,13 @@ def text_head_spec(cfg: RunConfig, dataset: str, classes: Sequence[str]) -> "Tex
     if not is_text_head(model.head):
         return None
     from dgmoe.data.class_matching import match_class_names
+    from dgmoe.devices import resolve_device
     from dgmoe.models.clip.head_spec import TextHeadSpec
 
     matched = match_class_names(dataset, tuple(classes))
     source = model.text_pretrained or model.pretrained
     return TextHeadSpec(source, cfg.seeds.seed if source is None else None, matched.names, model.prompt_templates,
-                        matched.renamed, cfg.execution.device)
+                        matched.renamed, resolve_device(cfg.execution.device))
 
 
 def check_text_head(cfg: RunConfig, spec: "TextHeadSpec", info: "ModelInfo") -> None:
