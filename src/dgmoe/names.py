@@ -264,6 +264,16 @@ def check_names(dataset: str, model: str, algorithm: str) -> None:
     _light("dataset", list(DATASET_DOMAINS)).get(dataset)
 
 
+#: the classifier heads a run may start from (`--head`): a new linear one, or CLIP's zero-shot classifier
+HEADS: tuple[str, ...] = ("linear", "zeroshot")
+
+
+def is_text_head(head: str) -> bool:
+    """Whether `--head` asks for CLIP's zero-shot head (written from the text tower): the one place the head's
+    name is compared; everything else asks a build whether it has a text head (`ModelBuild.text_head`)."""
+    return head == HEADS[1]
+
+
 def no_text_tower_message(model: str) -> str:
     """The words for `--head zeroshot` on a model that is not a CLIP image tower."""
     return (f"--model {model} is not a CLIP image tower, so it has no text tower for a text head; use one of "
@@ -273,7 +283,7 @@ def no_text_tower_message(model: str) -> str:
 def check_text_head(model: str, head: str) -> None:
     """Refuse `--head zeroshot` on a declared model that has no text tower (a model registered at run time is
     left to the run, which knows its tower)."""
-    if head == "zeroshot" and model in MODEL_NAMES and model not in TEXT_TOWER_MODELS:
+    if is_text_head(head) and model in MODEL_NAMES and model not in TEXT_TOWER_MODELS:
         raise UsageError(no_text_tower_message(model))
 
 

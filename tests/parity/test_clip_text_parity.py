@@ -72,11 +72,12 @@ FLOAT32_BUDGET = 128 * 2.0 ** -24
 def test_text_features_equal_the_peers(name, io, tmp_path):
     case = CASES[name]
     shape = "b16" if name.endswith("b16") or "_b16_" in name else "l14"
-    tower = load_text_tower(BASES[(shape, case["activation"])], clip_fixture_file(case["case"], tmp_path, io)).eval()
+    loaded = load_text_tower(BASES[(shape, case["activation"])], clip_fixture_file(case["case"], tmp_path, io))
+    tower, report = loaded.tower.eval(), loaded.report
     assert (tower.config.width, tower.config.heads, tower.config.layers) == (case["width"], case["heads"],
                                                                                case["layers"])
     assert tower.config.width // tower.config.heads == 64  # the real B/16 and L/14 text towers' head width
-    assert tower.load_report.format == ("hf_clip" if case["peer"] == "transformers" else "openai_clip")
+    assert report.format == ("hf_clip" if case["peer"] == "transformers" else "openai_clip")
     with torch.no_grad():
         out = tower(io[f"{name}.ids"])
         out64 = copy.deepcopy(tower).double()(io[f"{name}.ids"])
@@ -84,9 +85,9 @@ def test_text_features_equal_the_peers(name, io, tmp_path):
     peer = io[f"{name}.out"]
     torch.testing.assert_close(out, peer, atol=FLOAT32_BUDGET * float(peer.abs().max()), rtol=0)
     if "text_projection" in name:  # CLIPTextModelWithProjection has no logit_scale: CLIP's initial value, said
-        assert "logit_scale" in " ".join(tower.load_report.initialised)
+        assert "logit_scale" in " ".join(report.initialised)
     else:
-        assert "logit_scale" not in " ".join(tower.load_report.initialised)
+        assert "logit_scale" not in " ".join(report.initialised)
 
 
 class Folded:
@@ -104,7 +105,7 @@ def test_zero_shot_classifier_and_logits_equal_open_clips(io, tmp_path):
     path = clip_fixture_file(case["case"], tmp_path, io)
     model = dgmoe.create_model(case["image_model"], pretrained=str(path), text_head=True,
                                **case["image_overrides"]).eval()
-    tower = load_text_tower(tt.OPENAI_B16_TEXT, path).eval()
+    tower = load_text_tower(tt.OPENAI_B16_TEXT, path).tower.eval()
     emb = class_embeddings(tower, case["class_names"], case["templates"], Folded())
     torch.testing.assert_close(emb.T, io["zero_shot.classifier"], atol=1e-5, rtol=0)
     init_text_head(model, tower, case["class_names"], case["templates"], Folded())

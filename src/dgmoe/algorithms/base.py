@@ -12,6 +12,9 @@ counted, and no autograd graph outlives an update.
 
 Hooks for the training engine (all optional; the defaults do nothing):
 
+- `attach_run(run)`: once built, before any update or resume, the algorithm receives what the run knows beyond
+  its network (`RunContext`: the run's number of updates, its zero-shot head's spec and the text tower that
+  wrote it); FLYP takes its text tower from it, CLIPood its step count.
 - `update(minibatches, step)`: one optimisation step; `minibatches` holds one `Batch` per training domain,
   in the same order every step. Returns its metrics (`Metrics`): floats, or detached 0-dim tensors, which
   cost no host synchronisation (ERM and MoGE do; the engine reads them back at checkpoints).
@@ -34,7 +37,8 @@ submodules, so `state_dict()` / `load_state_dict()` save and resume it; the entr
 """
 from __future__ import annotations
 
-from typing import Any, ClassVar, Iterable, Mapping, cast
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Mapping, cast
 
 import torch
 import torch.nn as nn
@@ -44,6 +48,9 @@ from dgmoe.data.base import Batch
 from dgmoe.hparams import DatasetHParams, HParam
 from dgmoe.moe.auxiliary import clear_aux, weighted_aux_loss
 from dgmoe.sharding import concat_shards, global_mean, use_shard
+
+if TYPE_CHECKING:
+    from dgmoe.models.clip.head_spec import TextHeadSpec
 
 #: what an update returns: named floats, or 0-dim tensors that the engine reads back only at log points (a
 #: tensor left on a GPU costs no host synchronisation; `.item()` does). Return `detached(...)` values.
@@ -55,6 +62,17 @@ def detached(**values: torch.Tensor) -> dict[str, torch.Tensor]:
     return {name: value.detach() for name, value in values.items()}
 
 
+@dataclass(frozen=True)
+class RunContext:
+    """What a run hands its algorithm once both are built (`Algorithm.attach_run`): its number of updates
+    (`--steps` or the catalogue's), its zero-shot head (`text_head`, None for a linear head) and the CLIP text
+    tower that wrote that head (None without one: a head whose weights follow)."""
+
+    n_steps: int
+    text_head: "TextHeadSpec | None" = None
+    text_tower: nn.Module | None = None
+
+
 class Algorithm(nn.Module):
     """Base class. Subclasses implement `_update` and may override `predict`."""
 
@@ -64,11 +82,9 @@ class Algorithm(nn.Module):
     NEEDS_VAL_LOSS: ClassVar[bool] = False
     #: the network's head must be a text head (`--head zeroshot`; CLIPood reads the class-name embeddings)
     NEEDS_TEXT_HEAD: ClassVar[bool] = False
-    #: trains CLIP's text tower: the run calls `attach_text(tower, class names, templates)` after building it
-    NEEDS_TEXT_TOWER: ClassVar[bool] = False
-    #: reads the run's number of updates (CLIPood's Beta weights span the run): the run calls
-    #: `set_total_steps(n_steps)` after building it, before any update or resume; such a run cannot be extended
-    NEEDS_TOTAL_STEPS: ClassVar[bool] = False
+    #: why a run's length is part of this algorithm, so that `--extend` is refused (CLIPood: "weighs every update
+    #: by the run's length"); "" for an algorithm whose runs can be lengthened
+    LENGTH_BOUND: ClassVar[str] = ""
     DESCRIPTION: ClassVar[str] = ""
     REFERENCE: ClassVar[str] = ""
 
@@ -100,9 +116,9 @@ class Algorithm(nn.Module):
         `shared` ones every run has. Names in `shared` may be returned only if listed in `OVERRIDES`."""
         return dict(cls.HPARAMS)
 
-    def set_total_steps(self, n_steps: int) -> None:
-        """The run's number of updates, for an algorithm that declares `NEEDS_TOTAL_STEPS`."""
-        raise NotImplementedError(f"{type(self).__name__} does not read the run's step count (NEEDS_TOTAL_STEPS)")
+    def attach_run(self, run: RunContext) -> None:
+        """What the run knows beyond the network (`RunContext`), handed over once, before any update or resume;
+        the default reads none of it."""
 
     # ----- building blocks -------------------------------------------------------------------
     def count_updates(self) -> None:

@@ -10,7 +10,7 @@
 - **Beta moving average** (Sec. 4.2, Eq. 6): the evaluated weights are the average of theta_0 (the start), ...,
   theta_T weighted by w_i = Beta(alpha, alpha) density at (i + 0.5) / (T + 1) (`clipood_beta` alpha, their
   default 0.5; T the run's number of updates, `--steps` or the catalogue's: handed over by the run,
-  `set_total_steps`), accumulated online as their code does:
+  `attach_run`), accumulated online as their code does:
   theta_bar <- (theta_bar + r theta_i) / (1 + r), r = w_i / (w_0 + ... + w_{i-1}). Over the parameters, as theirs
   (buffers are the trained network's).
 - **Frozen normalisation**: their training loop runs the network in eval mode ("Freeze all Norm Layers"), so no
@@ -30,7 +30,15 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from dgmoe.algorithms.base import Algorithm, Metrics, concat_batches, cross_entropy, detached, frozen_copy
+from dgmoe.algorithms.base import (
+    Algorithm,
+    Metrics,
+    RunContext,
+    concat_batches,
+    cross_entropy,
+    detached,
+    frozen_copy,
+)
 from dgmoe.algorithms.registry import register_algorithm
 from dgmoe.data.base import Batch
 from dgmoe.errors import UsageError
@@ -70,7 +78,7 @@ class CLIPood(Algorithm):
         "clipood_lambda": HParam(0.3, fixed(0.3)),
         "clipood_beta": HParam(0.5, fixed(0.5)),
     }
-    NEEDS_TOTAL_STEPS = True
+    LENGTH_BOUND = "weighs every update by the run's length"
 
     # buffers, registered in __init__
     text: torch.Tensor
@@ -96,17 +104,17 @@ class CLIPood(Algorithm):
         self.register_buffer("bma_weight_sum", torch.zeros((), dtype=torch.float64))  # w_0, once T is known
         self.total_steps: int | None = None
 
-    def set_total_steps(self, n_steps: int) -> None:
+    def attach_run(self, run: RunContext) -> None:
         """T of Eq. 6, the run's number of updates; before the first update (a resume then loads its sums)."""
         if int(self.bma_count):
             raise RuntimeError("CLIPood's step count is set before its first update")
-        self.total_steps = int(n_steps)
+        self.total_steps = int(run.n_steps)
         self.bma_weight_sum.fill_(self._weight(0))
 
     def _weight(self, i: int) -> float:
         if self.total_steps is None:
-            raise RuntimeError("CLIPood's Beta weights need the run's step count: call set_total_steps(n_steps) "
-                               "(the run does, from --steps)")
+            raise RuntimeError("CLIPood's Beta weights need the run's step count: call attach_run(RunContext("
+                               "n_steps)) (the run does, from --steps)")
         return beta_weight(i, self.total_steps, float(self.hparams["clipood_beta"]))
 
     def train(self, mode: bool = True) -> "CLIPood":

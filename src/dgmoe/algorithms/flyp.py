@@ -12,8 +12,9 @@ fine-tune both CLIP towers with CLIP's own contrastive loss against class-name c
   when the algorithm is switched to evaluation after updates, the head is rewritten as the zero-shot classifier
   of the current text tower (the class names in every template, `dgmoe.models.clip.zero_shot.init_text_head`), which
   is how FLYP evaluates; saved weights therefore hold the image tower and that head.
-- **Needs** `--head zeroshot` on a CLIP tower: the run hands the algorithm its text tower
-  (`dgmoe.engine.text_head.run_text_tower`) and the prompts (`attach_text`). WiSE-FT (`dgmoe soup --method
+- **Needs** `--head zeroshot` on a CLIP tower: the run hands the algorithm the text tower that wrote the head
+  (read with the image tower from one full CLIP file) and the head's class names and templates (`attach_run`,
+  a `dgmoe.algorithms.base.RunContext`). WiSE-FT (`dgmoe soup --method
   wise-ft`) of FLYP runs interpolates the image towers and the heads, not the text towers (FLYP's WiSE-FT
   interpolates both towers).
 
@@ -24,10 +25,9 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
-from dgmoe.algorithms.base import Algorithm, Metrics, at_least_fp32, concat_batches, detached
+from dgmoe.algorithms.base import Algorithm, Metrics, RunContext, at_least_fp32, concat_batches, detached
 from dgmoe.algorithms.registry import register_algorithm
 from dgmoe.data.base import Batch
 from dgmoe.errors import UsageError
@@ -47,9 +47,8 @@ class FLYP(Algorithm):
     REFERENCE = ("Goyal et al., Finetune like you pretrain: Improved finetuning of zero-shot vision models, "
                  "CVPR 2023")
     NEEDS_TEXT_HEAD = True
-    NEEDS_TEXT_TOWER = True
 
-    text_tower: Any  # a `dgmoe.models.clip.text_tower.TextTransformer`, set by `attach_text`
+    text_tower: Any  # a `dgmoe.models.clip.text_tower.TextTransformer`, set by `attach_run`
     class_tokens: torch.Tensor
 
     def __init__(self, network, num_classes, num_domains, hparams):
@@ -64,12 +63,18 @@ class FLYP(Algorithm):
         self.names: Sequence[str] = ()
         self.templates: Sequence[str] = ()
 
-    def attach_text(self, tower: nn.Module, names: Sequence[str], templates: Sequence[str]) -> None:
-        """Take the text tower (trained from here on, in the shared optimiser) and the prompts of every class."""
+    def attach_run(self, run: RunContext) -> None:
+        """Take the text tower that wrote the head (trained from here on, in the shared optimiser) and the prompts
+        of every class (the head's class names in each of its templates)."""
+        from dgmoe.models.clip.templates import templates
         from dgmoe.models.clip.tokenizer import clip_tokenizer
 
+        if run.text_head is None or run.text_tower is None:
+            raise UsageError("FLYP trains the text tower that wrote its head: build the network with its zero-shot "
+                             "head written (--head zeroshot), not a head whose weights follow")
+        tower = run.text_tower
         self.text_tower = tower.to(next(self.network.parameters()).device)
-        self.names, self.templates = tuple(names), tuple(templates)
+        self.names, self.templates = run.text_head.class_names, templates(run.text_head.templates)
         tokens = clip_tokenizer()([t.format(n) for n in self.names for t in self.templates])
         self.register_buffer("class_tokens", tokens.reshape(len(self.names), len(self.templates), -1).to(
             next(self.network.parameters()).device))
@@ -81,7 +86,7 @@ class FLYP(Algorithm):
 
     def _update(self, minibatches: list[Batch], step: int) -> Metrics:
         if not hasattr(self, "text_tower"):
-            raise RuntimeError("FLYP.update before attach_text: the run hands it the text tower (--head zeroshot)")
+            raise RuntimeError("FLYP.update before attach_run: the run hands it the text tower (--head zeroshot)")
         batch = concat_batches(minibatches)
         if batch.shard is not None:
             raise UsageError("FLYP's contrastive loss takes its negatives from the whole batch; dgmoe runs it in "

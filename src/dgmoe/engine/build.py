@@ -1,5 +1,6 @@
 """The network a run trains, described once: `model_build(cfg, dataset)` turns a run's settings and its data's
-shape into the registered model's name, `create_model`'s arguments and the PEFT config it applies. Training
+shape into the registered model's name, `create_model`'s arguments, the PEFT config it applies and the zero-shot
+head it writes (`text_head_spec`: the one reader of `--head`). Training
 (`dgmoe.engine.setup.prepare_run`), a sweep's checks before launching (`dgmoe.sweep.jobs.check_sweep`) and
 rebuilding a run folder's network from its config.json (`dgmoe.engine.checkpoint.build_network`: analysis,
 export, parameter counts) all build through it.
@@ -15,11 +16,14 @@ from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
 
 from dgmoe.engine.config import RunConfig
 from dgmoe.models.info import given
+from dgmoe.names import is_text_head
 from dgmoe.peft.config import PeftConfig
 
 if TYPE_CHECKING:
     import torch.nn as nn
 
+    from dgmoe.models.clip.head_spec import TextHeadSpec
+    from dgmoe.models.factory import BuiltModel
     from dgmoe.models.info import ModelInfo
 
 log = logging.getLogger("dgmoe")
@@ -30,6 +34,12 @@ WEIGHTS = ("pretrained", "pretrained_antialias")
 
 class DataShape(Protocol):
     """What a build reads of a dataset: a `MultiDomainDataset`, or `RecordedData` (a run's config.json)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def classes(self) -> Sequence[str]: ...
 
     @property
     def num_classes(self) -> int: ...
@@ -44,21 +54,26 @@ class RecordedData:
 
     num_classes: int
     input_shape: tuple[int, ...]
+    name: str = ""
+    classes: tuple[str, ...] = ()
 
     @classmethod
     def of_run(cls, run_config: Mapping[str, Any]) -> "RecordedData":
         dataset = run_config["dataset"]
-        return cls(len(dataset["classes"]), tuple(dataset["input_shape"]))
+        return cls(len(dataset["classes"]), tuple(dataset["input_shape"]), dataset.get("name") or "",
+                   tuple(dataset["classes"]))
 
 
 @dataclass(frozen=True)
 class ModelBuild:
-    """A network as `create_model(name, peft=peft, **kwargs)` builds it; `kwargs` hold no `None` (the model's
-    default is meant: left out by `dgmoe.models.info.given`, the one rule the factory reads its arguments by)."""
+    """A network as `create_model(name, peft=peft, text_head=text_head, **kwargs)` builds it; `kwargs` hold no
+    `None` (the model's default is meant: left out by `dgmoe.models.info.given`, the one rule the factory reads its
+    arguments by)."""
 
     name: str
     kwargs: dict[str, Any]
     peft: PeftConfig | None = None
+    text_head: "TextHeadSpec | None" = None  # CLIP's zero-shot head (`--head zeroshot`), written by the build
 
     def describe(self) -> "ModelInfo":
         """The network's `ModelInfo`, read from its architecture on the meta device (no weights)."""
@@ -67,9 +82,13 @@ class ModelBuild:
         return describe_model(self.name, peft=self.peft, **self.kwargs)
 
     def create(self) -> "nn.Module":
-        from dgmoe.models import create_model
+        return self.build().model
 
-        return create_model(self.name, peft=self.peft, **self.kwargs)
+    def build(self) -> "BuiltModel":
+        """The network, and the text tower that wrote its zero-shot head (`dgmoe.models.factory.build_model`)."""
+        from dgmoe.models.factory import build_model
+
+        return build_model(self.name, peft=self.peft, text_head=self.text_head, **self.kwargs)
 
     def with_hparams(self, hparams: Mapping[str, Any], info: "ModelInfo") -> "ModelBuild":
         """The backbone's own hyperparameters (stochastic depth, ResNet dropout: `info.hparam_kwargs`) as
@@ -78,23 +97,26 @@ class ModelBuild:
         return dataclasses.replace(self, kwargs={**self.kwargs, **own})
 
     def with_weights(self, pretrained: str | None, antialias: bool = True) -> "ModelBuild":
-        """The same network from another pretrained file (None: its initialisation, for weights that follow)."""
+        """The same network from another pretrained file (None: its initialisation, and a zero-shot head's shape
+        without its text tower, for weights that follow)."""
         kwargs = {k: v for k, v in self.kwargs.items() if k not in WEIGHTS}
         if pretrained is not None:
             kwargs.update(pretrained=pretrained, pretrained_antialias=antialias)
-        return dataclasses.replace(self, kwargs=kwargs)
+        head = self.text_head.shape_only() if self.text_head is not None and pretrained is None else self.text_head
+        return dataclasses.replace(self, kwargs=kwargs, text_head=head)
 
     def record(self) -> dict[str, Any]:
-        """What config.json records under `model_build` (its PEFT config is the run's `peft` section)."""
-        return {"name": self.name, "kwargs": dict(self.kwargs)}
+        """What config.json records under `model_build` (its PEFT config is the run's `peft` section; a zero-shot
+        head as `text_head: true`, its identity under the run's `head`)."""
+        return {"name": self.name, "kwargs": {**self.kwargs, **({"text_head": True} if self.text_head else {})}}
 
 
 def model_build(cfg: RunConfig, dataset: DataShape | None = None) -> ModelBuild:
     """The network `cfg` trains on `dataset` (None: the model's default classes and input, as a sweep checks
     its grid before any data is read): the data's classes, size and channels, `--patch-size`, `--model-kwargs`
     over them, the `--pretrained` file by its absolute path (what a PEFT checkpoint records of its base weights),
-    a zero-shot text head, and `cfg.peft` unless every weight trains. The backbone's hyperparameters join once
-    they are resolved (`ModelBuild.with_hparams`)."""
+    a zero-shot text head (`text_head_spec`), and `cfg.peft` unless every weight trains. The backbone's
+    hyperparameters join once they are resolved (`ModelBuild.with_hparams`)."""
     model = cfg.model
     kwargs: dict[str, Any] = {}
     if dataset is not None:
@@ -105,9 +127,68 @@ def model_build(cfg: RunConfig, dataset: DataShape | None = None) -> ModelBuild:
         path = Path(model.pretrained)
         kwargs.update(pretrained=str(path.resolve()) if path.is_file() else model.pretrained,
                       pretrained_antialias=model.pretrained_antialias)
-    if model.head == "zeroshot":
-        kwargs["text_head"] = True
-    return ModelBuild(model.name, given(kwargs), cfg.peft if cfg.peft.active else None)
+    head = text_head_spec(cfg, dataset.name, dataset.classes) if dataset is not None else text_head_spec(cfg, "", ())
+    return ModelBuild(model.name, given(kwargs), cfg.peft if cfg.peft.active else None, head)
+
+
+def text_head_spec(cfg: RunConfig, dataset: str, classes: Sequence[str]) -> "TextHeadSpec | None":
+    """CLIP's zero-shot head of `cfg` on the data `dataset` with `classes` (label order), None for a linear head:
+    the text tower's file (`--text-pretrained`, else `--pretrained`) or, without one, the stand-in towers' text
+    tower seeded by the run's seed; each label's class name as the prompts say it (a one-line error for class
+    folders the catalogue does not name, `match_class_names`); `--prompt-templates`; the run's device."""
+    model = cfg.model
+    if not is_text_head(model.head):
+        return None
+    from dgmoe.data.class_matching import match_class_names
+    from dgmoe.devices import resolve_device
+    from dgmoe.models.clip.head_spec import TextHeadSpec
+
+    matched = match_class_names(dataset, tuple(classes))
+    source = model.text_pretrained or model.pretrained
+    return TextHeadSpec(source, cfg.seeds.seed if source is None else None, matched.names, model.prompt_templates,
+                        matched.renamed, resolve_device(cfg.execution.device))
+
+
+def check_text_head(cfg: RunConfig, spec: "TextHeadSpec", info: "ModelInfo") -> None:
+    """What writing the zero-shot head `spec` needs, checked before the network is built (one-line errors): the
+    templates, a CLIP image tower (`info`), its text tower's file, or without one a stand-in tower (whose text
+    tower is drawn from the run's seed). Class folders matched only by name are said in an info line."""
+    from dgmoe.errors import UsageError
+    from dgmoe.models.clip.templates import templates
+    from dgmoe.models.clip.text_tower import STAND_INS, text_config
+    from dgmoe.models.pretrained import missing_checkpoint
+    from dgmoe.names import HUB_PREFIXES, weights_help
+
+    model = cfg.model
+    if spec.renamed:
+        log.info(f"{cfg.data.dataset}: class folders matched to the catalogue's class names by case and _/-/space, "
+                 f"the prompts name them so: {spec.mapping()}")
+    templates(spec.templates)
+    text_config(info.tower, model.name)
+    if spec.weights is not None:
+        if not spec.weights.startswith(HUB_PREFIXES) and not Path(spec.weights).is_file():
+            raise missing_checkpoint(Path(spec.weights))
+    elif info.tower is None or info.tower[0] not in STAND_INS:
+        raise UsageError(f"--head zeroshot needs CLIP's text tower: give --pretrained (a full CLIP file) or "
+                         f"--text-pretrained for --model {model.name}. {weights_help(model.name)}")
+
+
+def head_identity(cfg: RunConfig, spec: "TextHeadSpec | None") -> dict[str, Any]:
+    """The classifier head a run starts from, beside its `initialisation` (recorded in config.json as "head" when
+    the run starts): its kind and, for CLIP's zero-shot head (`spec`), the prompt templates (a set's name, or the
+    file's name and content hash: `pretrained_identity`), the class names the prompts give and the text tower
+    that encoded them (its file's name and content hash, or the stand-in's seed). Weights averaged or
+    interpolated (WiSE-FT's zero-shot theta_0 and the run fine-tuned from it) must share it."""
+    from dgmoe.engine.provenance import pretrained_identity
+    from dgmoe.models.clip.templates import TEMPLATE_SETS
+
+    if spec is None:
+        return {"kind": cfg.model.head}
+    given = spec.templates
+    return {"kind": cfg.model.head,
+            "templates": given if given in TEMPLATE_SETS else pretrained_identity(given),
+            "class_names": list(spec.class_names),
+            "text_tower": pretrained_identity(spec.weights) or f"seeded random text tower, seed {spec.seed}"}
 
 
 def run_build(run_config: Mapping[str, Any]) -> ModelBuild:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Iterable, Mapping
 
 from dgmoe.devices import compile_mode_setting, device_setting, precision_setting
+from dgmoe.names import HEADS, is_text_head
 from dgmoe.peft.config import PeftConfig
 from dgmoe.settings import ConfigError, Settings, config_from_file, flag, key_of, plain, setting
 from dgmoe.tables import unfit_for_a_label
@@ -74,7 +75,7 @@ class ModelConfig(_Section):
                                   "(timm's); zeroshot = CLIP's zero-shot classifier from the class names and "
                                   "--prompt-templates on the normalised image feature: with --steps 0 a zero-shot "
                                   "evaluation, trained a text-initialised head. CLIP image towers only.",
-                        choices=("linear", "zeroshot"))
+                        choices=HEADS)
     prompt_templates: str = setting("openai_imagenet", "The prompts of --head zeroshot: openai_imagenet (CLIP's 80 "
                                                        "ImageNet templates), domainbed (\"a photo of a {}.\") or a "
                                                        "file, one template with one {} per line.")
@@ -96,7 +97,7 @@ class ModelConfig(_Section):
         defaults = ModelConfig()
         unread = [name for name in ("prompt_templates", "text_pretrained")
                   if getattr(self, name) != getattr(defaults, name)]
-        if self.head == defaults.head and unread:
+        if not is_text_head(self.head) and unread:
             raise ConfigError(f"{flag(unread[0])} is read by --head zeroshot only; add --head zeroshot or leave it out")
 
 

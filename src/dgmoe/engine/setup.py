@@ -17,22 +17,19 @@ import torch
 import torch.nn as nn
 
 from dgmoe.algorithms import get_algorithm
-from dgmoe.algorithms.base import Algorithm
+from dgmoe.algorithms.base import Algorithm, RunContext
 from dgmoe.data import check_test_envs, domain_splits, get_dataset, get_spec, get_transforms, uda_splits
 from dgmoe.data.base import MultiDomainDataset
-from dgmoe.data.class_matching import match_class_names
 from dgmoe.data.loaders import EvalBatches, TrainBatches
 from dgmoe.devices import check_compile_mode, check_precision, describe, fp32_arithmetic, resolve_device
-from dgmoe.engine.build import ModelBuild, data_img_size, model_build
+from dgmoe.engine.build import ModelBuild, check_text_head, data_img_size, head_identity, model_build
 from dgmoe.engine.combinations import check_combination
 from dgmoe.engine.config import RunConfig
 from dgmoe.engine.hparams import run_hparams
 from dgmoe.engine.precheck import no_cuda_message
 from dgmoe.engine.provenance import initialisation
-from dgmoe.engine.text_head import head_identity, run_text_tower, text_head_source
 from dgmoe.errors import UsageError
 from dgmoe.models import MODELS
-from dgmoe.models.clip.templates import templates
 from dgmoe.models.compiled import compile_blocks
 from dgmoe.models.info import model_info
 from dgmoe.seeding import seed_everything, seed_hash
@@ -118,7 +115,7 @@ class RunSetup:
                            "in": [len(s[0]) for s in self.splits], "out": [len(s[1]) for s in self.splits],
                            "uda": {str(i): len(idx) for i, idx in self.uda.items()}},
                 "initialisation": initialisation(self.cfg.model.pretrained, self.cfg.seeds.seed),
-                "head": head_identity(self.cfg, self.dataset.name, self.dataset.classes),
+                "head": head_identity(self.cfg, self.build.text_head),
                 "model_build": {**self.build.record(),
                                 "pretrained_load": report.summary() if report is not None else None,
                                 **({"text_load": info.text_load} if info.text_load is not None else {})},
@@ -254,16 +251,10 @@ def check_validation_splits(dataset: MultiDomainDataset, splits: list[tuple[np.n
 
 
 def prepare_run(cfg: RunConfig) -> RunSetup:
-    """Resolve names, hyperparameters, data and splits; raise a specific error on any bad input. A checkpoint
-    file is read from disk once however many parts of the run read it (a full CLIP file: the image tower, the
-    text head, FLYP's text tower; `reading_once`)."""
-    from dgmoe.models.pretrained import reading_once
-
-    with reading_once():
-        return _prepare_run(cfg)
-
-
-def _prepare_run(cfg: RunConfig) -> RunSetup:
+    """Resolve names, hyperparameters, data and splits; raise a specific error on any bad input. The network is
+    built once (`ModelBuild.build`: a full CLIP file is read once for the image tower and the zero-shot head) and
+    the algorithm receives what the run knows beyond it (`Algorithm.attach_run`: FLYP the text tower that wrote
+    the head, CLIPood the run's number of updates)."""
     cfg = cfg.replace(device=resolve_device(cfg.execution.device))  # `--device auto`: the device used, recorded
     data, model, alg, seeds = cfg.data, cfg.model, cfg.algorithm, cfg.seeds
     check_device(cfg.execution.device)
@@ -312,17 +303,17 @@ def _prepare_run(cfg: RunConfig) -> RunSetup:
     train_tf, eval_tf = get_transforms(data.dataset, img_size, hparams.get("data_augmentation", True), info.mean,
                                        info.std)
     build = build.with_hparams(hparams, info)  # the backbone's own hyperparameters are arguments of the model
-    text = text_head_source(cfg, info, dataset) if model.head == "zeroshot" else None
+    if build.text_head is not None:  # a CLIP tower, its text tower's file, the templates: before the build
+        check_text_head(cfg, build.text_head, info)
     seed_everything(seeds.seed)
     try:
-        network = built(build.create)
+        made = built(build.build)
     except UsageError as e:
         other = checkpoint_family_mismatch(model.pretrained, model.name, info) if model.pretrained else None
         if other:
             raise UsageError(f"--pretrained {model.pretrained} {other} ({e})") from e
         raise
-    if text is not None:
-        text(network)
+    network = made.model
     try:
         algorithm = algorithm_cls(network, dataset.num_classes, len(train_envs), hparams)
     except UsageError:
@@ -330,11 +321,7 @@ def _prepare_run(cfg: RunConfig) -> RunSetup:
     except (TypeError, ValueError, KeyError) as e:
         given = f"--hparams {json.dumps(alg.hparams, sort_keys=True)}" if alg.hparams else "its default hyperparameters"
         raise UsageError(f"--algorithm {alg.name} rejects {given}: {e}") from e
-    if algorithm_cls.NEEDS_TEXT_TOWER:  # FLYP: the text tower trains too (the algorithm checked the text head)
-        names = match_class_names(dataset.name, dataset.classes).names  # each label's own name, as the head's
-        algorithm.attach_text(run_text_tower(cfg, info), names, templates(model.prompt_templates))  # type: ignore[attr-defined]
-    if algorithm_cls.NEEDS_TOTAL_STEPS:  # CLIPood: its Beta moving average spans the run's updates
-        algorithm.set_total_steps(n_steps)
+    algorithm.attach_run(RunContext(n_steps, build.text_head, made.text_tower))
     return RunSetup(cfg, dataset, hparams, splits,
                     test_envs, train_envs, img_size, train_tf, eval_tf,
                     n_steps, cfg.training.checkpoint_freq or spec.checkpoint_freq,

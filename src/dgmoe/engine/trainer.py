@@ -186,10 +186,10 @@ def _check_extension(out: Path, old_steps: int, cfg: RunConfig) -> None:
         raise UsageError(f"--extend needs --steps larger than the {old_steps} steps {out} was set to run")
     from dgmoe.algorithms import get_algorithm
 
-    if get_algorithm(cfg.algorithm.name).NEEDS_TOTAL_STEPS:
-        raise UsageError(f"--extend: {cfg.algorithm.name} weighs every update by the run's length ({old_steps} "
-                         f"steps in {out}), so a longer schedule is another run: start it in a new --output-dir "
-                         f"with --steps {new_steps}")
+    bound = get_algorithm(cfg.algorithm.name).LENGTH_BOUND
+    if bound:
+        raise UsageError(f"--extend: {cfg.algorithm.name} {bound} ({old_steps} steps in {out}), so a longer "
+                         f"schedule is another run: start it in a new --output-dir with --steps {new_steps}")
     done = read_done(out)
     if done is not None and done.get("stopped_early"):
         raise UsageError(f"{out} stopped early ({cfg.algorithm.name} ended its own training); it cannot be extended")

@@ -52,7 +52,7 @@ class CheckpointFormat:
     pos_resample: Callable[[dict[str, torch.Tensor]], PosResample | None] | None = None
 
 
-def _fold(key: str, fn: Callable[[torch.Tensor], torch.Tensor], note: str, new_key: str | None = None) -> Adapt:
+def fold(key: str, fn: Callable[[torch.Tensor], torch.Tensor], note: str, new_key: str | None = None) -> Adapt:
     """`state[key]` -> `state[new_key or key] = fn(state[key])`."""
     def adapt(state: dict[str, torch.Tensor], own: set[str], adapted: list[str]) -> dict[str, torch.Tensor]:
         if key in state:
@@ -70,7 +70,7 @@ def _chain(*steps: Adapt) -> Adapt:
     return adapt
 
 
-def _fuse_qkv(state: dict[str, torch.Tensor], own: set[str], adapted: list[str]) -> dict[str, torch.Tensor]:
+def fuse_qkv(state: dict[str, torch.Tensor], own: set[str], adapted: list[str]) -> dict[str, torch.Tensor]:
     """Hugging Face's separate q/k/v projections -> timm's fused `attn.qkv` ([q; k; v] rows, as
     `nn.MultiheadAttention.in_proj_weight`)."""
     fused = 0
@@ -115,9 +115,9 @@ OPENAI_CLIP = CheckpointFormat(
              ("transformer.resblocks.", "blocks."), ("ln_pre", "norm_pre"), ("ln_post", "norm"), ("ln_", "norm"),
              ("attn.in_proj_", "attn.qkv."), ("attn.out_proj", "attn.proj"), ("mlp.c_fc", "mlp.fc1"),
              ("mlp.c_proj", "mlp.fc2")),
-    adapt=_chain(_fold("proj", lambda v: v.t(), "visual.proj [width, embed] transposed to proj.weight", "proj.weight"),
-                 _fold("cls_token", lambda v: v.reshape(1, 1, -1), "class_embedding reshaped to cls_token [1, 1, D]"),
-                 _fold("pos_embed", lambda v: v.unsqueeze(0), "positional_embedding reshaped to pos_embed [1, N, D]")),
+    adapt=_chain(fold("proj", lambda v: v.t(), "visual.proj [width, embed] transposed to proj.weight", "proj.weight"),
+                 fold("cls_token", lambda v: v.reshape(1, 1, -1), "class_embedding reshaped to cls_token [1, 1, D]"),
+                 fold("pos_embed", lambda v: v.unsqueeze(0), "positional_embedding reshaped to pos_embed [1, N, D]")),
 )
 OPENAI_CLIP_BARE = CheckpointFormat(  # an open_clip `model.visual.state_dict()`, without the prefix
     name="openai_clip", label="OpenAI/OpenCLIP CLIP image tower", markers=("class_embedding", "conv1.weight"),
@@ -131,9 +131,9 @@ HF_CLIP = CheckpointFormat(
              ("layer_norm2", "norm2"), ("self_attn.out_proj", "attn.proj"), ("self_attn.", "attn.")),
     dropped=("embeddings.position_ids",),
     outside={"visual_projection.weight": "proj.weight"},
-    adapt=_chain(_fuse_qkv,
-                 _fold("cls_token", lambda v: v.reshape(1, 1, -1), "class_embedding reshaped to cls_token [1, 1, D]"),
-                 _fold("pos_embed", lambda v: v.unsqueeze(0), "position_embedding reshaped to pos_embed [1, N, D]")),
+    adapt=_chain(fuse_qkv,
+                 fold("cls_token", lambda v: v.reshape(1, 1, -1), "class_embedding reshaped to cls_token [1, 1, D]"),
+                 fold("pos_embed", lambda v: v.unsqueeze(0), "position_embedding reshaped to pos_embed [1, N, D]")),
 )
 #: DINOv2's hub models without registers interpolate by the factor (new + 0.1) / old, no antialias; those with
 #: registers to the output size with antialias (`dinov2/hub/backbones.py`), which is timm's resampling
@@ -162,7 +162,7 @@ HF_DINOV2 = CheckpointFormat(
              ("attention.attention.query", "attn.q_proj"), ("attention.attention.key", "attn.k_proj"),
              ("attention.attention.value", "attn.v_proj"), ("layer_scale1.lambda1", "ls1.gamma"),
              ("layer_scale2.lambda1", "ls2.gamma"), ("layernorm.", "norm.")),
-    dropped=("embeddings.mask_token",), adapt=_chain(_fuse_qkv, _dinov2_tokens),
+    dropped=("embeddings.mask_token",), adapt=_chain(fuse_qkv, _dinov2_tokens),
     pos_resample=lambda state: HF_DINOV2_REG_OWN if "reg_token" in state else HF_DINOV2_OWN)
 TIMM_CLIP = CheckpointFormat(
     name="timm_clip", label="timm CLIP tower", markers=("norm_pre.weight", "head.weight"), adapt=_drop_zero_head_bias,
@@ -184,7 +184,8 @@ def detect_format(state: dict[str, torch.Tensor], model_keys: set[str]) -> Check
     return TIMM
 
 
-def _rename(key: str, renames: tuple[tuple[str, str], ...]) -> str:
+def rename_key(key: str, renames: tuple[tuple[str, str], ...]) -> str:
+    """`key` with each of a format's ordered `renames` (old, new) applied in turn."""
     for old, new in renames:
         key = key.replace(old, new)
     return key
@@ -211,7 +212,7 @@ def convert_as(fmt: CheckpointFormat, state: dict[str, torch.Tensor], model_keys
             group = key if key[len(fmt.prefix):] in fmt.dropped else key.split(".", 1)[0]
             dropped_groups[group] = dropped_groups.get(group, 0) + 1
         else:
-            out[_rename(key[len(fmt.prefix):], fmt.renames)] = value
+            out[rename_key(key[len(fmt.prefix):], fmt.renames)] = value
     dropped = [f"{g} ({n} keys)" if n > 1 else g for g, n in dropped_groups.items()]
     adapted: list[str] = []
     if fmt.adapt is not None:

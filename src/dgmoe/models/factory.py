@@ -9,14 +9,18 @@ extractor (`dgmoe.models.features`). What dgmoe does not do, in one line each: d
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import torch.nn as nn
 
 from dgmoe import names
 from dgmoe.errors import UsageError
 from dgmoe.models.registry import MODELS
+
+if TYPE_CHECKING:
+    from dgmoe.models.clip.head_spec import TextHeadSpec
 
 HUB_PREFIXES = names.HUB_PREFIXES
 log = logging.getLogger(__name__)
@@ -28,12 +32,21 @@ def check_model_name(name: str) -> None:
     names.check_model_name(name, MODELS)
 
 
+@dataclass(frozen=True)
+class BuiltModel:
+    """What `build_model` built: the network, and the CLIP text tower that wrote its zero-shot head (None: no
+    head was written), for an algorithm that trains that tower too (FLYP)."""
+
+    model: nn.Module
+    text_tower: nn.Module | None = None
+
+
 def create_model(name: str, num_classes: int | None = None, img_size: int | None = None,
                  pretrained: str | Path | None = None, pretrained_antialias: bool = True,
                  allow_activation_mismatch: bool = False,
                  checkpoint_path: str | Path | None = None, features_only: bool = False,
-                 out_indices: int | Sequence[int] | None = None, peft: Any = None, text_head: bool = False,
-                 **overrides: Any) -> nn.Module:
+                 out_indices: int | Sequence[int] | None = None, peft: Any = None,
+                 text_head: "TextHeadSpec | bool | None" = None, **overrides: Any) -> nn.Module:
     """Build a registered model; `None` values mean "the model's default" (as timm's factory).
 
     `pretrained` is a local checkpoint path (timm/DeiT names, `.safetensors` or `.pth`) adapted to the
@@ -55,12 +68,29 @@ def create_model(name: str, num_classes: int | None = None, img_size: int | None
     `info` carries `peft` and `base_weights` (the base weights a PEFT checkpoint needs: name, file and sha256).
     The model's `info` (`dgmoe.models.info.ModelInfo`) also carries the `load_report` of its checkpoint.
 
-    `text_head=True` replaces the linear classifier by a `dgmoe.models.clip.zero_shot.TextHead` of the same shape, a
-    linear layer on the normalised feature (CLIP's zero-shot classifier once `init_text_head` fills it).
+    `text_head` (a `dgmoe.models.clip.head_spec.TextHeadSpec`) replaces the linear classifier by a
+    `dgmoe.models.clip.zero_shot.TextHead` of the same shape, a linear layer on the normalised feature, and writes
+    CLIP's zero-shot classifier into it from the text tower the spec names (after the pretrained weights and
+    `peft`), recording how in the model's `info.text_load`; a full CLIP file given as both `pretrained` and the
+    spec's tower is read once. A spec without a tower (`shape_only()`), or `text_head=True`, builds the head's
+    shape only (its weights follow: a run's weights file, `init_text_head`).
 
     `features_only=True` returns a feature extractor whose forward gives a list of `[B, C, H, W]` maps and
     whose `feature_info` describes them, as timm (`dgmoe.models.features`); `out_indices` picks the levels.
     """
+    return build_model(name, num_classes=num_classes, img_size=img_size, pretrained=pretrained,
+                       pretrained_antialias=pretrained_antialias, allow_activation_mismatch=allow_activation_mismatch,
+                       checkpoint_path=checkpoint_path, features_only=features_only, out_indices=out_indices,
+                       peft=peft, text_head=text_head, **overrides).model
+
+
+def build_model(name: str, num_classes: int | None = None, img_size: int | None = None,
+                pretrained: str | Path | None = None, pretrained_antialias: bool = True,
+                allow_activation_mismatch: bool = False,
+                checkpoint_path: str | Path | None = None, features_only: bool = False,
+                out_indices: int | Sequence[int] | None = None, peft: Any = None,
+                text_head: "TextHeadSpec | bool | None" = None, **overrides: Any) -> BuiltModel:
+    """`create_model`, with the text tower that wrote the model's zero-shot head beside it (`BuiltModel`)."""
     from dgmoe.models.features import features_model
     from dgmoe.models.info import given, set_info
     from dgmoe.models.peft import apply_peft, base_weights
@@ -68,8 +98,10 @@ def create_model(name: str, num_classes: int | None = None, img_size: int | None
         CheckpointError,
         CheckpointMismatchError,
         load_checkpoint,
+        load_checkpoint_file,
         load_pretrained,
         missing_checkpoint,
+        resolve_checkpoint,
     )
     from dgmoe.peft.config import as_peft
 
@@ -92,15 +124,25 @@ def create_model(name: str, num_classes: int | None = None, img_size: int | None
         from dgmoe.models.clip.zero_shot import use_text_head
 
         use_text_head(model)
+    spec = text_head if text_head is not None and not isinstance(text_head, bool) and text_head.writes else None
+    raw = None  # a full CLIP file, both towers' source: read once
+    if pretrained and spec is not None and spec.weights is not None and _same_file(spec.weights, pretrained):
+        raw = load_checkpoint_file(resolve_checkpoint(pretrained, name))
     if pretrained:
         report = load_pretrained(model, pretrained, antialias=pretrained_antialias,
-                                 allow_activation_mismatch=allow_activation_mismatch, name=name)
+                                 allow_activation_mismatch=allow_activation_mismatch, name=name, raw=raw)
         set_info(model, load_report=report)
         _warn_regrid(name, img_size, report)
     config = as_peft(peft)
     if config is not None:
         apply_peft(model, config)
         set_info(model, base_weights=base_weights(name, pretrained if config.active else None))
+    tower = None
+    if spec is not None:
+        from dgmoe.models.clip.head_spec import write_text_head
+
+        tower = write_text_head(model, spec, name, raw)
+        del raw
     if checkpoint_path:
         try:
             set_info(model, load_report=load_checkpoint(model, checkpoint_path))
@@ -108,7 +150,15 @@ def create_model(name: str, num_classes: int | None = None, img_size: int | None
             raise type(e)(f"checkpoint_path: {e}") from None
     if features_only:
         model = features_model(model, out_indices, name)
-    return model
+    return BuiltModel(model, tower)
+
+
+def _same_file(a: str | Path, b: str | Path) -> bool:
+    """Whether two checkpoint sources name one file (a Hub name: the same name)."""
+    a, b = str(a), str(b)
+    if a.startswith(HUB_PREFIXES) or b.startswith(HUB_PREFIXES):
+        return a == b
+    return Path(a).resolve() == Path(b).resolve()
 
 
 def _warn_regrid(name: str, img_size: int | None, report: Any) -> None:

@@ -27,10 +27,9 @@ from __future__ import annotations
 
 import logging
 import math
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Collection, Iterator
+from typing import Any, Collection
 
 import torch
 import torch.nn as nn
@@ -113,37 +112,14 @@ def _unwrapped(key: str) -> str:
     return key
 
 
-#: the files read while `reading_once` is open: (path, size, mtime) -> what `read_state_file` returned
-_READ_ONCE: list[dict[tuple[str, int, int], Any]] = []
-
-
-@contextmanager
-def reading_once() -> Iterator[None]:
-    """Within this block each checkpoint file is read from disk once: a run's setup reads a full CLIP file for
-    the image tower, the text head and FLYP's trained text tower, and gets the same tensors each time (keyed by
-    the file's path, size and modification time, so a file rewritten in between is read again)."""
-    _READ_ONCE.append({})
-    try:
-        yield
-    finally:
-        _READ_ONCE.pop()
-
-
 def load_checkpoint_file(path: str | Path, keys: tuple[str, ...] = STATE_KEYS) -> dict[str, torch.Tensor]:
     """Read a state dict from `.safetensors`, `.pth`/`.pt`/`.bin` (optionally under one of `keys`), with
-    DDP/torch.compile key prefixes removed as timm does, or raise `CheckpointError` naming the file. Inside
-    `reading_once` a file already read is not read again (a new dict of the same tensors: callers rename keys)."""
+    DDP/torch.compile key prefixes removed as timm does, or raise `CheckpointError` naming the file (a new dict
+    each call: callers rename keys)."""
     path = Path(path)
     if not path.is_file():
         raise missing_checkpoint(path)
-    if not _READ_ONCE:
-        state = read_state_file(path)
-    else:
-        stat = path.stat()
-        ident = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
-        if ident not in _READ_ONCE[-1]:
-            _READ_ONCE[-1][ident] = read_state_file(path)
-        state = _READ_ONCE[-1][ident]
+    state = read_state_file(path)
     for key in keys:
         if isinstance(state, dict) and key in state and isinstance(state[key], dict):
             log.info(f"{path}: the state dict under {key!r}")
@@ -265,18 +241,20 @@ def resolve_checkpoint(source: str | Path, model: str | None = None) -> Path:
 
 
 def load_pretrained(model: nn.Module, path: str | Path, strict: bool = True, antialias: bool = True,
-                    allow_activation_mismatch: bool = False, name: str | None = None) -> LoadReport:
+                    allow_activation_mismatch: bool = False, name: str | None = None,
+                    raw: dict[str, torch.Tensor] | None = None) -> LoadReport:
     """Load a checkpoint into `model` (see module docstring for what is tolerated).
 
     `antialias` chooses how position and patch embeddings are resampled: True as timm >= 0.9, False as
     timm 0.5-0.6 (plain bicubic; the GMoE authors' code). A ViT tower's FFN activation is checked against what
     the file or its folder states (`dgmoe.models.flavour`): a mismatch is refused, or with
     `allow_activation_mismatch` loaded with a warning. `name`: the registered model's, for the words of a
-    refusal (how to get its weights).
+    refusal (how to get its weights). `raw`: the file's state dict already read (`load_checkpoint_file`), as a
+    build that reads one full CLIP file for both towers passes it.
     """
     path = resolve_checkpoint(path, name)
     report = LoadReport(str(path))
-    raw = load_checkpoint_file(path)
+    raw = load_checkpoint_file(path) if raw is None else raw
     fmt, state, report.dropped, report.converted = convert(raw, set(model.state_dict()))
     report.format = fmt.name
     _check_activation(model, path, raw, fmt.name, report, allow_activation_mismatch)

@@ -87,14 +87,15 @@ class Member:
     @functools.cached_property
     def head(self) -> dict[str, Any]:
         """The classifier head the run started from, as it recorded it when it started
-        (`dgmoe.engine.text_head.head_identity`); for a run trained before dgmoe recorded it, as its config says."""
+        (`dgmoe.engine.build.head_identity`); for a run trained before dgmoe recorded it, as its config says."""
         recorded = self.config.get("head")
         if isinstance(recorded, dict):
             return recorded
-        from dgmoe.engine.text_head import head_identity
+        from dgmoe.engine.build import head_identity, text_head_spec
 
         dataset = self.config.get("dataset") or {}
-        return head_identity(self.run, dataset.get("name") or self.dataset, dataset.get("classes") or ())
+        spec = text_head_spec(self.run, dataset.get("name") or self.dataset, dataset.get("classes") or ())
+        return head_identity(self.run, spec)
 
     @property
     def data(self) -> tuple[tuple[str, Any], ...]:

@@ -33,6 +33,7 @@ from typing import Any, Iterable, Mapping
 
 from dgmoe.engine.config import RunConfig
 from dgmoe.errors import UsageError
+from dgmoe.names import is_text_head
 from dgmoe.recipes.base import Part, Recipe, Row, soup_sources
 from dgmoe.sweep.config import SweepConfig
 
@@ -166,7 +167,7 @@ def smoke_checkpoints(recipe: Recipe, part: Part, models: Iterable[str],
 def text_head(part: Part) -> bool:
     """Whether the part's heads come from CLIP's text tower (`--head zeroshot`): at the smoke scale its stand-in
     towers keep their seeded random image and text weights (a dense image checkpoint has no text tower)."""
-    return part.settings.get("head") == "zeroshot"
+    return is_text_head(part.settings.get("head") or "")
 
 
 def check_scale(scale: str) -> None:

@@ -15,12 +15,13 @@ initial log(1/0.07), and the load report says so.
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from dgmoe.models.checkpoint_formats import CheckpointFormat, _fold, _fuse_qkv, _rename, detect_format
+from dgmoe.models.checkpoint_formats import CheckpointFormat, detect_format, fold, fuse_qkv, rename_key
 from dgmoe.models.clip.text_tower import TextConfig, TextTransformer
 from dgmoe.models.pretrained import (
     CheckpointError,
@@ -42,7 +43,7 @@ OPENAI_TEXT = CheckpointFormat(
              ("attn.in_proj_", "attn.qkv."), ("attn.out_proj", "attn.proj"), ("mlp.c_fc", "mlp.fc1"),
              ("mlp.c_proj", "mlp.fc2")),
     dropped=("input_resolution", "context_length", "vocab_size"),
-    adapt=_fold("text_projection", lambda v: v.t(), "text_projection [width, embed] transposed to proj.weight",
+    adapt=fold("text_projection", lambda v: v.t(), "text_projection [width, embed] transposed to proj.weight",
                 "proj.weight"))
 HF_TEXT = CheckpointFormat(
     name="hf_clip", label="Hugging Face CLIPModel / CLIPTextModelWithProjection state dict",
@@ -53,8 +54,16 @@ HF_TEXT = CheckpointFormat(
              ("self_attn.", "attn."), ("final_layer_norm", "norm")),
     dropped=("embeddings.position_ids",),
     outside={"text_projection.weight": "proj.weight", "logit_scale": "logit_scale"},
-    adapt=_fuse_qkv)
+    adapt=fuse_qkv)
 TEXT_FORMATS: tuple[CheckpointFormat, ...] = (OPENAI_TEXT, HF_TEXT)
+
+
+@dataclass(frozen=True)
+class LoadedTextTower:
+    """A text tower read from a file, and how (`report`: its format, what was dropped, adapted, initialised)."""
+
+    tower: TextTransformer
+    report: LoadReport
 
 
 class NoTextTowerError(CheckpointError):
@@ -81,7 +90,7 @@ def convert_text(state: dict[str, torch.Tensor], path: str | Path
             group = "the image tower" if key.startswith(IMAGE_PREFIXES) else key.split(".", 1)[0]
             dropped[group] = dropped.get(group, 0) + 1
         else:
-            out[_rename(inner, fmt.renames)] = value
+            out[rename_key(inner, fmt.renames)] = value
     adapted: list[str] = []
     if fmt.adapt is not None:
         out = fmt.adapt(out, set(), adapted)
@@ -90,10 +99,12 @@ def convert_text(state: dict[str, torch.Tensor], path: str | Path
     return fmt, out, [f"{g} ({n} keys)" if n > 1 else g for g, n in dropped.items()], adapted
 
 
-def text_state(path: str | Path) -> tuple[CheckpointFormat, dict[str, torch.Tensor], list[str], list[str]]:
-    """The text tower of the checkpoint file `path`, read once and converted (`convert_text`)."""
+def text_state(path: str | Path, raw: dict[str, Any] | None = None
+               ) -> tuple[CheckpointFormat, dict[str, torch.Tensor], list[str], list[str]]:
+    """The text tower of the checkpoint file `path`, converted (`convert_text`): read from disk, or `raw`, the
+    file's state dict as `load_checkpoint_file` read it (a build reading one full CLIP file for both towers)."""
     path = resolve_checkpoint(path)
-    return convert_text(load_checkpoint_file(path), path)
+    return convert_text(load_checkpoint_file(path) if raw is None else raw, path)
 
 
 def fitted_config(base: TextConfig, state: dict[str, torch.Tensor]) -> TextConfig:
@@ -114,11 +125,12 @@ def fitted_config(base: TextConfig, state: dict[str, torch.Tensor]) -> TextConfi
                    context_length=context, vocab_size=vocab)
 
 
-def load_text_tower(base: TextConfig, path: str | Path) -> TextTransformer:
+def load_text_tower(base: TextConfig, path: str | Path, raw: dict[str, Any] | None = None) -> LoadedTextTower:
     """A `TextTransformer` with the text tower of the file `path`: `base`'s family (activation, head width) at the
     file's sizes (`fitted_config`), loaded strictly as the image loader (every key, every shape) except
-    `logit_scale`, which a text-only file may lack. Carries its `load_report`."""
-    fmt, state, dropped, adapted = text_state(path)
+    `logit_scale`, which a text-only file may lack; returned with its load report. `raw`: the file's state dict
+    already read (`text_state`)."""
+    fmt, state, dropped, adapted = text_state(path, raw)
     try:
         config = fitted_config(base, state)
     except CheckpointMismatchError as e:
@@ -136,6 +148,5 @@ def load_text_tower(base: TextConfig, path: str | Path) -> TextTransformer:
     except CheckpointMismatchError as e:
         raise CheckpointMismatchError(f"{e} (the text tower, read as {fmt.label})") from None
     tower.load_state_dict({**tower.state_dict(), **state}, strict=True)
-    tower.load_report = report
     log.info("text tower: %s", report.summary())
-    return tower
+    return LoadedTextTower(tower, report)

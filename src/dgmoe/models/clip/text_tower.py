@@ -87,8 +87,6 @@ class TextTransformer(nn.Module):
     open_clip's `encode_text`. Names: `token_embedding`, `positional_embedding`, `blocks.N.*` (timm's), `norm`
     (CLIP's `ln_final`), `proj` (CLIP's `text_projection`, transposed), `logit_scale`."""
 
-    load_report: Any  # set when weights are loaded (`dgmoe.models.clip.text_formats.load_text_tower`)
-
     def __init__(self, config: TextConfig):
         super().__init__()
         self.config = config

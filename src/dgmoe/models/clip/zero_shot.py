@@ -8,8 +8,9 @@ weight is the class embeddings times `exp(logit_scale)` and whose bias is zero, 
 2022). Trained on like any head it is a text-initialised head (LP-FT's, WiSE-FT's and FLYP's starting point);
 untrained (`--steps 0`) it is CLIP's zero-shot classifier.
 
-`create_model(..., text_head=True)` builds a model whose classifier is a `TextHead` (so that a run's weights
-load back into it); `init_text_head` writes the text classifier into it.
+`create_model(..., text_head=spec)` builds a model whose classifier is a `TextHead` and writes it
+(`dgmoe.models.clip.head_spec`); `text_head=True` builds the head's shape only (a run's weights load back into
+it). `init_text_head` writes the text classifier into a `TextHead`.
 """
 from __future__ import annotations
 
@@ -85,7 +86,7 @@ def init_text_head(model: nn.Module, tower: TextTransformer, class_names: Sequen
     embeddings, bias 0. Returns the class embeddings."""
     head = getattr(model, classifier_name(model))
     if not isinstance(head, TextHead):
-        raise UsageError("init_text_head needs a model built with text_head=True")
+        raise UsageError("init_text_head needs a model built with a text head (create_model(..., text_head=...))")
     if head.in_features != tower.config.embed_dim:
         raise UsageError(f"the image features are {head.in_features}-d but the text tower embeds to "
                          f"{tower.config.embed_dim}-d: a text head needs the CLIP image tower with its projection")
