@@ -2,6 +2,7 @@
 FFN(x) + adapter(x) in its own `forward` (so a copy, a compiled graph or a direct `forward` call includes it),
 under the FFN's parameter names."""
 import copy
+import io
 
 import pytest
 import torch
@@ -41,3 +42,17 @@ def test_the_adapted_ffn_keeps_its_parameter_names_and_a_sparse_ffn_stays_a_moe_
     assert not [n for n in names if ".base." in n or ".ffn." in n]
     assert isinstance(model.blocks[1].mlp, MoEMlp) and isinstance(model.blocks[1].mlp, ParallelAdapter)
     assert type(model.blocks[1].mlp).__name__ == "AdaptedMoEMlp"
+
+
+def test_an_adapted_model_pickles_and_copies_whole():
+    torch.manual_seed(0)
+    model = create_model("vit_tiny_patch16_224", peft=PeftConfig("adapter"), **TOY).eval()
+    with torch.no_grad():
+        model.blocks[0].mlp.adapter.up.weight.normal_()
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    x = torch.randn(2, 3, 16, 16)
+    assert type(loaded.blocks[0].mlp) is type(model.blocks[0].mlp)
+    torch.testing.assert_close(loaded(x), model(x), rtol=0, atol=0)

@@ -160,19 +160,33 @@ class ParallelAdapter(nn.Module):
     def forward(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
         return super().forward(x, *args, **kwargs) + self.adapter(x)
 
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        """Pickled (`torch.save(model)`) and deep-copied through the FFN's own class, which is importable."""
+        return _adapted_instance, (getattr(type(self), "ffn_class"),), self.__dict__
+
 
 #: the adapted class of each FFN class (`Mlp` -> `AdaptedMlp`), made once
 _ADAPTED: dict[type, type] = {}
 
 
+def _adapted_class(cls: type) -> type:
+    if cls not in _ADAPTED:
+        _ADAPTED[cls] = type(f"Adapted{cls.__name__}", (ParallelAdapter, cls), {"__module__": __name__,
+                                                                                 "ffn_class": cls})
+    return _ADAPTED[cls]
+
+
+def _adapted_instance(cls: type) -> nn.Module:
+    """An empty adapted `cls` for unpickling and deep copies to fill (`nn.Module.__setstate__`)."""
+    adapted: Any = _adapted_class(cls)
+    return adapted.__new__(adapted)
+
+
 def with_parallel_adapter(ffn: nn.Module, adapter: nn.Module) -> nn.Module:
     """`ffn` with `adapter` in parallel: the same module (its weights, their names), its class the FFN's
     class with `ParallelAdapter` mixed in. Returns `ffn`."""
-    cls = type(ffn)
     if not isinstance(ffn, ParallelAdapter):
-        if cls not in _ADAPTED:
-            _ADAPTED[cls] = type(f"Adapted{cls.__name__}", (ParallelAdapter, cls), {"__module__": __name__})
-        ffn.__class__ = _ADAPTED[cls]
+        ffn.__class__ = _adapted_class(type(ffn))
     ffn.add_module(ADAPTER, adapter)
     return ffn
 
@@ -207,7 +221,8 @@ def _classifier_name(model: nn.Module) -> str:
 
 def apply_peft(model: nn.Module, config: PeftConfig) -> nn.Module:
     """Add `config`'s modules to `model` in place and freeze every other weight; returns `model`, whose `info`
-    carries the config (`peft`) from then on."""
+    carries the config (`peft`) from then on. One walk over the chosen blocks finds what to adapt (`_targets`);
+    each module found is replaced by what `_wrap` makes of it."""
     setattr(model, "info", dataclasses.replace(getattr(model, "info"), peft=config))  # (`ModelInfo`)
     if not config.active:
         return model
