@@ -7,9 +7,10 @@ import io
 import pytest
 import torch
 
+from dgmoe.errors import UsageError
 from dgmoe.models import create_model
 from dgmoe.models.layers import Mlp
-from dgmoe.models.peft import ParallelAdapter
+from dgmoe.models.peft import ParallelAdapter, apply_peft
 from dgmoe.moe.layer import MoEMlp
 from dgmoe.peft.config import PeftConfig
 
@@ -56,3 +57,11 @@ def test_an_adapted_model_pickles_and_copies_whole():
     x = torch.randn(2, 3, 16, 16)
     assert type(loaded.blocks[0].mlp) is type(model.blocks[0].mlp)
     torch.testing.assert_close(loaded(x), model(x), rtol=0, atol=0)
+
+
+def test_blocks_without_an_ffn_are_a_one_line_usage_error_for_the_adapter_modes():
+    model = create_model("vit_tiny_patch16_224", **TOY)
+    for block in model.blocks:
+        del block.mlp
+    with pytest.raises(UsageError, match="--peft adapter adds adapters beside the blocks' FFN"):
+        apply_peft(model, PeftConfig("adapter"))

@@ -244,6 +244,7 @@ def apply_peft(model: nn.Module, config: PeftConfig) -> nn.Module:
 
 
 def _widths(linear: nn.Module) -> tuple[int, int]:
+    """(d_in, d_out) of a projection `_targets` found."""
     assert isinstance(linear, nn.Linear)
     return linear.in_features, linear.out_features
 
