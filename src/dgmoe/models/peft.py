@@ -36,6 +36,7 @@ import dataclasses
 import hashlib
 import math
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -149,10 +150,45 @@ def _phm_dim(widths: list[int]) -> int:
     return n
 
 
-def _add_adapter(module: nn.Module, inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> torch.Tensor:
-    """The forward hook of an adapted FFN: FFN(x) + adapter(x) (a module-level function, so that deep copies
-    of the model call their own adapter)."""
-    return output + getattr(module, ADAPTER)(inputs[0])
+class ParallelAdapter(nn.Module):
+    """What an FFN with an adapter in parallel becomes: FFN(x) + adapter(x), the adapter the FFN's child
+    `adapter`. Mixed into the FFN's own class (`with_parallel_adapter`), so the FFN keeps its parameter names
+    (`blocks.N.mlp.fc1.weight`, the adapter's `blocks.N.mlp.adapter.*`) and its checkpoints load unchanged."""
+
+    adapter: nn.Module  # the name is `ADAPTER`, what `is_trainable` looks for
+
+    def forward(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return super().forward(x, *args, **kwargs) + self.adapter(x)
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        """Pickled (`torch.save(model)`) and deep-copied through the FFN's own class, which is importable."""
+        return _adapted_instance, (getattr(type(self), "ffn_class"),), self.__dict__
+
+
+#: the adapted class of each FFN class (`Mlp` -> `AdaptedMlp`), made once
+_ADAPTED: dict[type, type] = {}
+
+
+def _adapted_class(cls: type) -> type:
+    if cls not in _ADAPTED:
+        _ADAPTED[cls] = type(f"Adapted{cls.__name__}", (ParallelAdapter, cls), {"__module__": __name__,
+                                                                                 "ffn_class": cls})
+    return _ADAPTED[cls]
+
+
+def _adapted_instance(cls: type) -> nn.Module:
+    """An empty adapted `cls` for unpickling and deep copies to fill (`nn.Module.__setstate__`)."""
+    adapted: Any = _adapted_class(cls)
+    return adapted.__new__(adapted)
+
+
+def with_parallel_adapter(ffn: nn.Module, adapter: nn.Module) -> nn.Module:
+    """`ffn` with `adapter` in parallel: the same module (its weights, their names), its class the FFN's
+    class with `ParallelAdapter` mixed in. Returns `ffn`."""
+    if not isinstance(ffn, ParallelAdapter):
+        ffn.__class__ = _adapted_class(type(ffn))
+    ffn.add_module(ADAPTER, adapter)
+    return ffn
 
 
 def default_blocks(mode: str, depth: int) -> tuple[int, ...]:
@@ -185,58 +221,72 @@ def _classifier_name(model: nn.Module) -> str:
 
 def apply_peft(model: nn.Module, config: PeftConfig) -> nn.Module:
     """Add `config`'s modules to `model` in place and freeze every other weight; returns `model`, whose `info`
-    carries the config (`peft`) from then on."""
+    carries the config (`peft`) from then on. One walk over the chosen blocks finds what to adapt (`_targets`);
+    each module found is replaced by what `_wrap` makes of it."""
     setattr(model, "info", dataclasses.replace(getattr(model, "info"), peft=config))  # (`ModelInfo`)
     if not config.active:
         return model
-    if config.mode == "lora":
-        matched = 0
-        for _, block in _chosen_blocks(model, config):
-            for parent in (getattr(block, "attn"), getattr(block, "mlp")):  # not the routers' projections
-                for attr, child in list(parent.named_children()):
-                    if attr in config.projections and type(child) is nn.Linear:
-                        setattr(parent, attr, LoRALinear(child, config.rank, config.alpha, config.dropout))
-                        matched += 1
-        if not matched:
-            raise UsageError(f"--peft-targets {config.targets} matches no dense nn.Linear projection of "
-                             f"the chosen blocks (sparse FFNs have no fc1/fc2); choose among "
-                             f"{', '.join(LORA_TARGETS)}")
-    elif config.routed and config.expert_kind != "bottleneck":
-        _add_routed_linears(model, config)
-    elif config.mode in ("adapter", "adapter_experts", "moa"):
-        for _, block in _chosen_blocks(model, config):
-            mlp, dim = getattr(block, "mlp"), getattr(block, "norm2").normalized_shape[0]
-            device = next(mlp.parameters()).device
+    if config.mode != "linear":  # every mode but the linear probe wraps modules of the chosen blocks
+        found = _targets(model, config)
+        device = next(found[0][3].parameters()).device
+        rule = None
+        if config.routed and config.expert_kind == "kadaptation":  # one PHM rule, shared by the model
             with torch.device(device):
-                module = (Adapter(dim, config.bottleneck, config.dropout) if config.mode == "adapter"
-                          else adapter_experts(dim, config))
-            mlp.add_module(ADAPTER, module)
-            mlp.register_forward_hook(_add_adapter)
+                rule = PHMRule(_phm_dim([w for *_, c in found for w in _widths(c)]))
+            model.add_module(ADAPTER, rule)
+        for block, parent, attr, module in found:
+            with torch.device(device):
+                setattr(parent, attr, _wrap(block, module, config, rule))
     classifier = _classifier_name(model)
     for name, p in model.named_parameters():
         p.requires_grad_(is_trainable(name, config, classifier))
     return model
 
 
-def _add_routed_linears(model: nn.Module, config: PeftConfig) -> None:
-    """Wrap each `--peft-targets` nn.Linear of the chosen blocks in a `RoutedAdapterLinear`; Kronecker experts
-    share one PHM rule, registered at the model's root as `adapter` (trainable by the name rule)."""
-    found = [(parent, attr, child) for _, block in _chosen_blocks(model, config)
-             for parent in (getattr(block, "attn"), getattr(block, "mlp"))
-             for attr, child in list(parent.named_children())
-             if attr in config.projections and type(child) is nn.Linear]
+def _widths(linear: nn.Module) -> tuple[int, int]:
+    """(d_in, d_out) of a projection `_targets` found."""
+    assert isinstance(linear, nn.Linear)
+    return linear.in_features, linear.out_features
+
+
+def _on_ffn(config: PeftConfig) -> bool:
+    """Whether `config`'s adapters sit in parallel with a block's FFN (bottleneck adapters and their experts)
+    rather than on its projections (LoRA, LoRA / KAdaptation experts)."""
+    return config.mode == "adapter" or (config.routed and config.expert_kind == "bottleneck")
+
+
+def _targets(model: nn.Module, config: PeftConfig) -> list[tuple[nn.Module, nn.Module, str, nn.Module]]:
+    """The one walk over the chosen blocks' named modules: (block, parent, attribute, module) of each module that
+    `config` wraps, in the blocks' order: the FFN itself (`mlp`: adapters in parallel with it), or each dense
+    nn.Linear named in `config.projections` directly inside the attention or the FFN (never a router's)."""
+    on_ffn, found = _on_ffn(config), []
+    for _, block in _chosen_blocks(model, config):
+        for name, module in block.named_modules():
+            parent, _, attr = name.rpartition(".")
+            if (name == "mlp") if on_ffn else (parent in ("attn", "mlp") and attr in config.projections
+                                                and type(module) is nn.Linear):
+                found.append((block, block.get_submodule(parent), attr, module))
+    if not found and on_ffn:
+        raise UsageError(f"--peft {config.mode} adds adapters beside the blocks' FFN (block.mlp); the chosen "
+                         f"blocks of {type(model).__name__} have none: use --peft lora, linear or full")
     if not found:
         raise UsageError(f"--peft-targets {config.targets} matches no dense nn.Linear projection of "
                          f"the chosen blocks (sparse FFNs have no fc1/fc2); choose among {', '.join(LORA_TARGETS)}")
-    device = found[0][2].weight.device
-    rule = None
-    if config.expert_kind == "kadaptation":
-        with torch.device(device):
-            rule = PHMRule(_phm_dim([w for _, _, c in found for w in (c.in_features, c.out_features)]))
-        model.add_module(ADAPTER, rule)
-    for parent, attr, child in found:
-        with torch.device(device):
-            setattr(parent, attr, routed_linear(child, config, rule))
+    return found
+
+
+def _wrap(block: nn.Module, module: nn.Module, config: PeftConfig, rule: PHMRule | None) -> nn.Module:
+    """What takes `module`'s place: its LoRA layer, its routed LoRA / KAdaptation experts (`rule`: the model's
+    shared PHM rule), or the FFN with its bottleneck adapter or adapter experts in parallel."""
+    if _on_ffn(config):
+        dim = getattr(block, "norm2").normalized_shape[0]  # the FFN's width
+        adapter = (Adapter(dim, config.bottleneck, config.dropout) if config.mode == "adapter"
+                   else adapter_experts(dim, config))
+        return with_parallel_adapter(module, adapter)
+    assert isinstance(module, nn.Linear)
+    if config.mode == "lora":
+        return LoRALinear(module, config.rank, config.alpha, config.dropout)
+    return routed_linear(module, config, rule)
 
 
 def peft_of(model: nn.Module) -> PeftConfig | None:
