@@ -36,7 +36,6 @@ import dataclasses
 import hashlib
 import math
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.nn as nn
@@ -150,44 +149,14 @@ def _phm_dim(widths: list[int]) -> int:
     return n
 
 
-class ParallelAdapter(nn.Module):
-    """What an FFN with an adapter in parallel becomes: FFN(x) + adapter(x), the adapter the FFN's child
-    `adapter`. Mixed into the FFN's own class (`with_parallel_adapter`), so the FFN keeps its parameter names
-    (`blocks.N.mlp.fc1.weight`, the adapter's `blocks.N.mlp.adapter.*`) and its checkpoints load unchanged."""
-
-    adapter: nn.Module  # the name is `ADAPTER`, what `is_trainable` looks for
-
-    def forward(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-        return super().forward(x, *args, **kwargs) + self.adapter(x)
-
-    def __reduce_ex__(self, protocol: Any) -> Any:
-        """Pickled (`torch.save(model)`) and deep-copied through the FFN's own class, which is importable."""
-        return _adapted_instance, (getattr(type(self), "ffn_class"),), self.__dict__
-
-
-#: the adapted class of each FFN class (`Mlp` -> `AdaptedMlp`), made once
-_ADAPTED: dict[type, type] = {}
-
-
-def _adapted_class(cls: type) -> type:
-    if cls not in _ADAPTED:
-        _ADAPTED[cls] = type(f"Adapted{cls.__name__}", (ParallelAdapter, cls), {"__module__": __name__,
-                                                                                 "ffn_class": cls})
-    return _ADAPTED[cls]
-
-
-def _adapted_instance(cls: type) -> nn.Module:
-    """An empty adapted `cls` for unpickling and deep copies to fill (`nn.Module.__setstate__`)."""
-    adapted: Any = _adapted_class(cls)
-    return adapted.__new__(adapted)
-
-
 def with_parallel_adapter(ffn: nn.Module, adapter: nn.Module) -> nn.Module:
-    """`ffn` with `adapter` in parallel: the same module (its weights, their names), its class the FFN's
-    class with `ParallelAdapter` mixed in. Returns `ffn`."""
-    if not isinstance(ffn, ParallelAdapter):
-        ffn.__class__ = _adapted_class(type(ffn))
-    ffn.add_module(ADAPTER, adapter)
+    """`ffn` with `adapter` in parallel, FFN(x) + adapter(x): dgmoe's FFNs (`Mlp`, `MoEMlp`) hold an optional
+    `adapter` and add it in their own forward, so the FFN keeps its class and parameter names
+    (`blocks.N.mlp.fc1.weight`, the adapter's `blocks.N.mlp.adapter.*`) and no hook is involved. Returns `ffn`."""
+    if getattr(ffn, ADAPTER, False) is not None:  # (absent: not one of dgmoe's FFNs; set: adapted already)
+        raise UsageError(f"--peft adds an adapter beside dgmoe's FFNs (Mlp, MoEMlp); {type(ffn).__name__} "
+                         "has no adapter slot or has one already")
+    setattr(ffn, ADAPTER, adapter)
     return ffn
 
 

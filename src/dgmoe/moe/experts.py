@@ -111,9 +111,11 @@ class Mlp(nn.Module):
         self.drop1 = Dropout(drop)
         self.fc2 = nn.Linear(hidden_features, in_features)
         self.drop2 = Dropout(drop)
+        self.adapter: nn.Module | None = None  # a PEFT adapter in parallel (`dgmoe.models.peft`), when one is added
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.drop2(self.fc2(self.drop1(self.act(self.fc1(x)))))
+        out = self.drop2(self.fc2(self.drop1(self.act(self.fc1(x)))))
+        return out if self.adapter is None else out + self.adapter(x)
 
 
 #: what the dispatch runs: GMoE's FFN experts, or adapter experts on a projection (`dgmoe.moe.adapter_experts`)

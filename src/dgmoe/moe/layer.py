@@ -90,6 +90,7 @@ class MoEMlp(nn.Module):
         self._aux_forwards: torch.Tensor | None = None
         self._last_shared: tuple[torch.Tensor, torch.Tensor] | None = None
         self._routing_observers: OrderedDict[int, RoutingObserver] = OrderedDict()
+        self.adapter: nn.Module | None = None  # a PEFT adapter in parallel (`dgmoe.models.peft`), when one is added
         # On the meta device (a description that never runs: `describe_model`, `dgmoe models`) nothing is
         # prepared, so that describing a model does not import torch._dynamo (about 1 s).
         if not next(self.experts.parameters()).is_meta:
@@ -126,6 +127,12 @@ class MoEMlp(nn.Module):
 
     # ----- forward --------------------------------------------------------------------------------
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The layer's output (GMoE eq. 3; with a shared expert, MoGE eq. 1), plus a PEFT adapter's in
+        parallel when one was added (`dgmoe.models.peft`: FFN(x) + adapter(x))."""
+        out = self._moe(x)
+        return out if self.adapter is None else out + self.adapter(x)
+
+    def _moe(self, x: torch.Tensor) -> torch.Tensor:
         cfg = self.config
         shared = self.shared(x) if self.shared is not None else None
         if self._mode == "shared_only":
